@@ -1,0 +1,150 @@
+"""The comparator: one tolerance rule, one table of tolerances, error statistics per output.
+
+An element passes when |actual - golden| <= atol + rtol * |golden| (the rule of ONNX's backend
+test runner and ONNX Runtime's onnx_test_runner). A NaN or infinity passes only where the golden
+holds the same value at the same place; a shape or dtype mismatch is a failure of its own kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    why: str
+
+
+# (precision, tolerance class) -> tolerance. Precision is the model's dtype, or "tf32" for CUDA
+# float32 runs that allow TF32 matrix products. The classes come from registry.Case.tolerance.
+# The float32 rows sit about 10x above the worst error measured on the committed goldens for ORT
+# CPU and torch eager (docs/tolerances.md shows the measurement), so they catch real bugs (a wrong
+# mask, a dropped bias or a transposed weight move the output by 1e-2 or more) without failing
+# on summation order.
+TOLERANCES: dict[tuple[str, str], Tolerance] = {
+    ("float32", "component"): Tolerance(
+        1e-5, 1e-5, "one or two float32 reductions over d_model or d_ff: a few ulp of O(1) values"
+    ),
+    ("float32", "layer"): Tolerance(
+        3e-5, 3e-5, "about ten chained reductions; normalisation divides by a sample std"
+    ),
+    ("float32", "stack"): Tolerance(1e-4, 1e-4, "N layers compound the per-layer rounding"),
+    ("float32", "model"): Tolerance(
+        1e-4, 1e-4, "two stacks plus embeddings scaled by sqrt(d_model) and the vocabulary softmax"
+    ),
+    ("tf32", "component"): Tolerance(
+        5e-3, 5e-3, "TF32 keeps 10 mantissa bits in matrix products: 2^-11 relative per product"
+    ),
+    ("tf32", "layer"): Tolerance(1e-2, 1e-2, "TF32 error compounded over a layer"),
+    ("tf32", "stack"): Tolerance(3e-2, 3e-2, "TF32 error compounded over a stack"),
+    ("tf32", "model"): Tolerance(3e-2, 3e-2, "TF32 error compounded over the whole model"),
+    ("float16", "component"): Tolerance(
+        1e-2, 1e-2, "float16 has 11 significant bits: 2^-11 ~ 5e-4 relative per rounding"
+    ),
+    ("float16", "layer"): Tolerance(3e-2, 3e-2, "float16 error compounded over a layer"),
+    ("float16", "stack"): Tolerance(6e-2, 6e-2, "float16 error compounded over a stack"),
+    ("float16", "model"): Tolerance(6e-2, 6e-2, "float16 error compounded over the whole model"),
+}
+
+
+def tolerance_for(precision: str, tolerance_class: str) -> Tolerance:
+    return TOLERANCES[(precision, tolerance_class)]
+
+
+@dataclass
+class OutputComparison:
+    """How one output compares with its golden. status: pass or fail; kind says why it failed."""
+
+    name: str
+    shape: list[int]
+    status: str
+    kind: str  # ok | values | nonfinite | shape | dtype
+    atol: float
+    rtol: float
+    max_abs_err: float | None = None
+    max_abs_index: list[int] | None = None
+    max_rel_err: float | None = None
+    mean_abs_err: float | None = None
+    mismatches: int = 0
+    tolerance_used: float | None = None
+    message: str = ""
+    worst: list[dict[str, object]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _failure(name: str, actual: np.ndarray, tol: Tolerance, kind: str, message: str):
+    return OutputComparison(
+        name, list(actual.shape), "fail", kind, tol.atol, tol.rtol, message=message
+    )
+
+
+def compare_output(
+    name: str, actual: np.ndarray, golden: np.ndarray, tol: Tolerance, worst_count: int = 5
+) -> OutputComparison:
+    """Compare one output with its golden under `tol`."""
+    if actual.shape != golden.shape:
+        msg = f"shape {list(actual.shape)} != golden {list(golden.shape)}"
+        return _failure(name, actual, tol, "shape", msg)
+    if actual.dtype != golden.dtype and not (
+        np.issubdtype(actual.dtype, np.floating) and np.issubdtype(golden.dtype, np.floating)
+    ):
+        return _failure(name, actual, tol, "dtype", f"dtype {actual.dtype} != golden {golden.dtype}")
+
+    a = actual.astype(np.float64)
+    g = golden.astype(np.float64)
+    finite = np.isfinite(g) & np.isfinite(a)
+    # Non-finite values match only themselves: NaN where the golden is NaN, inf of the same sign.
+    same_nonfinite = (np.isnan(a) & np.isnan(g)) | (np.isinf(a) & np.isinf(g) & (a == g))
+    bad_nonfinite = ~finite & ~same_nonfinite
+
+    err = np.where(finite, np.abs(a - g), 0.0)
+    allowed = tol.atol + tol.rtol * np.abs(np.where(finite, g, 0.0))
+    bad = (finite & (err > allowed)) | bad_nonfinite
+    rel = np.where(finite & (g != 0), err / np.where(g != 0, np.abs(g), 1.0), 0.0)
+    used = np.where(finite, err / allowed, 0.0)
+
+    result = OutputComparison(
+        name,
+        list(a.shape),
+        "fail" if bad.any() else "pass",
+        "ok",
+        tol.atol,
+        tol.rtol,
+        max_abs_err=float(err.max()) if err.size else 0.0,
+        max_abs_index=[int(i) for i in np.unravel_index(int(err.argmax()), err.shape)]
+        if err.size
+        else [],
+        max_rel_err=float(rel.max()) if rel.size else 0.0,
+        mean_abs_err=float(err[finite].mean()) if finite.any() else 0.0,
+        mismatches=int(bad.sum()),
+        tolerance_used=float(used.max()) if used.size else 0.0,
+    )
+    if bad_nonfinite.any():
+        result.kind = "nonfinite"
+        idx = tuple(int(i) for i in np.argwhere(bad_nonfinite)[0])
+        result.message = (
+            f"{int(bad_nonfinite.sum())} non-finite value(s) where the golden differs, "
+            f"first at {list(idx)}: got {a[idx]!r}, golden {g[idx]!r}"
+        )
+    elif bad.any():
+        result.kind = "values"
+        result.message = (
+            f"{result.mismatches} of {a.size} elements outside atol {tol.atol:g} + rtol "
+            f"{tol.rtol:g}*|golden|; worst |err| {result.max_abs_err:.3g} at {result.max_abs_index}"
+        )
+    if bad.any():
+        score = np.where(bad_nonfinite, np.inf, used)
+        order = np.argsort(score, axis=None)[::-1][:worst_count]
+        for flat in order:
+            idx = tuple(int(i) for i in np.unravel_index(int(flat), a.shape))
+            result.worst.append(
+                {"index": list(idx), "actual": float(a[idx]), "golden": float(g[idx]),
+                 "abs_err": float(abs(a[idx] - g[idx]))}
+            )
+    return result

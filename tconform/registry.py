@@ -1,0 +1,302 @@
+"""The component registry: the one list of what tconform exports, checks and times.
+
+Each case names a torch module factory, the oracle function that computes the same thing in
+float64, its inputs and outputs (with symbolic axes, from which dynamic ONNX axes and example
+inputs are derived) and its tolerance class. export, golden, verify, bench and the tests all
+iterate over `CASES`; adding a component is one entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from torch import nn
+
+from tconform import oracle, reference
+from tconform.config import ModelConfig
+from tconform.errors import UsageError
+from tconform.oracle import Params, scope
+
+# Axes that vary between input sets and stay dynamic in the exported models.
+DYNAMIC_AXES = ("batch", "src_seq", "tgt_seq")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A named tensor with symbolic axes. kind says how example data is drawn:
+    float, src_ids, tgt_ids, src_keep, tgt_keep (padding masks) or attn_mask."""
+
+    name: str
+    axes: tuple[str, ...]
+    kind: str = "float"
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    src_seq: int
+    tgt_seq: int
+
+    def resolve(self, axes: tuple[str, ...], cfg: ModelConfig) -> tuple[int, ...]:
+        sizes = {
+            "batch": self.batch,
+            "src_seq": self.src_seq,
+            "tgt_seq": self.tgt_seq,
+            "heads": cfg.n_heads,
+            "d_head": cfg.d_head,
+            "d_model": cfg.d_model,
+            "src_vocab": cfg.src_vocab,
+            "tgt_vocab": cfg.tgt_vocab,
+        }
+        return tuple(sizes[a] for a in axes)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    component: str
+    build: Callable[[ModelConfig], nn.Module]
+    oracle: Callable[..., tuple[np.ndarray, ...]]
+    inputs: Callable[[ModelConfig], tuple[TensorSpec, ...]]
+    outputs: Callable[[ModelConfig], tuple[TensorSpec, ...]]
+    tolerance: str  # a row of tconform.compare.TOLERANCES
+
+
+def _fixed(*specs: TensorSpec) -> Callable[[ModelConfig], tuple[TensorSpec, ...]]:
+    return lambda cfg: specs
+
+
+X_SRC = TensorSpec("x", ("batch", "src_seq", "d_model"))
+Y_TGT = TensorSpec("y", ("batch", "tgt_seq", "d_model"))
+MEMORY = TensorSpec("memory", ("batch", "src_seq", "d_model"))
+SRC_KEEP = TensorSpec("src_keep", ("batch", "src_seq"), "src_keep")
+TGT_KEEP = TensorSpec("tgt_keep", ("batch", "tgt_seq"), "tgt_keep")
+SRC_IDS = TensorSpec("src_ids", ("batch", "src_seq"), "src_ids")
+TGT_IDS = TensorSpec("tgt_ids", ("batch", "tgt_seq"), "tgt_ids")
+OUT_SRC = TensorSpec("out", ("batch", "src_seq", "d_model"))
+OUT_TGT = TensorSpec("out", ("batch", "tgt_seq", "d_model"))
+LOGITS = TensorSpec("logits", ("batch", "tgt_seq", "tgt_vocab"))
+PROBS = TensorSpec("probs", ("batch", "tgt_seq", "tgt_vocab"))
+
+
+def _transformer_inputs(cfg: ModelConfig) -> tuple[TensorSpec, ...]:
+    if cfg.decoder_input == "source":  # doc 001: the decoder reads the source, no target input
+        return (SRC_IDS, SRC_KEEP)
+    return (SRC_IDS, SRC_KEEP, TGT_IDS, TGT_KEEP)
+
+
+def _transformer_outputs(cfg: ModelConfig) -> tuple[TensorSpec, ...]:
+    if cfg.decoder_input == "source":  # the outputs then follow the source length
+        return tuple(TensorSpec(o.name, ("batch", "src_seq", "tgt_vocab")) for o in (LOGITS, PROBS))
+    return (LOGITS, PROBS)
+
+
+CASES: tuple[Case, ...] = (
+    Case(
+        "embedding",
+        "token embedding",
+        lambda cfg: reference.TokenEmbedding(cfg, cfg.src_vocab),
+        lambda p, cfg, ids: (oracle.token_embedding(p, cfg, ids),),
+        _fixed(SRC_IDS),
+        _fixed(OUT_SRC),
+        "component",
+    ),
+    Case(
+        "positional_encoding",
+        "sinusoidal positional encoding",
+        reference.PositionalEncoding,
+        lambda p, cfg, x: (oracle.positional_encoding(p, cfg, x),),
+        _fixed(X_SRC),
+        _fixed(OUT_SRC),
+        "component",
+    ),
+    Case(
+        "attention",
+        "scaled dot-product attention",
+        reference.ScaledDotProductAttention,
+        lambda p, cfg, q, k, v, mask: oracle.scaled_dot_product_attention(
+            q, k, v, mask, cfg.fill_value
+        ),
+        _fixed(
+            TensorSpec("q", ("batch", "heads", "tgt_seq", "d_head")),
+            TensorSpec("k", ("batch", "heads", "src_seq", "d_head")),
+            TensorSpec("v", ("batch", "heads", "src_seq", "d_head")),
+            TensorSpec("mask", ("batch", "heads", "tgt_seq", "src_seq"), "attn_mask"),
+        ),
+        _fixed(
+            TensorSpec("out", ("batch", "heads", "tgt_seq", "d_head")),
+            TensorSpec("weights", ("batch", "heads", "tgt_seq", "src_seq")),
+        ),
+        "component",
+    ),
+    Case(
+        "mha_self",
+        "multi-head self-attention with padding mask",
+        reference.SelfAttention,
+        lambda p, cfg, x, keep: (oracle.multi_head_attention(scope(p, "attn"), cfg, x, x, keep),),
+        _fixed(X_SRC, SRC_KEEP),
+        _fixed(OUT_SRC),
+        "component",
+    ),
+    Case(
+        "mha_causal",
+        "masked (causal) multi-head self-attention with padding mask",
+        lambda cfg: reference.SelfAttention(cfg, causal=True),
+        lambda p, cfg, y, keep: (
+            oracle.multi_head_attention(scope(p, "attn"), cfg, y, y, keep, causal=True),
+        ),
+        _fixed(Y_TGT, TGT_KEEP),
+        _fixed(OUT_TGT),
+        "component",
+    ),
+    Case(
+        "mha_cross",
+        "encoder-decoder (cross) multi-head attention",
+        reference.MultiHeadAttention,
+        lambda p, cfg, y, memory, keep: (oracle.multi_head_attention(p, cfg, y, memory, keep),),
+        _fixed(Y_TGT, MEMORY, SRC_KEEP),
+        _fixed(OUT_TGT),
+        "component",
+    ),
+    Case(
+        "feed_forward",
+        "position-wise feed-forward",
+        reference.FeedForward,
+        lambda p, cfg, x: (oracle.feed_forward(p, cfg, x),),
+        _fixed(X_SRC),
+        _fixed(OUT_SRC),
+        "component",
+    ),
+    Case(
+        "norm",
+        "normalisation (layernorm or std variant)",
+        reference.Norm,
+        lambda p, cfg, x: (oracle.norm(p, cfg, x),),
+        _fixed(X_SRC),
+        _fixed(OUT_SRC),
+        "component",
+    ),
+    Case(
+        "encoder_layer",
+        "encoder layer",
+        reference.EncoderLayer,
+        lambda p, cfg, x, keep: (oracle.encoder_layer(p, cfg, x, keep),),
+        _fixed(X_SRC, SRC_KEEP),
+        _fixed(OUT_SRC),
+        "layer",
+    ),
+    Case(
+        "decoder_layer",
+        "decoder layer",
+        reference.DecoderLayer,
+        lambda p, cfg, y, memory, src_keep, tgt_keep: (
+            oracle.decoder_layer(p, cfg, y, memory, src_keep, tgt_keep),
+        ),
+        _fixed(Y_TGT, MEMORY, SRC_KEEP, TGT_KEEP),
+        _fixed(OUT_TGT),
+        "layer",
+    ),
+    Case(
+        "encoder",
+        "encoder stack",
+        reference.Encoder,
+        lambda p, cfg, x, keep: (oracle.encoder(p, cfg, x, keep),),
+        _fixed(X_SRC, SRC_KEEP),
+        _fixed(OUT_SRC),
+        "stack",
+    ),
+    Case(
+        "decoder",
+        "decoder stack",
+        reference.Decoder,
+        lambda p, cfg, y, memory, src_keep, tgt_keep: (
+            oracle.decoder(p, cfg, y, memory, src_keep, tgt_keep),
+        ),
+        _fixed(Y_TGT, MEMORY, SRC_KEEP, TGT_KEEP),
+        _fixed(OUT_TGT),
+        "stack",
+    ),
+    Case(
+        "output_head",
+        "output head (linear + softmax)",
+        reference.OutputHead,
+        lambda p, cfg, y: oracle.output_head(p, cfg, y),
+        _fixed(Y_TGT),
+        _fixed(LOGITS, PROBS),
+        "component",
+    ),
+    Case(
+        "transformer",
+        "whole encoder-decoder model",
+        reference.Transformer,
+        lambda p, cfg, *inputs: oracle.transformer(p, cfg, *inputs),
+        _transformer_inputs,
+        _transformer_outputs,
+        "model",
+    ),
+)
+
+CASE_NAMES = tuple(c.name for c in CASES)
+
+
+def get_case(name: str) -> Case:
+    for case in CASES:
+        if case.name == name:
+            return case
+    raise UsageError(f"unknown case {name!r}; choose from {', '.join(CASE_NAMES)}")
+
+
+def select_cases(names: tuple[str, ...] | list[str] | None) -> tuple[Case, ...]:
+    """The named cases in registry order, or all of them when no name is given."""
+    if not names:
+        return CASES
+    wanted = {get_case(n).name for n in names}
+    return tuple(c for c in CASES if c.name in wanted)
+
+
+# --- example inputs ----------------------------------------------------------------------
+
+
+def keep_lengths(batch: int, seq: int) -> list[int]:
+    """Real-token count per sequence: the first is full, later ones are shorter (padded), and
+    every sequence keeps at least one real token so that no attention row is fully masked."""
+    return [max(1, seq - b * (seq // 3 + 1)) for b in range(batch)]
+
+
+def make_inputs(
+    case: Case, cfg: ModelConfig, shape: Shape, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """Example inputs for `case` at `shape`: float32-representable floats, int64 ids, bool masks."""
+    arrays: dict[str, np.ndarray] = {}
+    for spec in case.inputs(cfg):
+        dims = shape.resolve(spec.axes, cfg)
+        if spec.kind == "float":
+            arrays[spec.name] = rng.normal(0.0, 1.0, dims).astype(np.float32)
+        elif spec.kind in ("src_ids", "tgt_ids"):
+            vocab = cfg.src_vocab if spec.kind == "src_ids" else cfg.tgt_vocab
+            arrays[spec.name] = rng.integers(0, vocab, dims, dtype=np.int64)
+        elif spec.kind in ("src_keep", "tgt_keep"):
+            batch, seq = dims
+            keep = np.zeros(dims, dtype=bool)
+            for b, length in enumerate(keep_lengths(batch, seq)):
+                keep[b, :length] = True
+            arrays[spec.name] = keep
+        elif spec.kind == "attn_mask":
+            mask = rng.random(dims) < 0.7
+            rows = mask.reshape(-1, dims[-1])
+            rows[np.arange(rows.shape[0]), rng.integers(0, dims[-1], rows.shape[0])] = True
+            arrays[spec.name] = mask
+        else:
+            raise ValueError(f"unknown input kind {spec.kind!r}")
+    return arrays
+
+
+def run_oracle(case: Case, cfg: ModelConfig, params: Params, inputs: dict[str, np.ndarray]):
+    """The case's outputs in float64, in output order."""
+    args = [
+        inputs[s.name].astype(np.float64) if s.kind == "float" else inputs[s.name]
+        for s in case.inputs(cfg)
+    ]
+    return tuple(np.asarray(o, dtype=np.float64) for o in case.oracle(params, cfg, *args))

@@ -1,0 +1,44 @@
+"""Library versions and machine facts, recorded in every manifest and report."""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def tool_version() -> str:
+    return package_version("tconform") or "0+unknown"
+
+
+def library_versions() -> dict[str, str | None]:
+    import numpy
+    import onnx
+    import onnxruntime
+    import torch
+
+    return {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "torch": torch.__version__,
+        "onnx": onnx.__version__,
+        "onnxscript": package_version("onnxscript"),
+        "onnxruntime": onnxruntime.__version__,
+        "tconform": tool_version(),
+    }
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
