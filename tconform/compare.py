@@ -103,7 +103,8 @@ def compare_output(
     same_nonfinite = (np.isnan(a) & np.isnan(g)) | (np.isinf(a) & np.isinf(g) & (a == g))
     bad_nonfinite = ~finite & ~same_nonfinite
 
-    err = np.where(finite, np.abs(a - g), 0.0)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: masked below
+        err = np.where(finite, np.abs(a - g), 0.0)
     allowed = tol.atol + tol.rtol * np.abs(np.where(finite, g, 0.0))
     bad = (finite & (err > allowed)) | bad_nonfinite
     rel = np.where(finite & (g != 0), err / np.where(g != 0, np.abs(g), 1.0), 0.0)

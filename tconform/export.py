@@ -10,6 +10,8 @@ and the source of the code that defines the model) changes or its file no longer
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import os
 import hashlib
 import io
 import json
@@ -17,6 +19,7 @@ import logging
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -221,13 +224,24 @@ def read_manifest(out_dir: Path) -> dict:
     return data
 
 
-def export_case(case: Case, settings: ExportSettings, out_dir: Path, previous: dict | None = None):
-    """Export one case to out_dir/<case>/model.onnx unless the cached model is current."""
-    key = cache_key(case, settings)
+def _is_current(path: Path, key: str, previous: dict | None, repair: bool) -> bool:
+    """Whether the model at `path` can be reused. A file that the manifest says is current but
+    whose bytes changed is an error unless `repair` (tconform export) rebuilds it."""
+    if not previous or previous.get("key") != key or not path.exists():
+        return False
+    if sha256_file(path) == previous.get("sha256"):
+        return True
+    if repair:
+        return False
+    raise UsageError(
+        f"{path}: sha256 differs from the artifacts manifest (modified or truncated); "
+        "run `tconform export` to rebuild it"
+    )
+
+
+def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRecord:
+    """Export one case to out_dir/<case>/model.onnx (atomically) and describe it."""
     path = out_dir / case.name / "model.onnx"
-    if previous and previous.get("key") == key and path.exists():
-        if sha256_file(path) == previous.get("sha256"):
-            return ExportRecord(**{**previous, "cached": True, "dynamic_axes": previous["dynamic_axes"]})
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "model.onnx"
         try:
@@ -237,14 +251,13 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path, previous: d
                 f"export of {case.name} with {settings.exporter} failed: {_summary(exc)}"
             ) from None
         model = _finish(raw)
-    data = model.SerializeToString()
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, model.SerializeToString())
     return ExportRecord(
         case=case.name,
         component=case.component,
         path=str(path.relative_to(out_dir)),
         cached=False,
-        key=key,
+        key=cache_key(case, settings),
         sha256=sha256_file(path),
         exporter=settings.exporter,
         opset=max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
@@ -256,25 +269,39 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path, previous: d
     )
 
 
+def _export_by_name(name: str, settings: ExportSettings, out_dir: Path) -> ExportRecord:
+    return export_case(registry.get_case(name), settings, out_dir)
+
+
 def export_cases(
     cases: Iterable[Case],
     settings: ExportSettings,
     out_dir: Path,
     on_done: Callable[[ExportRecord], None] | None = None,
+    repair: bool = True,
+    jobs: int | None = None,
 ) -> list[ExportRecord]:
-    """Export (or reuse) every case and rewrite the manifest; `on_done` reports progress."""
+    """Export (or reuse) every case and keep the manifest current; `on_done` reports progress.
+
+    Models that need exporting are exported in `jobs` worker processes (default: one per core,
+    at most two, since each export is single-threaded Python tracing).
+    """
     manifest = read_manifest(out_dir)
     models: dict = dict(manifest.get("models", {}))
-    if manifest.get("config") not in (None, settings.cfg.to_dict()) or manifest.get("dtype") not in (
-        None,
-        settings.dtype,
-    ):
-        models = {}  # another config or dtype lived here: none of its models can be reused
-    records = []
+    records: dict[str, ExportRecord] = {}
+    todo = []
     for case in cases:
-        record = export_case(case, settings, out_dir, models.get(case.name))
-        models[case.name] = record.to_manifest()
-        records.append(record)
+        previous = models.get(case.name)
+        if _is_current(out_dir / case.name / "model.onnx", cache_key(case, settings), previous, repair):
+            records[case.name] = ExportRecord(**{**previous, "cached": True})
+            if on_done:
+                on_done(records[case.name])
+        else:
+            todo.append(case)
+
+    def finished(record: ExportRecord) -> None:
+        records[record.case] = record
+        models[record.case] = record.to_manifest()
         # Rewritten after every model, so an interrupted run keeps what it finished.
         atomic_write_json(
             out_dir / MANIFEST,
@@ -282,6 +309,7 @@ def export_cases(
                 "tool": "tconform",
                 "config": settings.cfg.to_dict(),
                 "seed": settings.seed,
+                "exporter": settings.exporter,
                 "dtype": settings.dtype,
                 "versions": library_versions(),
                 "models": models,
@@ -289,4 +317,15 @@ def export_cases(
         )
         if on_done:
             on_done(record)
-    return records
+
+    workers = min(jobs or min(2, os.cpu_count() or 1), len(todo))
+    if workers <= 1:
+        for case in todo:
+            finished(export_case(case, settings, out_dir))
+    else:
+        context = multiprocessing.get_context("spawn")  # fork after torch starts threads can hang
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            futures = [pool.submit(_export_by_name, c.name, settings, out_dir) for c in todo]
+            for future in as_completed(futures):
+                finished(future.result())
+    return [records[c.name] for c in cases]

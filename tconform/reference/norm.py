@@ -22,7 +22,7 @@ class Norm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "layernorm":
             # Exactly doc 000's formula; exports as one LayerNormalization node.
-            return F.layer_norm(x, x.shape[-1:], self.gain, self.shift, self.eps)
+            return F.layer_norm(x, self.gain.shape, self.gain, self.shift, self.eps)
         mean = x.mean(-1, keepdim=True)
         std = x.std(-1, keepdim=True, unbiased=True)
         return self.gain * (x - mean) / (std + self.eps) + self.shift

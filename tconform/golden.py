@@ -1,0 +1,298 @@
+"""Goldens: the float64 oracle's outputs, stored in the ONNX test-data layout.
+
+    golden/manifest.json                        config, seed, input sets, tolerances, versions, sha256s
+    golden/<case>/test_data_set_N/input_K.pb    serialized TensorProto, named as the model's input K
+    golden/<case>/test_data_set_N/output_K.pb   the exact output rounded once to float32
+
+ONNX's backend test runner and ONNX Runtime's onnx_test_runner read this layout, so a model from
+`tconform export` and its golden folder form one standard ONNX test case.
+
+Regenerating is deterministic up to the summation order of float64 matrix products, which BLAS
+may change between machines; once in a great while that flips the float32 rounding of an output.
+`check` therefore allows one unit in the last place of float32 and reports how many elements
+needed it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from tconform import registry
+from tconform.compare import TOLERANCES
+from tconform.config import ModelConfig
+from tconform.errors import UsageError
+from tconform.files import atomic_write_json, sha256_bytes
+from tconform.registry import Case, Shape
+from tconform.versions import library_versions, tool_version
+from tconform.weights import make_params
+
+MANIFEST = "manifest.json"
+STORED_DTYPE = np.float32
+
+
+def input_shapes(cfg: ModelConfig) -> tuple[Shape, ...]:
+    """The input sets: the smallest (1 x 1), a padded mid-size one with source and target of
+    different lengths, and the preset's maximum sequence length."""
+    mid = Shape(2, min(7, cfg.max_seq_len), min(5, cfg.max_seq_len))
+    return (Shape(1, 1, 1), mid, Shape(3, cfg.max_seq_len, cfg.max_seq_len))
+
+
+@dataclass
+class InputSet:
+    name: str  # test_data_set_N
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]  # float32, the oracle's value correctly rounded
+
+
+def case_params(case: Case, cfg: ModelConfig, seed: int) -> dict[str, np.ndarray]:
+    return make_params(case.build(cfg), seed)
+
+
+def generate_case(case: Case, cfg: ModelConfig, seed: int) -> list[InputSet]:
+    """The case's input sets and exact outputs, in memory."""
+    params = case_params(case, cfg, seed)
+    sets = []
+    for n, shape in enumerate(input_shapes(cfg)):
+        rng = np.random.default_rng([seed, zlib.crc32(case.name.encode()), n])
+        inputs = registry.make_inputs(case, cfg, shape, rng)
+        exact = registry.run_oracle(case, cfg, params, inputs)
+        outputs = {
+            spec.name: value.astype(STORED_DTYPE)
+            for spec, value in zip(case.outputs(cfg), exact, strict=True)
+        }
+        sets.append(InputSet(f"test_data_set_{n}", inputs, outputs))
+    return sets
+
+
+def _tensor_files(input_set: InputSet) -> dict[str, bytes]:
+    files = {}
+    for kind, tensors in (("input", input_set.inputs), ("output", input_set.outputs)):
+        for k, (name, array) in enumerate(tensors.items()):
+            proto = numpy_helper.from_array(array, name=name)
+            files[f"{input_set.name}/{kind}_{k}.pb"] = proto.SerializeToString()
+    return files
+
+
+def write(
+    golden_dir: Path,
+    cfg: ModelConfig,
+    seed: int,
+    cases: tuple[Case, ...],
+    preset: str,
+    force: bool = False,
+    on_case=None,
+) -> dict:
+    """Write goldens for `cases` into golden_dir, replacing it as a whole and atomically.
+
+    An existing golden folder is replaced only with force=True.
+    """
+    if golden_dir.exists() and any(golden_dir.iterdir()) and not force:
+        raise UsageError(f"{golden_dir} already holds goldens; pass --force to replace them")
+    golden_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{golden_dir.name}.", dir=golden_dir.parent))
+    try:
+        manifest_cases = {}
+        for case in cases:
+            sets = generate_case(case, cfg, seed)
+            hashes = {}
+            for input_set in sets:
+                for rel, data in _tensor_files(input_set).items():
+                    path = staging / case.name / rel
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(data)
+                    hashes[rel] = sha256_bytes(data)
+            manifest_cases[case.name] = {
+                "component": case.component,
+                "tolerance_class": case.tolerance,
+                "inputs": [s.name for s in case.inputs(cfg)],
+                "outputs": [s.name for s in case.outputs(cfg)],
+                "sets": {
+                    s.name: {
+                        **{n: list(a.shape) for n, a in s.inputs.items()},
+                        **{n: list(a.shape) for n, a in s.outputs.items()},
+                    }
+                    for s in sets
+                },
+                "sha256": hashes,
+            }
+            if on_case:
+                on_case(case)
+        manifest = {
+            "tool": "tconform",
+            "version": tool_version(),
+            "preset": preset,
+            "config": cfg.to_dict(),
+            "seed": seed,
+            "input_sets": [vars(s) for s in input_shapes(cfg)],
+            "stored_dtype": "float32",
+            "tolerances": {
+                f"{precision}/{klass}": {"atol": t.atol, "rtol": t.rtol}
+                for (precision, klass), t in TOLERANCES.items()
+            },
+            "versions": library_versions(),
+            "cases": manifest_cases,
+        }
+        atomic_write_json(staging / MANIFEST, manifest)
+        _swap_into_place(staging, golden_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _swap_into_place(staging: Path, golden_dir: Path) -> None:
+    """Rename the finished folder into place; the old one is removed only afterwards."""
+    if golden_dir.exists():
+        retired = golden_dir.with_name(f".{golden_dir.name}.old")
+        shutil.rmtree(retired, ignore_errors=True)
+        golden_dir.rename(retired)
+        staging.rename(golden_dir)
+        shutil.rmtree(retired)
+    else:
+        staging.rename(golden_dir)
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def read_manifest(golden_dir: Path) -> dict:
+    if not golden_dir.is_dir():
+        raise UsageError(f"{golden_dir}: no golden folder (run `tconform golden` to make one)")
+    path = golden_dir / MANIFEST
+    if not path.is_file():
+        raise UsageError(f"{path}: missing; {golden_dir} is empty or not a golden folder")
+    try:
+        manifest = json.loads(path.read_text())
+        ModelConfig.from_dict(manifest["config"])
+        manifest["cases"].items()
+        int(manifest["seed"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"{path}: not a valid golden manifest ({exc})") from None
+    return manifest
+
+
+def manifest_config(manifest: dict) -> ModelConfig:
+    return ModelConfig.from_dict(manifest["config"])
+
+
+def _read_tensor(path: Path, expected_sha: str | None) -> tuple[str, np.ndarray]:
+    if not path.is_file():
+        raise UsageError(f"{path}: missing")
+    data = path.read_bytes()
+    if expected_sha is not None and sha256_bytes(data) != expected_sha:
+        raise UsageError(f"{path}: sha256 differs from the manifest (file changed or corrupt)")
+    proto = onnx.TensorProto()
+    try:
+        proto.ParseFromString(data)
+        array = numpy_helper.to_array(proto)
+    except Exception as exc:
+        raise UsageError(f"{path}: not a serialized TensorProto ({exc})") from None
+    return proto.name, array
+
+
+def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) -> list[InputSet]:
+    """Load a case's input sets, checking each file's sha256, names, shapes and dtypes."""
+    entry = manifest["cases"].get(case.name)
+    if entry is None:
+        raise UsageError(f"{golden_dir / MANIFEST}: no goldens for case {case.name!r}")
+    sets = []
+    for set_name, shapes in entry["sets"].items():
+        loaded: dict[str, dict[str, np.ndarray]] = {"input": {}, "output": {}}
+        for kind, specs in (("input", case.inputs(cfg)), ("output", case.outputs(cfg))):
+            for k, spec in enumerate(specs):
+                rel = f"{set_name}/{kind}_{k}.pb"
+                path = golden_dir / case.name / rel
+                name, array = _read_tensor(path, entry["sha256"].get(rel))
+                _check_tensor(path, name, array, spec, shapes, cfg)
+                loaded[kind][spec.name] = array
+        sets.append(InputSet(set_name, loaded["input"], loaded["output"]))
+    return sets
+
+
+def _check_tensor(path, name, array, spec, shapes, cfg: ModelConfig) -> None:
+    if name != spec.name:
+        raise UsageError(f"{path}: tensor is named {name!r}, the model's tensor is {spec.name!r}")
+    if list(array.shape) != list(shapes.get(spec.name, array.shape)) or array.ndim != len(
+        spec.axes
+    ):
+        raise UsageError(f"{path}: shape {list(array.shape)} does not match {spec.axes}")
+    want = {
+        "float": np.float32,
+        "src_ids": np.int64,
+        "tgt_ids": np.int64,
+        "src_keep": np.bool_,
+        "tgt_keep": np.bool_,
+        "attn_mask": np.bool_,
+    }[spec.kind]
+    if array.dtype != want:
+        raise UsageError(f"{path}: dtype {array.dtype}, expected {np.dtype(want)}")
+    for axis, size in zip(spec.axes, array.shape, strict=True):
+        if axis in ("src_seq", "tgt_seq") and size > cfg.max_seq_len:
+            raise UsageError(
+                f"{path}: sequence length {size} exceeds the preset's maximum {cfg.max_seq_len}"
+            )
+    if spec.kind in ("src_ids", "tgt_ids") and array.size:
+        vocab = cfg.src_vocab if spec.kind == "src_ids" else cfg.tgt_vocab
+        low, high = int(array.min()), int(array.max())
+        if low < 0 or high >= vocab:
+            raise UsageError(f"{path}: token id {high if high >= vocab else low} outside 0..{vocab - 1}")
+
+
+# --- checking for drift ----------------------------------------------------------------------
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Units in the last place between two float32 arrays of the same shape."""
+    ia = a.astype(np.float32).view(np.int32).astype(np.int64)
+    ib = b.astype(np.float32).view(np.int32).astype(np.int64)
+    # Map the sign-magnitude bit patterns onto a line so that adjacent floats differ by one.
+    ia = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)
+    ib = np.where(ib < 0, -(ib & 0x7FFFFFFF), ib)
+    return np.abs(ia - ib)
+
+
+@dataclass
+class Drift:
+    path: str
+    message: str
+
+
+def check(golden_dir: Path) -> tuple[list[Drift], int]:
+    """Regenerate every case in memory and compare with the files on disk.
+
+    Inputs must match bit for bit, outputs within one float32 ulp. Returns the drifts and the
+    number of output elements that differed by exactly one ulp (summation-order noise).
+    """
+    manifest = read_manifest(golden_dir)
+    cfg, seed = manifest_config(manifest), int(manifest["seed"])
+    drifts, one_ulp = [], 0
+    for name in manifest["cases"]:
+        case = registry.get_case(name)
+        stored = read_case(golden_dir, manifest, case, cfg)
+        fresh = generate_case(case, cfg, seed)
+        if [s.name for s in stored] != [s.name for s in fresh]:
+            drifts.append(Drift(str(golden_dir / name), "input sets differ from a regeneration"))
+            continue
+        for old, new in zip(stored, fresh, strict=True):
+            where = golden_dir / name / old.name
+            for key, array in new.inputs.items():
+                if not np.array_equal(old.inputs[key], array):
+                    drifts.append(Drift(str(where), f"input {key!r} differs from a regeneration"))
+            for key, array in new.outputs.items():
+                ulps = ulp_distance(old.outputs[key], array)
+                if ulps.max(initial=0) > 1:
+                    drifts.append(
+                        Drift(str(where), f"output {key!r} differs by {int(ulps.max())} ulp")
+                    )
+                one_ulp += int((ulps == 1).sum())
+    return drifts, one_ulp
+

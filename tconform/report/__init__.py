@@ -1,0 +1,1 @@
+"""Reports of a verify run: terminal table, JSON (stable schema), JUnit XML, markdown."""

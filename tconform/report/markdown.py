@@ -1,0 +1,35 @@
+"""A markdown summary for CI job pages: one row per case and runtime (worst input set)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tconform.files import atomic_write_bytes
+from tconform.results import Result
+
+_RANK = {"pass": 0, "skip": 1, "unavailable": 2, "fail": 3, "error": 4}
+
+
+def build(results: list[Result]) -> str:
+    worst: dict[tuple[str, str], Result] = {}
+    for r in results:
+        key = (r.case, r.runtime if r.runtime != "onnxruntime" else f"ort-{r.ep}")
+        if key not in worst or _RANK[r.status] > _RANK[worst[key].status] or (
+            r.status == worst[key].status and (r.worst_used or 0) > (worst[key].worst_used or 0)
+        ):
+            worst[key] = r
+    lines = [
+        "| case | runtime | precision | providers used | worst tol used | status |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (case, runtime), r in worst.items():
+        used = "-" if r.worst_used is None else f"{r.worst_used:.1%}"
+        lines.append(
+            f"| {case} | {runtime} | {r.precision} | {', '.join(r.ep_actual) or '-'} | {used} "
+            f"| {r.status} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write(path: Path, results: list[Result]) -> None:
+    atomic_write_bytes(path, build(results).encode())

@@ -1,0 +1,49 @@
+"""The terminal table: one row per case, runtime and input set."""
+
+from __future__ import annotations
+
+from tconform.results import Result
+
+COLUMNS = ("case", "runtime", "input set", "max abs err", "max rel err", "tol used", "status")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def _row(r: Result) -> tuple[str, ...]:
+    errs = [o.max_abs_err for o in r.outputs if o.max_abs_err is not None]
+    rels = [o.max_rel_err for o in r.outputs if o.max_rel_err is not None]
+    runtime = r.runtime if r.runtime != "onnxruntime" else f"ort-{r.ep}"
+    if r.precision != "float32":
+        runtime += f" ({r.precision})"
+    used = r.worst_used
+    return (
+        r.case,
+        runtime,
+        r.input_set.replace("test_data_set_", "set "),
+        _num(max(errs) if errs else None),
+        _num(max(rels) if rels else None),
+        "-" if used is None else f"{used:.1%}",
+        r.status.upper() if r.status != "pass" else "pass",
+    )
+
+
+def render(results: list[Result]) -> str:
+    rows = [COLUMNS, *(_row(r) for r in results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}"
+             for r in results if r.status != "pass" and r.message]
+    worst = [f"      {o.name} worst: {w}" for r in results for o in r.outputs
+             if o.status == "fail" for w in o.worst[:3]]
+    return "\n".join(lines + (["", "problems:", *notes, *worst] if notes else []))
+
+
+def summary(results: list[Result]) -> str:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    parts = [f"{n} {status}" for status, n in sorted(counts.items())]
+    return f"{len(results)} results: " + ", ".join(parts)

@@ -1,0 +1,169 @@
+"""verify: run every case's model on every golden input set, per runtime, and compare.
+
+The runtimes are ONNX Runtime on each requested execution provider, and the PyTorch reference in
+float32 as its own row, so torch's error against the exact golden is seen next to ORT's. Every
+result records the providers the session really used.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tconform import golden, registry
+from tconform.compare import compare_output, tolerance_for
+from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, EXIT_OK, ProviderUnavailable
+from tconform.export import ExportRecord, ExportSettings, export_cases, read_manifest
+from tconform.registry import Case
+from tconform.results import Result
+from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.runtimes.torch import TorchRuntime
+
+
+@dataclass
+class VerifyOptions:
+    golden_dir: Path = Path("golden")
+    artifacts_dir: Path = Path("artifacts")
+    eps: list[str] = field(default_factory=lambda: ["cpu"])
+    cases: tuple[str, ...] = ()
+    allow_missing_ep: bool = False
+    strict_placement: bool = False
+    tf32: bool = False
+    device_id: int = 0
+    provider_options: dict[str, str] = field(default_factory=dict)
+    with_torch: bool = True
+    with_doc: bool = True
+
+
+@dataclass
+class VerifyRun:
+    results: list[Result]
+    exports: list[ExportRecord]
+    settings: dict[str, object]
+
+    @property
+    def exit_code(self) -> int:
+        statuses = {r.status for r in self.results}
+        if statuses & {"fail", "error"}:
+            return EXIT_FAILURE
+        if "unavailable" in statuses:
+            return EXIT_EP_UNAVAILABLE
+        return EXIT_OK
+
+
+Progress = Callable[[str], None]
+
+
+def _artifact_dtype(artifacts_dir: Path) -> str:
+    """Models in an existing artifacts folder keep their dtype (a float16 export stays fp16)."""
+    return read_manifest(artifacts_dir).get("dtype", "float32")
+
+
+def _precision(dtype: str, runtime: OrtRuntime) -> str:
+    if dtype == "float16":
+        return "float16"
+    return "tf32" if runtime.ep == "cuda" and runtime.tf32 else "float32"
+
+
+def _compare_set(result: Result, case: Case, outputs, input_set: golden.InputSet, precision: str):
+    tol = tolerance_for(precision, case.tolerance)
+    result.outputs = [
+        compare_output(name, actual, input_set.outputs[name], tol)
+        for name, actual in zip(input_set.outputs, outputs, strict=True)
+    ]
+    failed = [o for o in result.outputs if o.status == "fail"]
+    result.status = "fail" if failed else "pass"
+    result.message = "; ".join(f"{o.name}: {o.message}" for o in failed)
+
+
+def _run_sets(session, case, sets, template: Result, precision: str) -> list[Result]:
+    results = []
+    for input_set in sets:
+        result = Result(**{**template.__dict__, "input_set": input_set.name})
+        started = time.perf_counter()
+        try:
+            outputs = session.run(input_set.inputs)
+        except Exception as exc:  # a runtime error on valid inputs is a conformance failure
+            result.status, result.message = "error", f"{type(exc).__name__}: {exc}".splitlines()[0]
+        else:
+            _compare_set(result, case, outputs, input_set, precision)
+        result.seconds = time.perf_counter() - started
+        results.append(result)
+    return results
+
+
+def _ort_results(case, sets, model_path, runtime: OrtRuntime, dtype, options) -> list[Result]:
+    precision = _precision(dtype, runtime)
+    template = Result(case.name, case.component, "onnxruntime", runtime.ep, [], "", "pass",
+                      precision=precision)
+    try:
+        session = runtime.open(model_path)
+    except ProviderUnavailable as exc:
+        status = "skip" if options.allow_missing_ep else "unavailable"
+        return [Result(**{**template.__dict__, "input_set": "*", "status": status,
+                          "message": str(exc)})]
+    template.ep_actual = list(session.providers)
+    template.placement = dict(getattr(session, "placement", {}) or {})
+    template.fallback_ops = dict(getattr(session, "fallback_ops", {}) or {})
+    results = _run_sets(session, case, sets, template, precision)
+    if template.fallback_ops:
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(template.fallback_ops.items()))
+        for r in results:
+            note = f"fell back to CPU: {ops}"
+            r.message = f"{r.message}; {note}" if r.message else note
+            if options.strict_placement and r.status == "pass":
+                r.status = "fail"
+    return results
+
+
+def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> VerifyRun:
+    manifest = golden.read_manifest(options.golden_dir)
+    cfg, seed = golden.manifest_config(manifest), int(manifest["seed"])
+    cases = registry.select_cases(options.cases or tuple(manifest["cases"]))
+    dtype = _artifact_dtype(options.artifacts_dir)
+    exporter = read_manifest(options.artifacts_dir).get("exporter", "dynamo")
+
+    progress(f"exporting {len(cases)} models (cached where current) to {options.artifacts_dir}")
+    exports = export_cases(
+        cases,
+        ExportSettings(cfg, seed, exporter=exporter, dtype=dtype),
+        options.artifacts_dir,
+        on_done=lambda r: progress(f"  {r.case}: {'cached' if r.cached else 'exported'}"),
+        repair=False,
+    )
+    runtimes = [
+        OrtRuntime(ep, tf32=options.tf32, device_id=options.device_id,
+                   provider_options=options.provider_options)
+        for ep in options.eps
+    ]
+    results: list[Result] = []
+    for n, case in enumerate(cases, 1):
+        progress(f"[{n}/{len(cases)}] {case.name}")
+        sets = golden.read_case(options.golden_dir, manifest, case, cfg)
+        model_path = options.artifacts_dir / case.name / "model.onnx"
+        for runtime in runtimes:
+            results += _ort_results(case, sets, model_path, runtime, dtype, options)
+        if options.with_torch:
+            session = TorchRuntime().open(case, cfg, golden.case_params(case, cfg, seed))
+            template = Result(case.name, case.component, "torch", "cpu", session.providers, "",
+                              "pass")
+            results += _run_sets(session, case, sets, template, "float32")
+    if options.with_doc:
+        from tconform.doc import verify_results as doc_results
+
+        progress("document checks")
+        results += doc_results(options.eps, options.artifacts_dir)
+    settings = {
+        "golden": str(options.golden_dir),
+        "artifacts": str(options.artifacts_dir),
+        "preset": manifest.get("preset"),
+        "config": cfg.to_dict(),
+        "seed": seed,
+        "dtype": dtype,
+        "exporter": exporter,
+        "eps": options.eps,
+        "runtimes": {r.name: r.settings() for r in runtimes},
+    }
+    return VerifyRun(results, exports, settings)

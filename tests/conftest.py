@@ -1,0 +1,50 @@
+"""Shared fixtures: tiny goldens and exported models, built once per test session."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tconform import golden, registry
+from tconform.config import PRESETS
+from tconform.export import ExportSettings, export_cases
+from tconform.weights import DEFAULT_SEED
+
+TINY = PRESETS["tiny"]
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """golden/ and artifacts/ (dynamo, float32) for every case of the tiny preset."""
+    root = tmp_path_factory.mktemp("built")
+    golden.write(root / "golden", TINY, DEFAULT_SEED, registry.CASES, "tiny")
+    export_cases(registry.CASES, ExportSettings(TINY), root / "artifacts")
+    return {"golden": root / "golden", "artifacts": root / "artifacts"}
+
+
+@pytest.fixture
+def workspace(tmp_path, built) -> dict[str, Path]:
+    """A private copy of the built goldens and models, free to corrupt."""
+    paths = {}
+    for name, src in built.items():
+        paths[name] = tmp_path / name
+        shutil.copytree(src, paths[name])
+    return paths
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run `tconform ARGS` in-process; returns (exit code, stdout, stderr). An exception other
+    than SystemExit escapes and fails the test: the CLI must never show a traceback."""
+    from tconform.cli import main
+
+    capsys.readouterr()
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0
+    else:
+        code = 0
+    out, err = capsys.readouterr()
+    return code, out, err

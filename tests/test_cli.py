@@ -1,0 +1,177 @@
+"""The CLI end to end on the tiny preset: verdicts, reports, exit codes and every bad input."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from conftest import run_cli
+from onnx import numpy_helper
+
+from tconform import golden, registry
+from tconform.files import atomic_write_json, sha256_bytes
+
+FAST = ("--no-doc", "-q")
+
+
+def verify(capsys, ws, *extra):
+    return run_cli(capsys, "verify", "--golden", str(ws["golden"]), "--artifacts",
+                   str(ws["artifacts"]), *FAST, *extra)
+
+
+def test_verify_passes_every_case_on_cpu_and_torch(capsys, workspace, tmp_path):
+    code, out, err = verify(capsys, workspace, "--json", str(tmp_path / "r.json"),
+                            "--junit", str(tmp_path / "r.xml"), "--markdown", str(tmp_path / "r.md"))
+    assert code == 0, out + err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert set(report) >= {"tool", "version", "environment", "results"}
+    assert set(report["environment"]) >= {"python", "torch", "onnx", "onnxruntime",
+                                          "providers_available", "cpu"}
+    results = report["results"]
+    for name in registry.CASE_NAMES:
+        for runtime in ("onnxruntime", "torch"):
+            rows = [r for r in results if r["case"] == name and r["runtime"] == runtime]
+            assert len(rows) == 3 and all(r["status"] == "pass" for r in rows), (name, runtime)
+    ort_row = next(r for r in results if r["runtime"] == "onnxruntime")
+    assert ort_row["ep"] == "cpu" and ort_row["ep_actual"] == ["CPUExecutionProvider"]
+    assert set(ort_row) >= {"case", "component", "runtime", "ep", "ep_actual", "input_set",
+                            "status", "message", "outputs"}
+    assert set(ort_row["outputs"][0]) >= {"name", "shape", "max_abs_err", "max_rel_err", "atol",
+                                          "rtol", "tolerance_used", "mismatches"}
+    suites = ET.parse(tmp_path / "r.xml").getroot()
+    assert int(suites.find("testsuite").get("tests")) == 3 * len(registry.CASES)
+    assert "| transformer | ort-cpu |" in (tmp_path / "r.md").read_text()
+    assert "transformer" in out and "ort-cpu" in out
+
+
+def test_verify_round_trip_with_the_torchscript_exporter(capsys, workspace, tmp_path):
+    code, out, _ = run_cli(capsys, "export", "--exporter", "torchscript", "--out",
+                           str(tmp_path / "ts"))
+    assert code == 0 and "14 exported" in out
+    code, out, _ = run_cli(capsys, "export", "--exporter", "torchscript", "--out",
+                           str(tmp_path / "ts"))
+    assert "0 exported, 14 cached" in out
+    code, out, err = run_cli(capsys, "verify", "--golden", str(workspace["golden"]),
+                             "--artifacts", str(tmp_path / "ts"), "--no-torch", *FAST)
+    assert code == 0, out + err
+
+
+def test_a_wrong_golden_value_is_a_conformance_failure(capsys, workspace):
+    path = workspace["golden"] / "norm" / "test_data_set_1" / "output_0.pb"
+    name, array = golden._read_tensor(path, None)
+    array = array.copy()
+    array[0, 0, 0] += 0.01
+    data = numpy_helper.from_array(array, name=name).SerializeToString()
+    path.write_bytes(data)
+    manifest = json.loads((workspace["golden"] / "manifest.json").read_text())
+    manifest["cases"]["norm"]["sha256"]["test_data_set_1/output_0.pb"] = sha256_bytes(data)
+    atomic_write_json(workspace["golden"] / "manifest.json", manifest)
+    code, out, _ = verify(capsys, workspace, "--case", "norm")
+    assert code == 1
+    assert "FAIL" in out and "[0, 0, 0]" in out  # the worst element is shown with its index
+
+
+def test_flipped_byte_in_a_golden_names_the_file(capsys, workspace):
+    path = workspace["golden"] / "encoder" / "test_data_set_2" / "output_0.pb"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    code, _, err = verify(capsys, workspace)
+    assert code != 0 and str(path) in err and "Traceback" not in err
+
+
+def test_truncated_model_is_one_line_and_exit_2(capsys, workspace):
+    path = workspace["artifacts"] / "decoder" / "model.onnx"
+    path.write_bytes(path.read_bytes()[:200])
+    code, _, err = verify(capsys, workspace)
+    assert code == 2 and str(path) in err and len(err.strip().splitlines()) == 1
+
+
+def test_unloadable_model_is_one_line_and_exit_2(capsys, workspace):
+    path = workspace["artifacts"] / "norm" / "model.onnx"
+    path.write_bytes(b"not a model")
+    manifest = json.loads((workspace["artifacts"] / "manifest.json").read_text())
+    manifest["models"]["norm"]["sha256"] = sha256_bytes(b"not a model")
+    atomic_write_json(workspace["artifacts"] / "manifest.json", manifest)
+    code, _, err = verify(capsys, workspace, "--case", "norm")
+    assert code == 2 and "cannot load" in err and len(err.strip().splitlines()) == 1
+
+
+def _rewrite_golden(ws, case, rel, array, name):
+    data = numpy_helper.from_array(array, name=name).SerializeToString() if name else array
+    path = ws["golden"] / case / rel
+    path.write_bytes(data)
+    manifest = json.loads((ws["golden"] / "manifest.json").read_text())
+    manifest["cases"][case]["sha256"][rel] = sha256_bytes(data)
+    atomic_write_json(ws["golden"] / "manifest.json", manifest)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: (b"\x07garbage", None), "not a serialized TensorProto"),
+        (lambda: (np.zeros((2, 2), np.int64), "src_ids"), "shape"),
+        (lambda: (np.zeros((1, 1), np.int32), "src_ids"), "dtype"),
+        (lambda: (np.full((1, 1), 999, np.int64), "src_ids"), "token id 999 outside 0..28"),
+        (lambda: (np.zeros((1, 1), np.int64), "tokens"), "named 'tokens'"),
+    ],
+)
+def test_bad_golden_inputs_are_one_line_errors(capsys, workspace, make, message):
+    array, name = make()
+    path = _rewrite_golden(workspace, "embedding", "test_data_set_0/input_0.pb", array, name)
+    code, _, err = verify(capsys, workspace, "--case", "embedding")
+    assert code == 2 and message in err and str(path) in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_sequence_longer_than_the_preset_maximum(capsys, workspace):
+    seq = 13
+    array = np.zeros((1, seq), np.int64)
+    manifest = json.loads((workspace["golden"] / "manifest.json").read_text())
+    manifest["cases"]["embedding"]["sets"]["test_data_set_0"]["src_ids"] = [1, seq]
+    atomic_write_json(workspace["golden"] / "manifest.json", manifest)
+    _rewrite_golden(workspace, "embedding", "test_data_set_0/input_0.pb", array, "src_ids")
+    code, _, err = verify(capsys, workspace, "--case", "embedding")
+    assert code == 2 and "sequence length 13 exceeds the preset's maximum 12" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("verify", "--golden", "/nonexistent/golden"), "no golden folder"),
+        (("verify", "--case", "softmax"), "unknown case 'softmax'"),
+        (("verify", "--ep", "tpu"), "unknown execution provider 'tpu'"),
+        (("export", "--preset", "huge"), "unknown preset 'huge'"),
+        (("golden", "--check", "--out", "/nonexistent/golden"), "no golden folder"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(capsys, args, message):
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_empty_golden_folder(capsys, tmp_path):
+    (tmp_path / "g").mkdir()
+    code, _, err = run_cli(capsys, "verify", "--golden", str(tmp_path / "g"))
+    assert code == 2 and "manifest.json: missing" in err
+
+
+def test_golden_refuses_to_overwrite_and_check_passes(capsys, workspace):
+    code, _, err = run_cli(capsys, "golden", "--out", str(workspace["golden"]))
+    assert code == 2 and "--force" in err
+    code, out, _ = run_cli(capsys, "golden", "--check", "--out", str(workspace["golden"]))
+    assert code == 0 and "matches a regeneration" in out
+
+
+def test_cuda_requested_without_a_gpu_is_unavailable_never_pass(capsys, workspace, tmp_path):
+    code, out, _ = verify(capsys, workspace, "--ep", "cuda", "--case", "norm", "--no-torch",
+                          "--json", str(tmp_path / "c.json"))
+    rows = json.loads((tmp_path / "c.json").read_text())["results"]
+    assert code == 3 and rows and all(r["status"] == "unavailable" for r in rows)
+    assert all(r["message"] for r in rows)
+    code, _, _ = verify(capsys, workspace, "--ep", "cpu,cuda", "--allow-missing-ep", "--case",
+                        "norm")
+    assert code == 0

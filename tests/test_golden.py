@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+
+from tconform import golden, registry
+from tconform.config import PRESETS
+from tconform.errors import UsageError
+
+TINY = PRESETS["tiny"]
+CASES = (registry.get_case("feed_forward"), registry.get_case("transformer"))
+
+
+def test_layout_is_the_onnx_test_data_layout(tmp_path):
+    golden.write(tmp_path / "g", TINY, 1, CASES, "tiny")
+    sets = sorted(p.name for p in (tmp_path / "g" / "transformer").iterdir())
+    assert sets == ["test_data_set_0", "test_data_set_1", "test_data_set_2"]
+    files = sorted(p.name for p in (tmp_path / "g" / "transformer" / "test_data_set_0").iterdir())
+    assert files == ["input_0.pb", "input_1.pb", "input_2.pb", "input_3.pb", "output_0.pb",
+                     "output_1.pb"]
+
+
+def test_round_trip_and_input_sets_cover_dynamic_axes(tmp_path):
+    manifest = golden.write(tmp_path / "g", TINY, 1, CASES, "tiny")
+    sets = golden.read_case(tmp_path / "g", manifest, CASES[1], TINY)
+    assert sets[0].inputs["src_ids"].shape == (1, 1)
+    assert sets[2].inputs["tgt_ids"].shape == (3, TINY.max_seq_len)
+    assert not sets[2].inputs["src_keep"].all()  # padding masks really mask positions
+    assert sets[1].outputs["probs"].dtype == np.float32
+    params = golden.case_params(CASES[1], TINY, 1)
+    exact = registry.run_oracle(CASES[1], TINY, params, sets[1].inputs)
+    assert np.array_equal(sets[1].outputs["logits"], exact[0].astype(np.float32))
+
+
+def test_refuses_to_overwrite_without_force(tmp_path):
+    golden.write(tmp_path / "g", TINY, 1, CASES, "tiny")
+    before = (tmp_path / "g" / "manifest.json").read_bytes()
+    with pytest.raises(UsageError, match="--force"):
+        golden.write(tmp_path / "g", TINY, 2, CASES, "tiny")
+    assert (tmp_path / "g" / "manifest.json").read_bytes() == before
+    golden.write(tmp_path / "g", TINY, 2, CASES, "tiny", force=True)
+    assert (tmp_path / "g" / "manifest.json").read_bytes() != before
+
+
+def test_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    golden.write(tmp_path / "g", TINY, 1, CASES, "tiny")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+
+    def boom(*args):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(golden, "generate_case", boom)
+    with pytest.raises(RuntimeError):
+        golden.write(tmp_path / "g", TINY, 2, CASES, "tiny", force=True)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_check_passes_on_a_fresh_folder_and_catches_a_changed_value(tmp_path):
+    manifest = golden.write(tmp_path / "g", TINY, 1, CASES, "tiny")
+    assert golden.check(tmp_path / "g")[0] == []
+    # Rewrite one output 3 ulp away and fix its sha256, so only regeneration can tell.
+    path = tmp_path / "g" / "feed_forward" / "test_data_set_1" / "output_0.pb"
+    name, array = golden._read_tensor(path, None)
+    bumped = array.copy()
+    bumped.flat[0] = np.nextafter(np.nextafter(np.nextafter(bumped.flat[0], 9), 9), 9)
+    data = golden.numpy_helper.from_array(bumped, name=name).SerializeToString()
+    path.write_bytes(data)
+    manifest["cases"]["feed_forward"]["sha256"]["test_data_set_1/output_0.pb"] = golden.sha256_bytes(data)
+    golden.atomic_write_json(tmp_path / "g" / "manifest.json", manifest)
+    drifts, _ = golden.check(tmp_path / "g")
+    assert len(drifts) == 1 and "3 ulp" in drifts[0].message
+
+
+def test_ulp_distance():
+    a = np.array([1.0, -1.0, 0.0], dtype=np.float32)
+    b = np.nextafter(a, np.float32(2))
+    assert golden.ulp_distance(a, b).tolist() == [1, 1, 1]
+    assert golden.ulp_distance(np.float32([-0.0]), np.float32([0.0])).tolist() == [0]
+
+
+def test_committed_goldens_match_a_regeneration():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "golden"
+    drifts, _ = golden.check(root)
+    assert drifts == []
+    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    assert size < 10 * 1024 * 1024
