@@ -94,7 +94,9 @@ def compare_output(
     if actual.dtype != golden.dtype and not (
         np.issubdtype(actual.dtype, np.floating) and np.issubdtype(golden.dtype, np.floating)
     ):
-        return _failure(name, actual, tol, "dtype", f"dtype {actual.dtype} != golden {golden.dtype}")
+        return _failure(
+            name, actual, tol, "dtype", f"dtype {actual.dtype} != golden {golden.dtype}"
+        )
 
     a = actual.astype(np.float64)
     g = golden.astype(np.float64)
@@ -145,7 +147,11 @@ def compare_output(
         for flat in order:
             idx = tuple(int(i) for i in np.unravel_index(int(flat), a.shape))
             result.worst.append(
-                {"index": list(idx), "actual": float(a[idx]), "golden": float(g[idx]),
-                 "abs_err": float(abs(a[idx] - g[idx]))}
+                {
+                    "index": list(idx),
+                    "actual": float(a[idx]),
+                    "golden": float(g[idx]),
+                    "abs_err": float(abs(a[idx] - g[idx])),
+                }
             )
     return result

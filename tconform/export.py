@@ -10,12 +10,12 @@ and the source of the code that defines the model) changes or its file no longer
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import os
 import hashlib
 import io
 import json
 import logging
+import multiprocessing
+import os
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime
 import torch
 
 from tconform import registry
@@ -44,8 +45,13 @@ MANIFEST = "manifest.json"
 # The source files whose text decides what a case exports.
 _PACKAGE = Path(__file__).parent
 _MODEL_SOURCES = sorted(
-    [*(_PACKAGE / "reference").glob("*.py"), _PACKAGE / "registry.py", _PACKAGE / "weights.py",
-     _PACKAGE / "config.py", Path(__file__)]
+    [
+        *(_PACKAGE / "reference").glob("*.py"),
+        _PACKAGE / "registry.py",
+        _PACKAGE / "weights.py",
+        _PACKAGE / "config.py",
+        Path(__file__),
+    ]
 )
 
 
@@ -59,7 +65,9 @@ class ExportSettings:
 
     def __post_init__(self) -> None:
         if self.exporter not in EXPORTERS:
-            raise UsageError(f"unknown exporter {self.exporter!r}; choose from {', '.join(EXPORTERS)}")
+            raise UsageError(
+                f"unknown exporter {self.exporter!r}; choose from {', '.join(EXPORTERS)}"
+            )
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
         top = 20 if self.exporter == "torchscript" else 23
@@ -186,6 +194,10 @@ def _finish(raw: Path) -> onnx.ModelProto:
     if model.ir_version > MAX_IR_VERSION:
         model.ir_version = MAX_IR_VERSION
     onnx.checker.check_model(model, full_check=True)
+    try:  # the model must also load where it will run
+        onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise UsageError(f"exported model does not load in ONNX Runtime: {_summary(exc)}") from None
     return model
 
 
@@ -292,7 +304,9 @@ def export_cases(
     todo = []
     for case in cases:
         previous = models.get(case.name)
-        if _is_current(out_dir / case.name / "model.onnx", cache_key(case, settings), previous, repair):
+        if _is_current(
+            out_dir / case.name / "model.onnx", cache_key(case, settings), previous, repair
+        ):
             records[case.name] = ExportRecord(**{**previous, "cached": True})
             if on_done:
                 on_done(records[case.name])

@@ -1,6 +1,6 @@
 """Goldens: the float64 oracle's outputs, stored in the ONNX test-data layout.
 
-    golden/manifest.json                        config, seed, input sets, tolerances, versions, sha256s
+    golden/manifest.json                        config, seed, sets, tolerances, versions, sha256
     golden/<case>/test_data_set_N/input_K.pb    serialized TensorProto, named as the model's input K
     golden/<case>/test_data_set_N/output_K.pb   the exact output rounded once to float32
 
@@ -244,7 +244,9 @@ def _check_tensor(path, name, array, spec, shapes, cfg: ModelConfig) -> None:
         vocab = cfg.src_vocab if spec.kind == "src_ids" else cfg.tgt_vocab
         low, high = int(array.min()), int(array.max())
         if low < 0 or high >= vocab:
-            raise UsageError(f"{path}: token id {high if high >= vocab else low} outside 0..{vocab - 1}")
+            raise UsageError(
+                f"{path}: token id {high if high >= vocab else low} outside 0..{vocab - 1}"
+            )
 
 
 # --- checking for drift ----------------------------------------------------------------------
@@ -295,4 +297,3 @@ def check(golden_dir: Path) -> tuple[list[Drift], int]:
                     )
                 one_ulp += int((ulps == 1).sum())
     return drifts, one_ulp
-

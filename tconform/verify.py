@@ -96,14 +96,16 @@ def _run_sets(session, case, sets, template: Result, precision: str) -> list[Res
 
 def _ort_results(case, sets, model_path, runtime: OrtRuntime, dtype, options) -> list[Result]:
     precision = _precision(dtype, runtime)
-    template = Result(case.name, case.component, "onnxruntime", runtime.ep, [], "", "pass",
-                      precision=precision)
+    template = Result(
+        case.name, case.component, "onnxruntime", runtime.ep, [], "", "pass", precision=precision
+    )
     try:
         session = runtime.open(model_path)
     except ProviderUnavailable as exc:
         status = "skip" if options.allow_missing_ep else "unavailable"
-        return [Result(**{**template.__dict__, "input_set": "*", "status": status,
-                          "message": str(exc)})]
+        return [
+            Result(**{**template.__dict__, "input_set": "*", "status": status, "message": str(exc)})
+        ]
     template.ep_actual = list(session.providers)
     template.placement = dict(getattr(session, "placement", {}) or {})
     template.fallback_ops = dict(getattr(session, "fallback_ops", {}) or {})
@@ -134,8 +136,12 @@ def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> Verif
         repair=False,
     )
     runtimes = [
-        OrtRuntime(ep, tf32=options.tf32, device_id=options.device_id,
-                   provider_options=options.provider_options)
+        OrtRuntime(
+            ep,
+            tf32=options.tf32,
+            device_id=options.device_id,
+            provider_options=options.provider_options,
+        )
         for ep in options.eps
     ]
     results: list[Result] = []
@@ -147,8 +153,9 @@ def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> Verif
             results += _ort_results(case, sets, model_path, runtime, dtype, options)
         if options.with_torch:
             session = TorchRuntime().open(case, cfg, golden.case_params(case, cfg, seed))
-            template = Result(case.name, case.component, "torch", "cpu", session.providers, "",
-                              "pass")
+            template = Result(
+                case.name, case.component, "torch", "cpu", session.providers, "", "pass"
+            )
             results += _run_sets(session, case, sets, template, "float32")
     if options.with_doc:
         from tconform.doc import verify_results as doc_results

@@ -17,18 +17,40 @@ FAST = ("--no-doc", "-q")
 
 
 def verify(capsys, ws, *extra):
-    return run_cli(capsys, "verify", "--golden", str(ws["golden"]), "--artifacts",
-                   str(ws["artifacts"]), *FAST, *extra)
+    return run_cli(
+        capsys,
+        "verify",
+        "--golden",
+        str(ws["golden"]),
+        "--artifacts",
+        str(ws["artifacts"]),
+        *FAST,
+        *extra,
+    )
 
 
 def test_verify_passes_every_case_on_cpu_and_torch(capsys, workspace, tmp_path):
-    code, out, err = verify(capsys, workspace, "--json", str(tmp_path / "r.json"),
-                            "--junit", str(tmp_path / "r.xml"), "--markdown", str(tmp_path / "r.md"))
+    code, out, err = verify(
+        capsys,
+        workspace,
+        "--json",
+        str(tmp_path / "r.json"),
+        "--junit",
+        str(tmp_path / "r.xml"),
+        "--markdown",
+        str(tmp_path / "r.md"),
+    )
     assert code == 0, out + err
     report = json.loads((tmp_path / "r.json").read_text())
     assert set(report) >= {"tool", "version", "environment", "results"}
-    assert set(report["environment"]) >= {"python", "torch", "onnx", "onnxruntime",
-                                          "providers_available", "cpu"}
+    assert set(report["environment"]) >= {
+        "python",
+        "torch",
+        "onnx",
+        "onnxruntime",
+        "providers_available",
+        "cpu",
+    }
     results = report["results"]
     for name in registry.CASE_NAMES:
         for runtime in ("onnxruntime", "torch"):
@@ -36,10 +58,27 @@ def test_verify_passes_every_case_on_cpu_and_torch(capsys, workspace, tmp_path):
             assert len(rows) == 3 and all(r["status"] == "pass" for r in rows), (name, runtime)
     ort_row = next(r for r in results if r["runtime"] == "onnxruntime")
     assert ort_row["ep"] == "cpu" and ort_row["ep_actual"] == ["CPUExecutionProvider"]
-    assert set(ort_row) >= {"case", "component", "runtime", "ep", "ep_actual", "input_set",
-                            "status", "message", "outputs"}
-    assert set(ort_row["outputs"][0]) >= {"name", "shape", "max_abs_err", "max_rel_err", "atol",
-                                          "rtol", "tolerance_used", "mismatches"}
+    assert set(ort_row) >= {
+        "case",
+        "component",
+        "runtime",
+        "ep",
+        "ep_actual",
+        "input_set",
+        "status",
+        "message",
+        "outputs",
+    }
+    assert set(ort_row["outputs"][0]) >= {
+        "name",
+        "shape",
+        "max_abs_err",
+        "max_rel_err",
+        "atol",
+        "rtol",
+        "tolerance_used",
+        "mismatches",
+    }
     suites = ET.parse(tmp_path / "r.xml").getroot()
     assert int(suites.find("testsuite").get("tests")) == 3 * len(registry.CASES)
     assert "| transformer | ort-cpu |" in (tmp_path / "r.md").read_text()
@@ -47,14 +86,24 @@ def test_verify_passes_every_case_on_cpu_and_torch(capsys, workspace, tmp_path):
 
 
 def test_verify_round_trip_with_the_torchscript_exporter(capsys, workspace, tmp_path):
-    code, out, _ = run_cli(capsys, "export", "--exporter", "torchscript", "--out",
-                           str(tmp_path / "ts"))
+    code, out, _ = run_cli(
+        capsys, "export", "--exporter", "torchscript", "--out", str(tmp_path / "ts")
+    )
     assert code == 0 and "14 exported" in out
-    code, out, _ = run_cli(capsys, "export", "--exporter", "torchscript", "--out",
-                           str(tmp_path / "ts"))
+    code, out, _ = run_cli(
+        capsys, "export", "--exporter", "torchscript", "--out", str(tmp_path / "ts")
+    )
     assert "0 exported, 14 cached" in out
-    code, out, err = run_cli(capsys, "verify", "--golden", str(workspace["golden"]),
-                             "--artifacts", str(tmp_path / "ts"), "--no-torch", *FAST)
+    code, out, err = run_cli(
+        capsys,
+        "verify",
+        "--golden",
+        str(workspace["golden"]),
+        "--artifacts",
+        str(tmp_path / "ts"),
+        "--no-torch",
+        *FAST,
+    )
     assert code == 0, out + err
 
 
@@ -167,11 +216,21 @@ def test_golden_refuses_to_overwrite_and_check_passes(capsys, workspace):
 
 
 def test_cuda_requested_without_a_gpu_is_unavailable_never_pass(capsys, workspace, tmp_path):
-    code, out, _ = verify(capsys, workspace, "--ep", "cuda", "--case", "norm", "--no-torch",
-                          "--json", str(tmp_path / "c.json"))
+    code, _, _ = verify(
+        capsys,
+        workspace,
+        "--ep",
+        "cuda",
+        "--case",
+        "norm",
+        "--no-torch",
+        "--json",
+        str(tmp_path / "c.json"),
+    )
     rows = json.loads((tmp_path / "c.json").read_text())["results"]
     assert code == 3 and rows and all(r["status"] == "unavailable" for r in rows)
     assert all(r["message"] for r in rows)
-    code, _, _ = verify(capsys, workspace, "--ep", "cpu,cuda", "--allow-missing-ep", "--case",
-                        "norm")
+    code, _, _ = verify(
+        capsys, workspace, "--ep", "cpu,cuda", "--allow-missing-ep", "--case", "norm"
+    )
     assert code == 0

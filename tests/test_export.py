@@ -26,8 +26,9 @@ def test_cache_reuses_and_a_config_change_re_exports(tmp_path):
     first = export_cases(cases, ExportSettings(TINY, exporter="torchscript"), tmp_path)
     again = export_cases(cases, ExportSettings(TINY, exporter="torchscript"), tmp_path)
     assert not first[0].cached and again[0].cached and again[0].sha256 == first[0].sha256
-    changed = export_cases(cases, ExportSettings(TINY.replace(norm="std"), exporter="torchscript"),
-                           tmp_path)
+    changed = export_cases(
+        cases, ExportSettings(TINY.replace(norm="std"), exporter="torchscript"), tmp_path
+    )
     assert not changed[0].cached and changed[0].sha256 != first[0].sha256
 
 

@@ -14,8 +14,14 @@ def test_layout_is_the_onnx_test_data_layout(tmp_path):
     sets = sorted(p.name for p in (tmp_path / "g" / "transformer").iterdir())
     assert sets == ["test_data_set_0", "test_data_set_1", "test_data_set_2"]
     files = sorted(p.name for p in (tmp_path / "g" / "transformer" / "test_data_set_0").iterdir())
-    assert files == ["input_0.pb", "input_1.pb", "input_2.pb", "input_3.pb", "output_0.pb",
-                     "output_1.pb"]
+    assert files == [
+        "input_0.pb",
+        "input_1.pb",
+        "input_2.pb",
+        "input_3.pb",
+        "output_0.pb",
+        "output_1.pb",
+    ]
 
 
 def test_round_trip_and_input_sets_cover_dynamic_axes(tmp_path):
@@ -63,7 +69,9 @@ def test_check_passes_on_a_fresh_folder_and_catches_a_changed_value(tmp_path):
     bumped.flat[0] = np.nextafter(np.nextafter(np.nextafter(bumped.flat[0], 9), 9), 9)
     data = golden.numpy_helper.from_array(bumped, name=name).SerializeToString()
     path.write_bytes(data)
-    manifest["cases"]["feed_forward"]["sha256"]["test_data_set_1/output_0.pb"] = golden.sha256_bytes(data)
+    manifest["cases"]["feed_forward"]["sha256"]["test_data_set_1/output_0.pb"] = (
+        golden.sha256_bytes(data)
+    )
     golden.atomic_write_json(tmp_path / "g" / "manifest.json", manifest)
     drifts, _ = golden.check(tmp_path / "g")
     assert len(drifts) == 1 and "3 ulp" in drifts[0].message

@@ -8,9 +8,22 @@ TINY = PRESETS["tiny"]
 
 def test_case_names_are_unique_and_cover_every_component():
     assert len(set(registry.CASE_NAMES)) == len(registry.CASES)
-    for name in ("embedding", "positional_encoding", "attention", "mha_self", "mha_causal",
-                 "mha_cross", "feed_forward", "norm", "encoder_layer", "decoder_layer",
-                 "encoder", "decoder", "output_head", "transformer"):
+    for name in (
+        "embedding",
+        "positional_encoding",
+        "attention",
+        "mha_self",
+        "mha_causal",
+        "mha_cross",
+        "feed_forward",
+        "norm",
+        "encoder_layer",
+        "decoder_layer",
+        "encoder",
+        "decoder",
+        "output_head",
+        "transformer",
+    ):
         assert name in registry.CASE_NAMES
 
 
@@ -26,12 +39,15 @@ def test_inputs_follow_the_symbolic_axes():
     assert inputs["y"].shape == (2, 5, 16) and inputs["y"].dtype == np.float32
     assert inputs["memory"].shape == (2, 7, 16)
     assert inputs["src_keep"].dtype == np.bool_ and inputs["src_keep"][1].sum() == 4
-    ids = registry.make_inputs(registry.get_case("transformer"), TINY, registry.Shape(3, 12, 9),
-                               np.random.default_rng(0))
+    ids = registry.make_inputs(
+        registry.get_case("transformer"), TINY, registry.Shape(3, 12, 9), np.random.default_rng(0)
+    )
     assert ids["tgt_ids"].max() < TINY.tgt_vocab and ids["src_ids"].dtype == np.int64
 
 
 def test_every_attention_mask_row_attends_somewhere():
     case = registry.get_case("attention")
-    mask = registry.make_inputs(case, TINY, registry.Shape(3, 12, 12), np.random.default_rng(1))["mask"]
+    mask = registry.make_inputs(case, TINY, registry.Shape(3, 12, 12), np.random.default_rng(1))[
+        "mask"
+    ]
     assert mask.any(axis=-1).all() and not mask.all()

@@ -14,10 +14,18 @@ from tconform.weights import DEFAULT_SEED
 
 
 @click.command("export")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Output folder [artifacts; artifacts-fp16 for --dtype float16].")
-@click.option("--preset", default=DEFAULT_PRESET, show_default=True,
-              help=f"Model preset: {', '.join(PRESETS)}.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output folder [artifacts; artifacts-fp16 for --dtype float16].",
+)
+@click.option(
+    "--preset",
+    default=DEFAULT_PRESET,
+    show_default=True,
+    help=f"Model preset: {', '.join(PRESETS)}.",
+)
 @click.option("--case", "cases", multiple=True, help="Only this case (repeatable).")
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="dynamo", show_default=True)
 @click.option("--opset", type=int, default=DEFAULT_OPSET, show_default=True)

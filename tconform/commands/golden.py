@@ -15,13 +15,20 @@ from tconform.weights import DEFAULT_SEED
 
 @click.command("golden")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("golden"), show_default=True)
-@click.option("--preset", default=DEFAULT_PRESET, show_default=True,
-              help=f"Model preset: {', '.join(PRESETS)}.")
+@click.option(
+    "--preset",
+    default=DEFAULT_PRESET,
+    show_default=True,
+    help=f"Model preset: {', '.join(PRESETS)}.",
+)
 @click.option("--case", "cases", multiple=True, help="Only this case (repeatable).")
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
 @click.option("--force", is_flag=True, help="Replace existing goldens.")
-@click.option("--check", is_flag=True,
-              help="Regenerate in memory and compare with the folder; exit 1 on drift.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Regenerate in memory and compare with the folder; exit 1 on drift.",
+)
 def golden(out, preset, cases, seed, force, check) -> None:
     """Write golden/<case>/test_data_set_N/{input,output}_K.pb and golden/manifest.json."""
     if check:
@@ -29,14 +36,20 @@ def golden(out, preset, cases, seed, force, check) -> None:
         for drift in drifts:
             click.echo(f"drift: {drift.path}: {drift.message}")
         note = f" ({one_ulp} output elements differ by one float32 ulp: summation order)"
-        click.echo(f"{out}: {'DRIFT' if drifts else 'matches a regeneration'}"
-                   f"{note if one_ulp else ''}")
+        click.echo(
+            f"{out}: {'DRIFT' if drifts else 'matches a regeneration'}{note if one_ulp else ''}"
+        )
         if drifts:
             raise SystemExit(EXIT_FAILURE)
         return
     selected = registry.select_cases(cases)
     manifest = golden_stage.write(
-        out, get_preset(preset), seed, selected, preset, force,
+        out,
+        get_preset(preset),
+        seed,
+        selected,
+        preset,
+        force,
         on_case=lambda c: click.echo(f"  {c.name}", err=True),
     )
     n_sets = len(manifest["input_sets"])

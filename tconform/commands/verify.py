@@ -13,32 +13,73 @@ from tconform.verify import verify as run_verify
 
 
 @click.command("verify")
-@click.option("--golden", "golden_dir", type=click.Path(path_type=Path), default=Path("golden"),
-              show_default=True)
-@click.option("--artifacts", "artifacts_dir", type=click.Path(path_type=Path),
-              default=Path("artifacts"), show_default=True,
-              help="Models; missing ones are exported first.")
-@click.option("--ep", "ep_spec", default="cpu", show_default=True,
-              help="Execution providers: cpu, cuda, a comma list, or all.")
+@click.option(
+    "--golden",
+    "golden_dir",
+    type=click.Path(path_type=Path),
+    default=Path("golden"),
+    show_default=True,
+)
+@click.option(
+    "--artifacts",
+    "artifacts_dir",
+    type=click.Path(path_type=Path),
+    default=Path("artifacts"),
+    show_default=True,
+    help="Models; missing ones are exported first.",
+)
+@click.option(
+    "--ep",
+    "ep_spec",
+    default="cpu",
+    show_default=True,
+    help="Execution providers: cpu, cuda, a comma list, or all.",
+)
 @click.option("--case", "cases", multiple=True, help="Only this case (repeatable).")
-@click.option("--allow-missing-ep", is_flag=True,
-              help="Report a provider that cannot run as skipped instead of exiting 3.")
-@click.option("--strict-placement", is_flag=True,
-              help="Fail a result when nodes fell back from the requested provider to the CPU.")
+@click.option(
+    "--allow-missing-ep",
+    is_flag=True,
+    help="Report a provider that cannot run as skipped instead of exiting 3.",
+)
+@click.option(
+    "--strict-placement",
+    is_flag=True,
+    help="Fail a result when nodes fell back from the requested provider to the CPU.",
+)
 @click.option("--tf32", is_flag=True, help="Allow TF32 matrix products on CUDA (own tolerance).")
 @click.option("--device-id", type=int, default=0, show_default=True, help="CUDA device.")
-@click.option("--provider-option", "provider_options", multiple=True, metavar="KEY=VALUE",
-              help="Passed to the provider (repeatable), e.g. cudnn_conv_algo_search=DEFAULT.")
+@click.option(
+    "--provider-option",
+    "provider_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Passed to the provider (repeatable), e.g. cudnn_conv_algo_search=DEFAULT.",
+)
 @click.option("--no-torch", is_flag=True, help="Skip the PyTorch float32 rows.")
 @click.option("--no-doc", is_flag=True, help="Skip the documents' checks.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the JSON report.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write JUnit XML.")
-@click.option("--markdown", "markdown_path", type=click.Path(path_type=Path),
-              help="Write a markdown summary.")
+@click.option(
+    "--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a markdown summary."
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
-def verify(golden_dir, artifacts_dir, ep_spec, cases, allow_missing_ep, strict_placement, tf32,
-           device_id, provider_options, no_torch, no_doc, json_path, junit_path, markdown_path,
-           quiet) -> None:
+def verify(
+    golden_dir,
+    artifacts_dir,
+    ep_spec,
+    cases,
+    allow_missing_ep,
+    strict_placement,
+    tf32,
+    device_id,
+    provider_options,
+    no_torch,
+    no_doc,
+    json_path,
+    junit_path,
+    markdown_path,
+    quiet,
+) -> None:
     """Run every case on every golden input set and compare within tolerance.
 
     Exit 0 all passed, 1 a conformance failure, 2 usage or input error, 3 a requested provider

@@ -27,7 +27,9 @@ def encoder_layer(
     params: Params, cfg: ModelConfig, x: np.ndarray, src_keep: np.ndarray
 ) -> np.ndarray:
     attn = scope(params, "self_attn")
-    x = _residual(params, cfg, x, "norm1", lambda h: multi_head_attention(attn, cfg, h, h, src_keep))
+    x = _residual(
+        params, cfg, x, "norm1", lambda h: multi_head_attention(attn, cfg, h, h, src_keep)
+    )
     return _residual(params, cfg, x, "norm2", lambda h: feed_forward(scope(params, "ffn"), cfg, h))
 
 
@@ -41,11 +43,17 @@ def decoder_layer(
 ) -> np.ndarray:
     self_attn, cross_attn = scope(params, "self_attn"), scope(params, "cross_attn")
     y = _residual(
-        params, cfg, y, "norm1",
+        params,
+        cfg,
+        y,
+        "norm1",
         lambda h: multi_head_attention(self_attn, cfg, h, h, tgt_keep, causal=True),
     )
     y = _residual(
-        params, cfg, y, "norm2",
+        params,
+        cfg,
+        y,
+        "norm2",
         lambda h: multi_head_attention(cross_attn, cfg, h, memory, src_keep),
     )
     return _residual(params, cfg, y, "norm3", lambda h: feed_forward(scope(params, "ffn"), cfg, h))

@@ -23,4 +23,8 @@ def transformer(
         y, tgt_keep = x, src_keep
     else:
         y = positional_encoding({}, cfg, token_embedding(scope(params, "tgt_embed"), cfg, tgt_ids))
-    return output_head(scope(params, "head"), cfg, decoder(scope(params, "decoder"), cfg, y, memory, src_keep, tgt_keep))
+    return output_head(
+        scope(params, "head"),
+        cfg,
+        decoder(scope(params, "decoder"), cfg, y, memory, src_keep, tgt_keep),
+    )

@@ -1,7 +1,7 @@
 """Encoder and decoder layers: sublayers wrapped in a residual connection and a norm.
 
-    post-norm (docs 000, 004): x = Norm(x + Sublayer(x))
-    pre-norm  (docs 001, 002): x = x + Sublayer(Norm(x))
+post-norm (docs 000, 004): x = Norm(x + Sublayer(x))
+pre-norm  (docs 001, 002): x = x + Sublayer(Norm(x))
 """
 
 from collections.abc import Callable

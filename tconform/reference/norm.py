@@ -1,7 +1,7 @@
 """Normalisation over the feature axis, in the two forms the documents print.
 
-    layernorm: gain * (x - mean) / sqrt(var + eps) + shift, var the biased variance (doc 000)
-    std:       gain * (x - mean) / (std + eps) + shift, std the unbiased one (docs 001, 002)
+layernorm: gain * (x - mean) / sqrt(var + eps) + shift, var the biased variance (doc 000)
+std:       gain * (x - mean) / (std + eps) + shift, std the unbiased one (docs 001, 002)
 """
 
 import torch

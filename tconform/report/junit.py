@@ -18,7 +18,11 @@ def build(results: list[Result]) -> ET.Element:
         if suite is None:
             suite = suites[key] = ET.SubElement(root, "testsuite", name=key)
         case = ET.SubElement(
-            suite, "testcase", classname=f"{key}.{r.case}", name=r.input_set, time=f"{r.seconds:.4f}"
+            suite,
+            "testcase",
+            classname=f"{key}.{r.case}",
+            name=r.input_set,
+            time=f"{r.seconds:.4f}",
         )
         if r.status in ("fail", "unavailable"):
             ET.SubElement(case, "failure", message=r.message or r.status).text = r.message

@@ -14,8 +14,12 @@ def build(results: list[Result]) -> str:
     worst: dict[tuple[str, str], Result] = {}
     for r in results:
         key = (r.case, r.runtime if r.runtime != "onnxruntime" else f"ort-{r.ep}")
-        if key not in worst or _RANK[r.status] > _RANK[worst[key].status] or (
-            r.status == worst[key].status and (r.worst_used or 0) > (worst[key].worst_used or 0)
+        if (
+            key not in worst
+            or _RANK[r.status] > _RANK[worst[key].status]
+            or (
+                r.status == worst[key].status and (r.worst_used or 0) > (worst[key].worst_used or 0)
+            )
         ):
             worst[key] = r
     lines = [

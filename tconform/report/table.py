@@ -34,10 +34,18 @@ def render(results: list[Result]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    notes = [f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}"
-             for r in results if r.status != "pass" and r.message]
-    worst = [f"      {o.name} worst: {w}" for r in results for o in r.outputs
-             if o.status == "fail" for w in o.worst[:3]]
+    notes = [
+        f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}"
+        for r in results
+        if r.status != "pass" and r.message
+    ]
+    worst = [
+        f"      {o.name} worst: {w}"
+        for r in results
+        for o in r.outputs
+        if o.status == "fail"
+        for w in o.worst[:3]
+    ]
     return "\n".join(lines + (["", "problems:", *notes, *worst] if notes else []))
 
 

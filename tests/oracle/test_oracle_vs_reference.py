@@ -43,7 +43,9 @@ def test_reference_float64_matches_oracle(case, variant):
     inputs = registry.make_inputs(case, cfg, registry.Shape(3, 11, 6), np.random.default_rng(3))
     expected = registry.run_oracle(case, cfg, params, inputs)
     args = [
-        torch.from_numpy(inputs[s.name]).double() if s.kind == "float" else torch.from_numpy(inputs[s.name])
+        torch.from_numpy(inputs[s.name]).double()
+        if s.kind == "float"
+        else torch.from_numpy(inputs[s.name])
         for s in case.inputs(cfg)
     ]
     with torch.no_grad():
