@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tconform.report import json_report, junit, markdown, table
+from tconform.report import json_report, junit, markdown, plot, table
 from tconform.runtimes.onnxruntime import parse_eps, parse_provider_options
 from tconform.verify import VerifyOptions
 from tconform.verify import verify as run_verify
@@ -62,6 +62,8 @@ from tconform.verify import verify as run_verify
 @click.option(
     "--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a markdown summary."
 )
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path),
+              help="Write a PNG of the error distribution.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def verify(
     golden_dir,
@@ -78,6 +80,7 @@ def verify(
     json_path,
     junit_path,
     markdown_path,
+    plot_path,
     quiet,
 ) -> None:
     """Run every case on every golden input set and compare within tolerance.
@@ -107,5 +110,7 @@ def verify(
         junit.write(junit_path, run.results)
     if markdown_path:
         markdown.write(markdown_path, run.results)
+    if plot_path:
+        plot.write(plot_path, run.results)
     click.echo(table.summary(run.results))
     raise SystemExit(run.exit_code)
