@@ -12,13 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from tconform import golden, registry
 from tconform.compare import compare_output, tolerance_for
 from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, EXIT_OK, ProviderUnavailable
 from tconform.export import ExportRecord, ExportSettings, export_cases, read_manifest
 from tconform.registry import Case
 from tconform.results import Result
-from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
 from tconform.runtimes.torch import TorchRuntime
 
 
@@ -62,9 +64,7 @@ def _artifact_dtype(artifacts_dir: Path) -> str:
 
 
 def _precision(dtype: str, runtime: OrtRuntime) -> str:
-    if dtype == "float16":
-        return "float16"
-    return "tf32" if runtime.ep == "cuda" and runtime.tf32 else "float32"
+    return "float16" if dtype == "float16" else runtime.precision
 
 
 def _compare_set(result: Result, case: Case, outputs, input_set: golden.InputSet, precision: str):
@@ -78,13 +78,20 @@ def _compare_set(result: Result, case: Case, outputs, input_set: golden.InputSet
     result.message = "; ".join(f"{o.name}: {o.message}" for o in failed)
 
 
+def _feeds(inputs: dict[str, np.ndarray], precision: str) -> dict[str, np.ndarray]:
+    """Golden float inputs are float32; a float16 model takes them rounded to float16."""
+    if precision != "float16":
+        return inputs
+    return {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in inputs.items()}
+
+
 def _run_sets(session, case, sets, template: Result, precision: str) -> list[Result]:
     results = []
     for input_set in sets:
         result = Result(**{**template.__dict__, "input_set": input_set.name})
         started = time.perf_counter()
         try:
-            outputs = session.run(input_set.inputs)
+            outputs = session.run(_feeds(input_set.inputs, precision))
         except Exception as exc:  # a runtime error on valid inputs is a conformance failure
             result.status, result.message = "error", f"{type(exc).__name__}: {exc}".splitlines()[0]
         else:
@@ -101,14 +108,16 @@ def _ort_results(case, sets, model_path, runtime: OrtRuntime, dtype, options) ->
     )
     try:
         session = runtime.open(model_path)
-    except ProviderUnavailable as exc:
-        status = "skip" if options.allow_missing_ep else "unavailable"
+    except (ProviderUnavailable, KernelMissing) as exc:
+        # A missing float16 kernel is a fact about the runtime, reported, not a failure.
+        missing_ep = isinstance(exc, ProviderUnavailable) and not options.allow_missing_ep
+        status = "unavailable" if missing_ep else "skip"
         return [
             Result(**{**template.__dict__, "input_set": "*", "status": status, "message": str(exc)})
         ]
     template.ep_actual = list(session.providers)
-    template.placement = dict(getattr(session, "placement", {}) or {})
-    template.fallback_ops = dict(getattr(session, "fallback_ops", {}) or {})
+    template.placement = dict(session.placement)
+    template.fallback_ops = dict(session.fallback_ops)
     results = _run_sets(session, case, sets, template, precision)
     if template.fallback_ops:
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(template.fallback_ops.items()))

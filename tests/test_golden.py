@@ -92,3 +92,16 @@ def test_committed_goldens_match_a_regeneration():
     assert drifts == []
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     assert size < 10 * 1024 * 1024
+
+
+def test_committed_manifest_records_the_current_tolerance_table():
+    import json
+    from pathlib import Path
+
+    from tconform.compare import TOLERANCES
+
+    manifest = json.loads(
+        (Path(__file__).resolve().parents[1] / "golden" / "manifest.json").read_text()
+    )
+    recorded = {k: (v["atol"], v["rtol"]) for k, v in manifest["tolerances"].items()}
+    assert recorded == {f"{p}/{c}": (t.atol, t.rtol) for (p, c), t in TOLERANCES.items()}

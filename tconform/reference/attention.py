@@ -21,6 +21,8 @@ class ScaledDotProductAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        scores = scores.masked_fill(~mask, self.fill)
+        # A tensor fill rounds to the scores' dtype (-1e9 becomes -inf in float16), as the
+        # exported graph does; a Python float fill raises in eager float16.
+        scores = scores.masked_fill(~mask, torch.tensor(self.fill, dtype=scores.dtype))
         weights = scores.softmax(dim=-1)
         return weights @ v, weights

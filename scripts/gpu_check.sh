@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Run tconform's CUDA conformance matrix on a machine with an NVIDIA GPU.
+#
+#   scripts/gpu_check.sh WHEEL_DIR [OUT_DIR] [-- extra gpu_matrix.py options]
+#
+# WHEEL_DIR (or a .whl file itself) holds an onnxruntime-gpu cp312 wheel, whole (*.whl) or split into parts
+# (NAME.whl.part-aa, NAME.whl.part-ab, ... or NAME.whl.000, NAME.whl.001, ...: any suffix after
+# ".whl" that sorts in order). The parts are joined, the wheel is installed with --no-deps into
+# OUT_DIR/site (put first on PYTHONPATH, ahead of any CPU onnxruntime), and every tconform
+# process calls onnxruntime.preload_dlls() so that the CUDA 13 / cuDNN 9 libraries of the
+# installed PyTorch (its nvidia-* packages) are found. Then scripts/gpu_matrix.py runs
+# `tconform verify --ep cpu,cuda` strict float32, with --tf32, and a float16 export + verify,
+# writing JSON/JUnit/markdown reports, logs, environment.json and summary.md into OUT_DIR
+# (default: gpu-run). The exit status is gpu_matrix.py's: the worst tconform exit code.
+#
+# Environment: PYTHON (default python3) must be CPython 3.12 with tconform's dependencies
+# (torch, onnx, onnxscript, numpy, click); nothing is downloaded.
+set -euo pipefail
+
+usage() { echo "usage: $0 WHEEL_DIR [OUT_DIR] [-- gpu_matrix.py options]" >&2; exit 2; }
+
+[[ $# -ge 1 ]] || usage
+wheel_dir=$1; shift
+out_dir=gpu-run
+if [[ $# -ge 1 && $1 != "--" ]]; then out_dir=$1; shift; fi
+if [[ $# -ge 1 && $1 == "--" ]]; then shift; fi
+[[ -d $wheel_dir || $wheel_dir == *.whl && -f $wheel_dir ]] ||
+    { echo "gpu_check: $wheel_dir is neither a folder nor a .whl file" >&2; exit 2; }
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+python=${PYTHON:-python3}
+mkdir -p "$out_dir"
+out_dir=$(cd "$out_dir" && pwd)
+
+# 1. The wheel: use a whole one, else join the parts in name order
+# (version order, so that NAME.whl.part2 comes before NAME.whl.part10).
+shopt -s nullglob
+whole=("$wheel_dir"/onnxruntime_gpu-*cp312*.whl)
+parts=("$wheel_dir"/onnxruntime_gpu-*cp312*.whl?*)
+if [[ -f $wheel_dir ]]; then
+    wheel=$wheel_dir
+elif [[ ${#whole[@]} -ge 1 ]]; then
+    wheel=${whole[0]}
+elif [[ ${#parts[@]} -ge 1 ]]; then
+    first=$(basename "${parts[0]}")
+    wheel="$out_dir/${first%%.whl*}.whl"  # the name pip needs: everything up to ".whl"
+    mapfile -t sorted_parts < <(printf '%s\n' "${parts[@]}" | LC_ALL=C sort -V)  # -V: part2 before part10
+    cat "${sorted_parts[@]}" > "$wheel"
+    echo "gpu_check: joined ${#sorted_parts[@]} parts into $wheel"
+else
+    echo "gpu_check: no onnxruntime_gpu-*cp312*.whl (or .whl parts) in $wheel_dir" >&2
+    exit 2
+fi
+"$python" -c 'import sys, zipfile as z; p = sys.argv[1]; sys.exit(not z.is_zipfile(p) or z.ZipFile(p).testzip() is not None)' \
+    "$wheel" || { echo "gpu_check: $wheel is not a valid wheel (parts missing?)" >&2; exit 2; }
+
+# 2. The wheel is built for CPython 3.12 only.
+if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
+    echo "gpu_check: $python is $("$python" -V 2>&1), the onnxruntime-gpu wheel needs 3.12" >&2
+    exit 2
+fi
+
+# 3. Install it apart from the environment's packages and put it first on the path.
+site="$out_dir/site"
+"$python" -m pip install --quiet --no-deps --upgrade --target "$site" "$wheel"
+export PYTHONPATH="$site:$repo${PYTHONPATH:+:$PYTHONPATH}"
+
+# 4. Show what ONNX Runtime sees before the matrix (the reason if CUDA cannot load).
+"$python" - <<'EOF'
+import onnxruntime
+onnxruntime.preload_dlls()
+from tconform.runtimes.onnxruntime import unavailable_reason
+print("onnxruntime", onnxruntime.__version__, "from", onnxruntime.__file__)
+print("providers offered:", onnxruntime.get_available_providers())
+print("CUDA provider:", unavailable_reason("cuda") or "runs")
+EOF
+
+# 5. The matrix; gpu_matrix.py's exit status is the worst tconform exit code.
+cd "$repo"
+exec "$python" "$repo/scripts/gpu_matrix.py" --out "$out_dir" "$@"

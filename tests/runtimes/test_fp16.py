@@ -1,0 +1,95 @@
+"""float16 models end to end on the CPU provider, and the -1e9 fill that becomes -inf."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tconform import registry
+from tconform.config import PRESETS
+from tconform.export import ExportSettings, example_shape, export_cases
+from tconform.fp16 import FLOAT16_MAX, find_overflowing_constants, ops_run_in_float32
+from tconform.runtimes.onnxruntime import OrtRuntime
+
+DOC002 = PRESETS["tiny-doc002"]  # masked_fill(-1e9), std-based norm
+CASE_NAMES = ("attention", "norm", "feed_forward")
+
+
+@pytest.fixture(scope="module")
+def fp16_artifacts(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fp16")
+    cases = [registry.get_case(n) for n in CASE_NAMES]
+    export_cases(cases, ExportSettings(DOC002, dtype="float16"), out, jobs=1)
+    return out
+
+
+def _fp16_feeds(case: registry.Case, rng_seed: int = 0) -> dict[str, np.ndarray]:
+    arrays = registry.make_inputs(
+        case, DOC002, example_shape(DOC002), np.random.default_rng(rng_seed)
+    )
+    return {
+        s.name: arrays[s.name].astype(np.float16) if s.kind == "float" else arrays[s.name]
+        for s in case.inputs(DOC002)
+    }
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_fp16_model_runs_on_cpu_in_half_precision(name, fp16_artifacts):
+    case = registry.get_case(name)
+    session = OrtRuntime(ep="cpu").open(fp16_artifacts / name / "model.onnx")
+    outputs = session.run(_fp16_feeds(case))
+    assert all(o.dtype == np.float16 for o in outputs)
+    assert all(np.isfinite(o).all() for o in outputs)  # the example inputs mask no whole row
+    assert set(session.placement) == {"cpu"}
+
+
+def test_minus_1e9_fill_is_minus_inf_in_fp16(fp16_artifacts):
+    found = find_overflowing_constants(fp16_artifacts / "attention" / "model.onnx")
+    assert len(found) == 1
+    assert found[0].value == -np.inf
+    assert found[0].dtype == "float16"
+    assert "Where" in found[0].consumers
+
+
+def test_fp16_fully_masked_row_is_nan(fp16_artifacts):
+    case = registry.get_case("attention")
+    feeds = _fp16_feeds(case)
+    feeds["mask"] = feeds["mask"].copy()
+    feeds["mask"][0, 0, 0, :] = False  # mask every key of one query
+    context, weights = OrtRuntime().open(fp16_artifacts / "attention" / "model.onnx").run(feeds)
+    assert np.isnan(weights[0, 0, 0]).all()
+    assert np.isnan(context[0, 0, 0]).all()  # NaN weights poison that query's context vector
+    assert np.isfinite(weights[1]).all()
+
+
+def test_norm_has_no_overflowing_constant(fp16_artifacts):
+    assert find_overflowing_constants(fp16_artifacts / "norm" / "model.onnx") == []
+
+
+def test_float32_constant_beyond_half_range_is_reported():
+    from onnx import TensorProto, helper, numpy_helper
+
+    fill = numpy_helper.from_array(np.array([-1e9], dtype=np.float32), "fill")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "fill"], ["s"]),
+            helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT16),
+        ],
+        "g",
+        [x],
+        [y],
+        [fill],
+    )
+    found = find_overflowing_constants(helper.make_model(graph))
+    assert [(f.name, f.value, f.consumers) for f in found] == [("fill", -1e9, ("Add",))]
+    assert FLOAT16_MAX == 65504.0
+
+
+def test_cpu_runs_fp16_matmul_in_float32(fp16_artifacts):
+    # ORT 1.31's CPU provider has no float16 MatMul kernel: it inserts Casts instead of failing.
+    in_float32 = ops_run_in_float32(fp16_artifacts / "feed_forward" / "model.onnx")
+    assert in_float32.get("MatMul", 0) >= 2

@@ -1,0 +1,221 @@
+"""The ONNX Runtime layer: provider availability with ORT's reason, placement, options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from tconform import registry
+from tconform.config import PRESETS
+from tconform.errors import ProviderUnavailable, TconformError, UsageError
+from tconform.export import ExportSettings, example_shape, export_cases
+from tconform.runtimes import onnxruntime as onnxruntime_runtime
+from tconform.runtimes.onnxruntime import (
+    KernelMissing,
+    OrtRuntime,
+    parse_provider_options,
+    reason_from_log,
+    unavailable_reason,
+)
+
+CUDA_MISSING = unavailable_reason("cuda")
+needs_cuda = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"CUDA EP: {CUDA_MISSING}")
+TINY = PRESETS["tiny"]
+FIRST_CASES = registry.CASES[:3]
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("artifacts")
+    export_cases(FIRST_CASES, ExportSettings(TINY), out, jobs=1)
+    return out
+
+
+def _feeds(case: registry.Case) -> dict[str, np.ndarray]:
+    arrays = registry.make_inputs(case, TINY, example_shape(TINY), np.random.default_rng(1))
+    return {
+        spec.name: arrays[spec.name].astype(np.float32)
+        if spec.kind == "float"
+        else arrays[spec.name]
+        for spec in case.inputs(TINY)
+    }
+
+
+def _optimised_node_count(model: Path, tmp_path: Path) -> int:
+    """Nodes of the graph ONNX Runtime partitions between providers, saved by ORT itself.
+
+    ORT records the assignment when it partitions the graph: after the basic (level 1)
+    rewrites, before the provider-specific fusions of the extended and all levels."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    opts.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+    ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+    return len(onnx.load(str(tmp_path / "optimised.onnx")).graph.node)
+
+
+# --- availability -----------------------------------------------------------------------------
+
+
+def test_cpu_is_available_and_has_no_reason():
+    assert unavailable_reason("cpu") is None
+
+
+@pytest.mark.skipif(CUDA_MISSING is None, reason="the CUDA provider really runs here")
+def test_cuda_unavailable_reason_is_onnxruntimes_own():
+    assert CUDA_MISSING  # e.g. "libcublasLt.so.13: cannot open shared object file: ..."
+    assert "\n" not in CUDA_MISSING
+    assert "\x1b" not in CUDA_MISSING  # ORT's terminal colours are stripped
+
+
+@pytest.mark.skipif(CUDA_MISSING is None, reason="the CUDA provider really runs here")
+def test_requesting_cuda_here_raises_with_reason_and_never_returns_a_session(artifacts):
+    model = artifacts / FIRST_CASES[0].name / "model.onnx"
+    with pytest.raises(ProviderUnavailable) as raised:
+        OrtRuntime(ep="cuda").open(model)
+    message = str(raised.value)
+    assert message.startswith("cuda: ")
+    assert CUDA_MISSING in message
+    assert raised.value.exit_code == 3
+
+
+@pytest.mark.skipif(CUDA_MISSING is None, reason="the CUDA provider really runs here")
+def test_silent_cpu_fallback_is_refused_with_the_logged_reason(artifacts, monkeypatch):
+    # Pretend the probe passed (as for another device_id), so the session itself falls back.
+    monkeypatch.setattr(onnxruntime_runtime, "unavailable_reason", lambda ep: None)
+    with pytest.raises(ProviderUnavailable) as raised:
+        OrtRuntime(ep="cuda").open(artifacts / FIRST_CASES[0].name / "model.onnx")
+    assert CUDA_MISSING in str(raised.value)  # read from this session's own log
+    assert "ran the session on CPUExecutionProvider only" in str(raised.value)
+
+
+def test_reason_from_log_extracts_missing_library():
+    log = (
+        "\x1b[1;31m2026-01-01 00:00:00 [E:onnxruntime:Default, provider_bridge_ort.cc:2458 "
+        "operator()] ... [ONNXRuntimeError] : 1 : FAIL : Failed to load library "
+        "/x/libonnxruntime_providers_cuda.so with error: libcudnn.so.9: cannot open shared "
+        "object file: No such file or directory\n\x1b[m"
+    )
+    assert reason_from_log(log) == (
+        "libcudnn.so.9: cannot open shared object file: No such file or directory"
+    )
+
+
+def test_reason_from_log_extracts_missing_device():
+    log = (
+        "2026-01-01 [E:onnxruntime:Default, cuda_call.cc:123 CudaCall] CUDA failure 100: "
+        "no CUDA-capable device is detected ; GPU=0 ; hostname=x ; file=y ; line=1"
+    )
+    assert reason_from_log(log) == "CUDA failure 100: no CUDA-capable device is detected"
+
+
+def test_reason_from_log_empty_is_none():
+    assert reason_from_log("") is None
+
+
+# --- placement --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", FIRST_CASES, ids=lambda c: c.name)
+def test_cpu_placement_counts_every_optimised_node(case, artifacts, tmp_path):
+    model = artifacts / case.name / "model.onnx"
+    session = OrtRuntime(ep="cpu").open(model)
+    assert session.providers == ["CPUExecutionProvider"]
+    assert session.placement == {"cpu": _optimised_node_count(model, tmp_path)}
+    assert session.placement["cpu"] > 0
+    assert session.fallback_ops == {}
+    outputs = session.run(_feeds(case))
+    assert [o.shape[0] for o in outputs] == [example_shape(TINY).batch] * len(outputs)
+
+
+def test_corrupt_model_is_one_line_usage_error(tmp_path):
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"not a protobuf")
+    with pytest.raises(UsageError) as raised:
+        OrtRuntime().open(bad)
+    assert str(bad) in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_missing_kernel_becomes_kernel_missing(tmp_path):
+    # ORT 1.31's CPU provider has no bfloat16 Sqrt kernel (and inserts no Cast for bfloat16).
+    x = helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2])
+    graph = helper.make_graph([helper.make_node("Sqrt", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(KernelMissing) as raised:
+        OrtRuntime().open(path)
+    assert str(raised.value) == "ONNX Runtime's CPU provider has no bfloat16 kernel for Sqrt"
+    assert isinstance(raised.value, TconformError)
+    assert raised.value.op_type == "Sqrt"
+
+
+# --- settings, precision and provider options ------------------------------------------------
+
+
+def test_cuda_is_strict_float32_by_default():
+    runtime = OrtRuntime(ep="cuda")
+    assert runtime.precision == "float32"
+    options = runtime.settings()["provider_options"]
+    assert options["use_tf32"] == "0"
+    assert options["device_id"] == "0"
+    assert options["cudnn_conv_algo_search"] == "EXHAUSTIVE"
+
+
+def test_tf32_flag_sets_option_and_precision():
+    runtime = OrtRuntime(ep="cuda", tf32=True, device_id=1)
+    assert runtime.precision == "tf32"
+    assert runtime.settings()["provider_options"]["use_tf32"] == "1"
+    assert runtime.settings()["provider_options"]["device_id"] == "1"
+    assert runtime.name == "onnxruntime-cuda"
+
+
+def test_raw_options_win_and_are_recorded():
+    runtime = OrtRuntime(
+        ep="cuda", provider_options={"use_tf32": "1", "cudnn_conv_algo_search": "HEURISTIC"}
+    )
+    settings = runtime.settings()
+    assert settings["provider_options"]["cudnn_conv_algo_search"] == "HEURISTIC"
+    assert settings["precision"] == "tf32"
+    assert settings["provider"] == "CUDAExecutionProvider"
+
+
+def test_cpu_never_reports_tf32():
+    runtime = OrtRuntime(ep="cpu", tf32=True)
+    assert runtime.precision == "float32"
+    assert "use_tf32" not in runtime.settings()["provider_options"]
+
+
+def test_parse_provider_options():
+    parsed = parse_provider_options(["use_tf32=0", " device_id = 1 ", "a=b=c", "use_tf32=1"])
+    assert parsed == {"use_tf32": "1", "device_id": "1", "a": "b=c"}
+
+
+@pytest.mark.parametrize("bad", ["use_tf32", "=1", "key=", "two words=1"])
+def test_parse_provider_options_rejects_malformed(bad):
+    with pytest.raises(UsageError) as raised:
+        parse_provider_options([bad])
+    assert repr(bad) in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+# --- GPU only ---------------------------------------------------------------------------------
+
+
+@needs_cuda
+@pytest.mark.parametrize("tf32", [False, True])
+def test_cuda_session_places_nodes_on_cuda(artifacts, tf32):
+    case = FIRST_CASES[-1]
+    session = OrtRuntime(ep="cuda", tf32=tf32).open(artifacts / case.name / "model.onnx")
+    assert session.providers[0] == "CUDAExecutionProvider"
+    assert session.placement.get("cuda", 0) > 0
+    reference = OrtRuntime(ep="cpu").open(artifacts / case.name / "model.onnx")
+    feeds = _feeds(case)
+    for got, want in zip(session.run(feeds), reference.run(feeds), strict=True):
+        np.testing.assert_allclose(got, want, atol=5e-3 if tf32 else 1e-5, rtol=1e-3)
