@@ -62,8 +62,12 @@ from tconform.verify import verify as run_verify
 @click.option(
     "--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a markdown summary."
 )
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path),
-              help="Write a PNG of the error distribution.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    help="Write a PNG of the error distribution.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def verify(
     golden_dir,

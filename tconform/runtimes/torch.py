@@ -44,7 +44,8 @@ class TorchSession:
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         args = []
         for spec in self.case.inputs(self.cfg):
-            t = torch.from_numpy(np.ascontiguousarray(feeds[spec.name])).to(self.runtime.device)
+            # torch.tensor copies: golden arrays are read-only views of the .pb files.
+            t = torch.tensor(feeds[spec.name], device=self.runtime.device)
             args.append(t.to(self.runtime.dtype) if spec.kind == "float" else t)
         with torch.inference_mode():
             out = self.module(*args)
