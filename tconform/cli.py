@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 
 import click
+
 from tconform.commands.bench import bench
 from tconform.commands.doc import doc
-
 from tconform.commands.export import export
 from tconform.commands.golden import golden
 from tconform.commands.verify import verify

@@ -20,7 +20,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -216,10 +216,16 @@ class ExportRecord:
     inputs: list[str]
     outputs: list[str]
     dynamic_axes: dict[str, dict[int, str]]
+    folder: str = ""  # the artifacts folder it lives in (not part of the manifest entry)
+
+    @property
+    def location(self) -> str:
+        return str(Path(self.folder) / self.path)
 
     def to_manifest(self) -> dict[str, object]:
         entry = asdict(self)
         entry.pop("cached")
+        entry.pop("folder")
         return entry
 
 
@@ -278,11 +284,132 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
         inputs=[s.name for s in case.inputs(settings.cfg)],
         outputs=[s.name for s in case.outputs(settings.cfg)],
         dynamic_axes=dynamic_axes(case, settings.cfg),
+        folder=str(out_dir),
     )
 
 
 def _export_by_name(name: str, settings: ExportSettings, out_dir: Path) -> ExportRecord:
     return export_case(registry.get_case(name), settings, out_dir)
+
+
+@dataclass(frozen=True)
+class ExportJob:
+    """One model to have current: `case` at `settings` in `out_dir`/<case>/model.onnx."""
+
+    case: Case
+    settings: ExportSettings
+    out_dir: Path
+
+
+class _Folder:
+    """One artifacts folder and its manifest, rewritten after every model so that an
+    interrupted run keeps what it finished."""
+
+    def __init__(self, out_dir: Path, settings: ExportSettings) -> None:
+        self.out_dir = out_dir
+        self.settings = settings
+        self.models: dict = dict(read_manifest(out_dir).get("models", {}))
+
+    def add(self, record: ExportRecord) -> None:
+        self.models[record.case] = record.to_manifest()
+        atomic_write_json(
+            self.out_dir / MANIFEST,
+            {
+                "tool": "tconform",
+                "config": self.settings.cfg.to_dict(),
+                "seed": self.settings.seed,
+                "exporter": self.settings.exporter,
+                "dtype": self.settings.dtype,
+                "versions": library_versions(),
+                "models": self.models,
+            },
+        )
+
+
+# Biggest graphs first (by the case's size class), so that the longest export never starts last.
+_SIZE_ORDER = ("model", "stack", "layer", "component")
+
+
+def _copy_model(record: ExportRecord, source_dir: Path, job: ExportJob) -> ExportRecord:
+    """An identical model (same cache key) already exported elsewhere, copied into place."""
+    target = job.out_dir / job.case.name / "model.onnx"
+    atomic_write_bytes(target, (source_dir / record.path).read_bytes())
+    path = str(target.relative_to(job.out_dir))
+    return replace(record, path=path, cached=True, folder=str(job.out_dir))
+
+
+def export_jobs(
+    jobs: Iterable[ExportJob],
+    on_done: Callable[[ExportRecord], None] | None = None,
+    repair: bool = True,
+    workers: int | None = None,
+) -> list[ExportRecord]:
+    """Make every job's model current and keep each folder's manifest current.
+
+    A model whose cache key and bytes match its manifest is reused; one whose key matches a
+    model current in another folder is copied; the rest are exported, each distinct key once,
+    in `workers` processes (default: one per core, at most two: each export is
+    single-threaded Python tracing). `on_done` reports every record as it is settled.
+    """
+    jobs = list(jobs)
+    folders: dict[Path, _Folder] = {}
+    for job in jobs:
+        folders.setdefault(job.out_dir, _Folder(job.out_dir, job.settings))
+    records: dict[int, ExportRecord] = {}
+    current: dict[str, tuple[ExportRecord, Path]] = {}  # key -> a current model and its folder
+    todo: dict[str, list[int]] = {}  # key -> indices of the jobs that need that model
+    for n, job in enumerate(jobs):
+        key = cache_key(job.case, job.settings)
+        previous = folders[job.out_dir].models.get(job.case.name)
+        path = job.out_dir / job.case.name / "model.onnx"
+        if _is_current(path, key, previous, repair):
+            records[n] = ExportRecord(**{**previous, "cached": True, "folder": str(job.out_dir)})
+            current.setdefault(key, (records[n], job.out_dir))
+            if on_done:
+                on_done(records[n])
+        else:
+            todo.setdefault(key, []).append(n)
+
+    def settle(key: str, record: ExportRecord, source_dir: Path) -> None:
+        for n in todo[key]:
+            job = jobs[n]
+            if job.out_dir != source_dir:
+                records[n] = _copy_model(record, source_dir, job)
+            else:
+                records[n] = record
+            folders[job.out_dir].add(records[n])
+            if on_done:
+                on_done(records[n])
+
+    to_export = []
+    for key in todo:
+        if key in current:
+            settle(key, *current[key])
+        else:
+            to_export.append(key)
+    to_export.sort(key=lambda k: _SIZE_ORDER.index(jobs[todo[k][0]].case.tolerance))
+
+    def first(key: str) -> ExportJob:
+        return jobs[todo[key][0]]
+
+    count = min(workers or min(2, os.cpu_count() or 1), len(to_export))
+    if count <= 1:
+        for key in to_export:
+            job = first(key)
+            settle(key, export_case(job.case, job.settings, job.out_dir), job.out_dir)
+    else:
+        context = multiprocessing.get_context("spawn")  # fork after torch starts threads can hang
+        with ProcessPoolExecutor(count, mp_context=context) as pool:
+            futures = {
+                pool.submit(
+                    _export_by_name, first(k).case.name, first(k).settings, first(k).out_dir
+                ): k
+                for k in to_export
+            }
+            for future in as_completed(futures):
+                key = futures[future]
+                settle(key, future.result(), first(key).out_dir)
+    return [records[n] for n in range(len(jobs))]
 
 
 def export_cases(
@@ -293,53 +420,7 @@ def export_cases(
     repair: bool = True,
     jobs: int | None = None,
 ) -> list[ExportRecord]:
-    """Export (or reuse) every case and keep the manifest current; `on_done` reports progress.
-
-    Models that need exporting are exported in `jobs` worker processes (default: one per core,
-    at most two, since each export is single-threaded Python tracing).
-    """
-    manifest = read_manifest(out_dir)
-    models: dict = dict(manifest.get("models", {}))
-    records: dict[str, ExportRecord] = {}
-    todo = []
-    for case in cases:
-        previous = models.get(case.name)
-        if _is_current(
-            out_dir / case.name / "model.onnx", cache_key(case, settings), previous, repair
-        ):
-            records[case.name] = ExportRecord(**{**previous, "cached": True})
-            if on_done:
-                on_done(records[case.name])
-        else:
-            todo.append(case)
-
-    def finished(record: ExportRecord) -> None:
-        records[record.case] = record
-        models[record.case] = record.to_manifest()
-        # Rewritten after every model, so an interrupted run keeps what it finished.
-        atomic_write_json(
-            out_dir / MANIFEST,
-            {
-                "tool": "tconform",
-                "config": settings.cfg.to_dict(),
-                "seed": settings.seed,
-                "exporter": settings.exporter,
-                "dtype": settings.dtype,
-                "versions": library_versions(),
-                "models": models,
-            },
-        )
-        if on_done:
-            on_done(record)
-
-    workers = min(jobs or min(2, os.cpu_count() or 1), len(todo))
-    if workers <= 1:
-        for case in todo:
-            finished(export_case(case, settings, out_dir))
-    else:
-        context = multiprocessing.get_context("spawn")  # fork after torch starts threads can hang
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            futures = [pool.submit(_export_by_name, c.name, settings, out_dir) for c in todo]
-            for future in as_completed(futures):
-                finished(future.result())
-    return [records[c.name] for c in cases]
+    """Export (or reuse) every case at one setting into one folder (see export_jobs)."""
+    return export_jobs(
+        (ExportJob(case, settings, out_dir) for case in cases), on_done, repair, workers=jobs
+    )

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tconform import golden, registry
+from tconform import doc, golden, registry
 from tconform.compare import compare_output, tolerance_for
 from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, EXIT_OK, ProviderUnavailable
-from tconform.export import ExportRecord, ExportSettings, export_cases, read_manifest
+from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs, read_manifest
 from tconform.registry import Case
 from tconform.results import Result
 from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
@@ -136,14 +136,19 @@ def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> Verif
     dtype = _artifact_dtype(options.artifacts_dir)
     exporter = read_manifest(options.artifacts_dir).get("exporter", "dynamo")
 
-    progress(f"exporting {len(cases)} models (cached where current) to {options.artifacts_dir}")
-    exports = export_cases(
-        cases,
-        ExportSettings(cfg, seed, exporter=exporter, dtype=dtype),
-        options.artifacts_dir,
-        on_done=lambda r: progress(f"  {r.case}: {'cached' if r.cached else 'exported'}"),
-        repair=False,
+    settings = ExportSettings(cfg, seed, exporter=exporter, dtype=dtype)
+    jobs = [ExportJob(case, settings, options.artifacts_dir) for case in cases]
+    # The document checks' models join the same pool of export processes.
+    doc_jobs = doc.required_exports(options.artifacts_dir) if options.with_doc else []
+    progress(
+        f"exporting {len(jobs)} models, and {len(doc_jobs)} for the document checks, "
+        f"(cached where current) to {options.artifacts_dir}"
     )
+    exports = export_jobs(
+        jobs + doc_jobs,
+        on_done=lambda r: progress(f"  {r.location}: {'reused' if r.cached else 'exported'}"),
+        repair=False,
+    )[: len(jobs)]
     runtimes = [
         OrtRuntime(
             ep,
@@ -167,10 +172,8 @@ def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> Verif
             )
             results += _run_sets(session, case, sets, template, "float32")
     if options.with_doc:
-        from tconform.doc import verify_results as doc_results
-
         progress("document checks")
-        results += doc_results(options.eps, options.artifacts_dir)
+        results += doc.verify_results(options.eps, options.artifacts_dir)
     settings = {
         "golden": str(options.golden_dir),
         "artifacts": str(options.artifacts_dir),

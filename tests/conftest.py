@@ -34,17 +34,21 @@ def workspace(tmp_path, built) -> dict[str, Path]:
     return paths
 
 
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run `tconform ARGS` in-process; returns (exit code, stdout, stderr). An exception other
-    than SystemExit escapes and fails the test: the CLI must never show a traceback."""
+@pytest.fixture
+def cli(capsys):
+    """Run `tconform ARGS` in-process: cli(*args) -> (exit code, stdout, stderr). An exception
+    other than SystemExit escapes and fails the test: the CLI must never show a traceback."""
     from tconform.cli import main
 
-    capsys.readouterr()
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0
-    else:
-        code = 0
-    out, err = capsys.readouterr()
-    return code, out, err
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0
+        else:
+            code = 0
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -7,7 +7,6 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from conftest import run_cli
 from onnx import numpy_helper
 
 from tconform import golden, registry
@@ -16,9 +15,8 @@ from tconform.files import atomic_write_json, sha256_bytes
 FAST = ("--no-doc", "-q")
 
 
-def verify(capsys, ws, *extra):
-    return run_cli(
-        capsys,
+def verify(cli, ws, *extra):
+    return cli(
         "verify",
         "--golden",
         str(ws["golden"]),
@@ -29,9 +27,9 @@ def verify(capsys, ws, *extra):
     )
 
 
-def test_verify_passes_every_case_on_cpu_and_torch(capsys, workspace, tmp_path):
+def test_verify_passes_every_case_on_cpu_and_torch(cli, workspace, tmp_path):
     code, out, err = verify(
-        capsys,
+        cli,
         workspace,
         "--json",
         str(tmp_path / "r.json"),
@@ -85,17 +83,12 @@ def test_verify_passes_every_case_on_cpu_and_torch(capsys, workspace, tmp_path):
     assert "transformer" in out and "ort-cpu" in out
 
 
-def test_verify_round_trip_with_the_torchscript_exporter(capsys, workspace, tmp_path):
-    code, out, _ = run_cli(
-        capsys, "export", "--exporter", "torchscript", "--out", str(tmp_path / "ts")
-    )
+def test_verify_round_trip_with_the_torchscript_exporter(cli, workspace, tmp_path):
+    code, out, _ = cli("export", "--exporter", "torchscript", "--out", str(tmp_path / "ts"))
     assert code == 0 and "14 exported" in out
-    code, out, _ = run_cli(
-        capsys, "export", "--exporter", "torchscript", "--out", str(tmp_path / "ts")
-    )
+    code, out, _ = cli("export", "--exporter", "torchscript", "--out", str(tmp_path / "ts"))
     assert "0 exported, 14 cached" in out
-    code, out, err = run_cli(
-        capsys,
+    code, out, err = cli(
         "verify",
         "--golden",
         str(workspace["golden"]),
@@ -107,7 +100,7 @@ def test_verify_round_trip_with_the_torchscript_exporter(capsys, workspace, tmp_
     assert code == 0, out + err
 
 
-def test_a_wrong_golden_value_is_a_conformance_failure(capsys, workspace):
+def test_a_wrong_golden_value_is_a_conformance_failure(cli, workspace):
     path = workspace["golden"] / "norm" / "test_data_set_1" / "output_0.pb"
     name, array = golden._read_tensor(path, None)
     array = array.copy()
@@ -117,34 +110,34 @@ def test_a_wrong_golden_value_is_a_conformance_failure(capsys, workspace):
     manifest = json.loads((workspace["golden"] / "manifest.json").read_text())
     manifest["cases"]["norm"]["sha256"]["test_data_set_1/output_0.pb"] = sha256_bytes(data)
     atomic_write_json(workspace["golden"] / "manifest.json", manifest)
-    code, out, _ = verify(capsys, workspace, "--case", "norm")
+    code, out, _ = verify(cli, workspace, "--case", "norm")
     assert code == 1
     assert "FAIL" in out and "[0, 0, 0]" in out  # the worst element is shown with its index
 
 
-def test_flipped_byte_in_a_golden_names_the_file(capsys, workspace):
+def test_flipped_byte_in_a_golden_names_the_file(cli, workspace):
     path = workspace["golden"] / "encoder" / "test_data_set_2" / "output_0.pb"
     data = bytearray(path.read_bytes())
     data[-5] ^= 0xFF
     path.write_bytes(bytes(data))
-    code, _, err = verify(capsys, workspace)
+    code, _, err = verify(cli, workspace)
     assert code != 0 and str(path) in err and "Traceback" not in err
 
 
-def test_truncated_model_is_one_line_and_exit_2(capsys, workspace):
+def test_truncated_model_is_one_line_and_exit_2(cli, workspace):
     path = workspace["artifacts"] / "decoder" / "model.onnx"
     path.write_bytes(path.read_bytes()[:200])
-    code, _, err = verify(capsys, workspace)
+    code, _, err = verify(cli, workspace)
     assert code == 2 and str(path) in err and len(err.strip().splitlines()) == 1
 
 
-def test_unloadable_model_is_one_line_and_exit_2(capsys, workspace):
+def test_unloadable_model_is_one_line_and_exit_2(cli, workspace):
     path = workspace["artifacts"] / "norm" / "model.onnx"
     path.write_bytes(b"not a model")
     manifest = json.loads((workspace["artifacts"] / "manifest.json").read_text())
     manifest["models"]["norm"]["sha256"] = sha256_bytes(b"not a model")
     atomic_write_json(workspace["artifacts"] / "manifest.json", manifest)
-    code, _, err = verify(capsys, workspace, "--case", "norm")
+    code, _, err = verify(cli, workspace, "--case", "norm")
     assert code == 2 and "cannot load" in err and len(err.strip().splitlines()) == 1
 
 
@@ -168,22 +161,22 @@ def _rewrite_golden(ws, case, rel, array, name):
         (lambda: (np.zeros((1, 1), np.int64), "tokens"), "named 'tokens'"),
     ],
 )
-def test_bad_golden_inputs_are_one_line_errors(capsys, workspace, make, message):
+def test_bad_golden_inputs_are_one_line_errors(cli, workspace, make, message):
     array, name = make()
     path = _rewrite_golden(workspace, "embedding", "test_data_set_0/input_0.pb", array, name)
-    code, _, err = verify(capsys, workspace, "--case", "embedding")
+    code, _, err = verify(cli, workspace, "--case", "embedding")
     assert code == 2 and message in err and str(path) in err
     assert len(err.strip().splitlines()) == 1
 
 
-def test_sequence_longer_than_the_preset_maximum(capsys, workspace):
+def test_sequence_longer_than_the_preset_maximum(cli, workspace):
     seq = 13
     array = np.zeros((1, seq), np.int64)
     manifest = json.loads((workspace["golden"] / "manifest.json").read_text())
     manifest["cases"]["embedding"]["sets"]["test_data_set_0"]["src_ids"] = [1, seq]
     atomic_write_json(workspace["golden"] / "manifest.json", manifest)
     _rewrite_golden(workspace, "embedding", "test_data_set_0/input_0.pb", array, "src_ids")
-    code, _, err = verify(capsys, workspace, "--case", "embedding")
+    code, _, err = verify(cli, workspace, "--case", "embedding")
     assert code == 2 and "sequence length 13 exceeds the preset's maximum 12" in err
 
 
@@ -197,27 +190,27 @@ def test_sequence_longer_than_the_preset_maximum(capsys, workspace):
         (("golden", "--check", "--out", "/nonexistent/golden"), "no golden folder"),
     ],
 )
-def test_usage_errors_exit_2_with_one_line(capsys, args, message):
-    code, _, err = run_cli(capsys, *args)
+def test_usage_errors_exit_2_with_one_line(cli, args, message):
+    code, _, err = cli(*args)
     assert code == 2 and message in err and "Traceback" not in err
 
 
-def test_empty_golden_folder(capsys, tmp_path):
+def test_empty_golden_folder(cli, tmp_path):
     (tmp_path / "g").mkdir()
-    code, _, err = run_cli(capsys, "verify", "--golden", str(tmp_path / "g"))
+    code, _, err = cli("verify", "--golden", str(tmp_path / "g"))
     assert code == 2 and "manifest.json: missing" in err
 
 
-def test_golden_refuses_to_overwrite_and_check_passes(capsys, workspace):
-    code, _, err = run_cli(capsys, "golden", "--out", str(workspace["golden"]))
+def test_golden_refuses_to_overwrite_and_check_passes(cli, workspace):
+    code, _, err = cli("golden", "--out", str(workspace["golden"]))
     assert code == 2 and "--force" in err
-    code, out, _ = run_cli(capsys, "golden", "--check", "--out", str(workspace["golden"]))
+    code, out, _ = cli("golden", "--check", "--out", str(workspace["golden"]))
     assert code == 0 and "matches a regeneration" in out
 
 
-def test_cuda_requested_without_a_gpu_is_unavailable_never_pass(capsys, workspace, tmp_path):
+def test_cuda_requested_without_a_gpu_is_unavailable_never_pass(cli, workspace, tmp_path):
     code, _, _ = verify(
-        capsys,
+        cli,
         workspace,
         "--ep",
         "cuda",
@@ -230,7 +223,5 @@ def test_cuda_requested_without_a_gpu_is_unavailable_never_pass(capsys, workspac
     rows = json.loads((tmp_path / "c.json").read_text())["results"]
     assert code == 3 and rows and all(r["status"] == "unavailable" for r in rows)
     assert all(r["message"] for r in rows)
-    code, _, _ = verify(
-        capsys, workspace, "--ep", "cpu,cuda", "--allow-missing-ep", "--case", "norm"
-    )
+    code, _, _ = verify(cli, workspace, "--ep", "cpu,cuda", "--allow-missing-ep", "--case", "norm")
     assert code == 0

@@ -4,7 +4,7 @@ import pytest
 from tconform import registry
 from tconform.config import PRESETS
 from tconform.errors import UsageError
-from tconform.export import ExportSettings, export_cases, read_manifest
+from tconform.export import ExportJob, ExportSettings, export_cases, export_jobs, read_manifest
 
 TINY = PRESETS["tiny"]
 
@@ -50,3 +50,17 @@ def test_bad_settings_are_usage_errors():
         ExportSettings(TINY, exporter="torchscript", opset=21)
     with pytest.raises(UsageError, match="exporter"):
         ExportSettings(TINY, exporter="tflite")
+
+
+def test_identical_models_in_two_folders_are_exported_once_and_copied(tmp_path):
+    case = registry.get_case("norm")
+    settings = ExportSettings(TINY, exporter="torchscript")
+    a, b = tmp_path / "a", tmp_path / "b"
+    first, copy = export_jobs([ExportJob(case, settings, a), ExportJob(case, settings, b)])
+    assert not first.cached and copy.cached and copy.sha256 == first.sha256
+    assert (a / "norm" / "model.onnx").read_bytes() == (b / "norm" / "model.onnx").read_bytes()
+    assert read_manifest(b)["models"]["norm"]["key"] == first.key
+    # A folder without the model is served from one that has it, in the same call.
+    c = tmp_path / "c"
+    _, third = export_jobs([ExportJob(case, settings, a), ExportJob(case, settings, c)])
+    assert third.cached and third.location == str(c / "norm" / "model.onnx")

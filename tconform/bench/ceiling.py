@@ -1,0 +1,108 @@
+"""The machine's limits, measured in the same run: float32 GEMM FLOP/s through ONNX Runtime on
+the benchmarked provider and threads (the ceiling engines are compared with), numpy's GEMM for
+reference, and memory copy bandwidth (for the memory-bound floor of batch-1 cases)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from tconform.bench.timing import timed_runs
+from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.versions import cpu_name
+
+GEMM_SIZE = 2048  # large enough to be compute-bound, small enough to time in ~0.1 s on 2 cores
+COPY_BYTES = 256 * 2**20  # far beyond any last-level cache
+
+
+def matmul_model(size: int) -> bytes:
+    """An ONNX graph Y = A @ B with a (size x size) float32 weight B held as an initializer."""
+    rng = np.random.default_rng(0)
+    weight = onnx.numpy_helper.from_array(
+        rng.standard_normal((size, size), dtype=np.float32), name="B"
+    )
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "B"], ["Y"])],
+        "gemm_ceiling",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [size, size])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [size, size])],
+        [weight],
+    )
+    # IR 10 / opset 18: ONNX Runtime 1.31 refuses the IR 14 that onnx 1.23 stamps by default.
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    return model.SerializeToString()
+
+
+def ort_gemm_gflops(runtime: OrtRuntime, size: int | None = None, runs: int = 15) -> float:
+    """Best-of-`runs` GFLOP/s of a float32 (size^3) MatMul in ONNX Runtime on `runtime`'s
+    provider and threads. The best run estimates the ceiling; medians include noise."""
+    import tempfile
+    from pathlib import Path
+
+    size = size or GEMM_SIZE  # read at call time, so tests can shrink it
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "matmul.onnx"
+        path.write_bytes(matmul_model(size))
+        session = runtime.open(path).session
+    a = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
+    if runtime.ep == "cuda":
+        return _ort_cuda_gemm_gflops(session, a, runs)
+    times = timed_runs(lambda: session.run(None, {"A": a}), warmup=2, runs=runs)
+    return 2 * size**3 / min(times) / 1e9
+
+
+def _ort_cuda_gemm_gflops(session, a: np.ndarray, runs: int) -> float:
+    """The CUDA ceiling with input and output bound on the device (no host copies timed)."""
+    import onnxruntime as ort
+
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("A", ort.OrtValue.ortvalue_from_numpy(a, "cuda", 0))
+    binding.bind_output("Y", "cuda")
+
+    def run() -> None:
+        session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+
+    times = timed_runs(run, warmup=2, runs=runs)
+    return 2 * a.shape[0] ** 3 / min(times) / 1e9
+
+
+def numpy_gemm_gflops(size: int | None = None, runs: int = 5) -> float:
+    """numpy's float32 GEMM (its own BLAS and thread pool), recorded for reference only."""
+    size = size or GEMM_SIZE
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    times = timed_runs(lambda: a @ b, warmup=1, runs=runs)
+    return 2 * size**3 / min(times) / 1e9
+
+
+def copy_bandwidth_gbs(nbytes: int | None = None, runs: int = 5) -> float:
+    """Memory bandwidth of a large array copy, counting bytes read plus bytes written."""
+    nbytes = nbytes or COPY_BYTES
+    source = np.ones(nbytes // 4, dtype=np.float32)
+    target = np.empty_like(source)
+    times = timed_runs(lambda: np.copyto(target, source), warmup=1, runs=runs)
+    return 2 * nbytes / min(times) / 1e9
+
+
+def measure_ceiling(runtime: OrtRuntime) -> dict[str, object]:
+    """The ceiling block of the report for one provider."""
+    started = time.perf_counter()
+    ceiling: dict[str, object] = {
+        "device": f"{runtime.ep} ({cpu_name()})" if runtime.ep == "cpu" else runtime.ep,
+        "gemm_gflops": round(ort_gemm_gflops(runtime), 2),
+        "gemm_source": f"ONNX Runtime MatMul {GEMM_SIZE}^3 float32, {runtime.provider}, "
+        f"intra_op_threads={runtime.intra_op_threads}, best of 15 runs",
+    }
+    if runtime.ep == "cpu":
+        ceiling["numpy_gemm_gflops"] = round(numpy_gemm_gflops(), 2)
+        ceiling["copy_bandwidth_gbs"] = round(copy_bandwidth_gbs(), 2)
+        ceiling["copy_source"] = (
+            f"numpy copyto of {COPY_BYTES // 2**20} MiB, (read + write bytes) / best of 5"
+        )
+    ceiling["seconds"] = round(time.perf_counter() - started, 2)
+    return ceiling

@@ -1,0 +1,159 @@
+"""The bench report as a terminal table, markdown (CI job summaries), JSON and a plot."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from tconform.files import atomic_write_bytes, atomic_write_json
+
+COLUMNS = (
+    ("case", "{:<14}"),
+    ("engine", "{:<22}"),
+    ("ep", "{:<4}"),
+    ("shape", "{:>6}"),
+    ("p50_ms", "{:>9}"),
+    ("p90_ms", "{:>9}"),
+    ("p99_ms", "{:>9}"),
+    ("runs", "{:>5}"),
+    ("tokens_per_s", "{:>9}"),
+    ("gflops", "{:>8}"),
+    ("peak_fraction", "{:>6}"),
+    ("peak_mem_delta_mb", "{:>7}"),
+)
+HEADERS = {
+    "shape": "BxS",
+    "tokens_per_s": "tok/s",
+    "gflops": "GFLOP/s",
+    "peak_fraction": "%peak",
+    "peak_mem_delta_mb": "+RSS MB",
+}
+
+
+def _cell(row: dict, key: str) -> str:
+    if key == "shape":
+        return f"{row['batch']}x{row['seq']}"
+    if row.get("status") != "ok" and key not in ("case", "engine", "ep"):
+        return "-"
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if key == "peak_fraction":
+        return f"{100 * value:.0f}%"
+    if key == "tokens_per_s":
+        return f"{value:.0f}"
+    if isinstance(value, float):
+        return f"{value:.4g}" if value < 1e5 else f"{value:.0f}"
+    return str(value)
+
+
+def table_header() -> str:
+    return " ".join(fmt.format(HEADERS.get(key, key)) for key, fmt in COLUMNS)
+
+
+def table_line(row: dict) -> str:
+    line = " ".join(fmt.format(_cell(row, key)) for key, fmt in COLUMNS)
+    if row.get("status") != "ok":
+        line += f"  skipped: {row.get('reason', '')}"
+    return line
+
+
+def ceiling_lines(report: dict) -> list[str]:
+    lines = []
+    for ep, ceiling in report.get("ceilings", {}).items():
+        text = f"ceiling {ep}: GEMM {ceiling['gemm_gflops']} GFLOP/s ({ceiling['gemm_source']})"
+        if "numpy_gemm_gflops" in ceiling:
+            text += f"; numpy GEMM {ceiling['numpy_gemm_gflops']} GFLOP/s"
+        if "copy_bandwidth_gbs" in ceiling:
+            text += f"; copy bandwidth {ceiling['copy_bandwidth_gbs']} GB/s"
+        lines.append(text)
+    for missing in report.get("unavailable", []):
+        lines.append(f"provider {missing['ep']}: unavailable, not timed ({missing['reason']})")
+    return lines
+
+
+def ratio_lines(report: dict) -> list[str]:
+    """ONNX Runtime's p50 over torch eager's, per case and shape, on each device."""
+    rows = [r for r in report["results"] if r.get("status") == "ok"]
+    by_key = {(r["case"], r["batch"], r["seq"], r["ep"], r["engine"]): r for r in rows}
+    lines = []
+    for (case, batch, seq, ep, engine), row in by_key.items():
+        torch_row = by_key.get((case, batch, seq, ep, "torch"))
+        if engine == "onnxruntime" and torch_row:
+            ratio = row["p50_ms"] / torch_row["p50_ms"]
+            lines.append(f"{case} {batch}x{seq} {ep}: onnxruntime p50 / torch p50 = {ratio:.2f}")
+    return lines
+
+
+def markdown(report: dict) -> str:
+    """A GitHub-flavoured table for CI job summaries."""
+    keys = [key for key, _ in COLUMNS]
+    out = io.StringIO()
+    out.write("## tconform bench\n\n")
+    settings = report.get("settings", {})
+    out.write(
+        f"preset `{settings.get('preset')}`, threads {settings.get('intra_op_threads')}, "
+        f"graph optimisation `{settings.get('graph_optimization')}`, "
+        f"CPU {report['environment'].get('cpu')}\n\n"
+    )
+    for line in ceiling_lines(report):
+        out.write(f"- {line}\n")
+    out.write("\n| " + " | ".join(HEADERS.get(k, k) for k in keys) + " |\n")
+    out.write("|" + "---|" * len(keys) + "\n")
+    for row in report["results"]:
+        out.write("| " + " | ".join(_cell(row, k) for k in keys) + " |\n")
+    ratios = ratio_lines(report)
+    if ratios:
+        out.write("\n" + "".join(f"- {line}\n" for line in ratios))
+    return out.getvalue()
+
+
+def write_json(path: Path, report: dict) -> None:
+    atomic_write_json(path, report)
+
+
+def write_markdown(path: Path, report: dict) -> None:
+    atomic_write_bytes(path, markdown(report).encode())
+
+
+def write_plot(path: Path, report: dict) -> None:
+    """p50 bars with p90 whiskers per engine and shape (log scale) over the achieved fraction
+    of the GEMM ceiling, one group of bars per case and shape."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report["results"] if r.get("status") == "ok"]
+    groups = list(dict.fromkeys(f"{r['case']}\n{r['batch']}x{r['seq']}" for r in rows))
+    engines = list(dict.fromkeys(f"{r['engine']}/{r['ep']}" for r in rows))
+    width = 0.8 / max(1, len(engines))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 1.3 * len(groups)), 8), sharex=True)
+    for i, engine in enumerate(engines):
+        xs, p50, whisker, fraction = [], [], [], []
+        for g, group in enumerate(groups):
+            for r in rows:
+                in_group = f"{r['case']}\n{r['batch']}x{r['seq']}" == group
+                if in_group and f"{r['engine']}/{r['ep']}" == engine:
+                    xs.append(g + (i - (len(engines) - 1) / 2) * width)
+                    p50.append(r["p50_ms"])
+                    whisker.append(r["p90_ms"] - r["p50_ms"])
+                    fraction.append(100 * (r.get("peak_fraction") or 0))
+        top.bar(xs, p50, width, yerr=[[0] * len(whisker), whisker], capsize=3, label=engine)
+        bottom.bar(xs, fraction, width, label=engine)
+    top.set_yscale("log")
+    top.set_ylabel("latency p50 (ms), whisker to p90")
+    top.legend(fontsize=8)
+    bottom.set_ylabel("% of measured GEMM FLOP/s")
+    bottom.axhline(80, color="grey", linestyle="--", linewidth=0.8)
+    bottom.set_xticks(range(len(groups)), groups, fontsize=8)
+    ceiling = report.get("ceiling", {})
+    fig.suptitle(
+        f"tconform bench, preset {report['settings']['preset']}: "
+        f"ceiling {ceiling.get('gemm_gflops')} GFLOP/s ({ceiling.get('device')})"
+    )
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())

@@ -1,0 +1,130 @@
+"""Run the documents' numbers through the exported components and the torch reference.
+
+Each case's RuntimeCheck names a registry case and a config; the component is exported once per
+config into artifacts/doc/<config_name>/ (export_cases caches it), opened on every requested
+ONNX Runtime provider and on torch float32, fed the document's numbers and compared with the
+oracle's exact value under the float32 tolerance of the case's class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tconform import registry
+from tconform.compare import compare_output, tolerance_for
+from tconform.config import ModelConfig
+from tconform.doc.cases import RuntimeCheck
+from tconform.errors import ProviderUnavailable, TconformError
+from tconform.export import ExportJob, ExportSettings, build_module, export_cases
+from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.runtimes.torch import TorchRuntime
+
+DOC_ARTIFACTS = "doc"  # subfolder of the artifacts dir
+
+
+@dataclass
+class RuntimeOutcome:
+    status: str  # pass | fail | unavailable | error
+    max_abs_err: float | None = None
+    message: str = ""
+    providers: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"status": self.status, "max_abs_err": self.max_abs_err, "message": self.message}
+
+
+def runtime_names(eps: list[str]) -> list[str]:
+    """Column names: one per ONNX Runtime provider, then torch (float32, CPU)."""
+    return [f"onnxruntime-{ep}" for ep in eps] + ["torch"]
+
+
+class ComponentRunner:
+    """Opens each (component, config, runtime) once and reuses it for every check."""
+
+    def __init__(self, artifacts_dir: Path) -> None:
+        self.artifacts_dir = artifacts_dir
+        self._models: dict[tuple[str, str], Path] = {}
+        self._sessions: dict[tuple[str, str, str], object] = {}
+        self._params: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+
+    def export_job(self, case_name: str, cfg: ModelConfig, config_name: str) -> ExportJob:
+        """The export that a check of `case_name` at `cfg` needs."""
+        out_dir = self.artifacts_dir / DOC_ARTIFACTS / config_name
+        return ExportJob(registry.get_case(case_name), ExportSettings(cfg), out_dir)
+
+    def model_path(self, case_name: str, cfg: ModelConfig, config_name: str) -> Path:
+        key = (case_name, config_name)
+        if key not in self._models:
+            job = self.export_job(case_name, cfg, config_name)
+            export_cases([job.case], job.settings, job.out_dir)  # cached after export_jobs
+            self._models[key] = job.out_dir / case_name / "model.onnx"
+        return self._models[key]
+
+    def session(self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str):
+        """A session with .run(feeds) and .providers; raises ProviderUnavailable."""
+        key = (runtime, case_name, config_name)
+        if key not in self._sessions:
+            if runtime == "torch":
+                case = registry.get_case(case_name)
+                params = self.params(case_name, cfg)
+                self._sessions[key] = TorchRuntime().open(case, cfg, params)
+            else:
+                ep = runtime.removeprefix("onnxruntime-")
+                path = self.model_path(case_name, cfg, config_name)
+                self._sessions[key] = OrtRuntime(ep=ep).open(path)
+        return self._sessions[key]
+
+    def params(self, case_name: str, cfg: ModelConfig) -> dict[str, np.ndarray]:
+        """The seeded weights the export and torch use (the oracle needs the same)."""
+        key = (case_name, cfg.to_json())
+        if key not in self._params:
+            self._params[key] = build_module(registry.get_case(case_name), ExportSettings(cfg))[1]
+        return self._params[key]
+
+    def outputs(
+        self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str, feeds: dict
+    ) -> list[np.ndarray]:
+        """The case's outputs on `runtime`: "oracle" (float64), "torch" or "onnxruntime-<ep>"."""
+        if runtime == "oracle":
+            case = registry.get_case(case_name)
+            return list(registry.run_oracle(case, cfg, self.params(case_name, cfg), feeds))
+        return self.session(runtime, case_name, cfg, config_name).run(feeds)
+
+    def compare(
+        self,
+        runtime: str,
+        case_name: str,
+        cfg: ModelConfig,
+        config_name: str,
+        feeds: dict[str, np.ndarray],
+        output: int,
+        exact: np.ndarray,
+    ) -> RuntimeOutcome:
+        """Run one check; an unusable provider is `unavailable`, never a pass."""
+        tolerance = tolerance_for("float32", registry.get_case(case_name).tolerance)
+        try:
+            session = self.session(runtime, case_name, cfg, config_name)
+            actual = session.run(feeds)[output]
+        except ProviderUnavailable as exc:
+            return RuntimeOutcome("unavailable", message=str(exc))
+        except TconformError as exc:
+            return RuntimeOutcome("error", message=str(exc))
+        result = compare_output(case_name, np.asarray(actual), exact, tolerance)
+        return RuntimeOutcome(
+            result.status, result.max_abs_err, result.message, tuple(session.providers)
+        )
+
+    def run_check(self, runtime: str, check: RuntimeCheck) -> RuntimeOutcome:
+        """A document case's RuntimeCheck on one runtime."""
+        return self.compare(
+            runtime,
+            check.case,
+            check.cfg,
+            check.config_name,
+            check.feeds,
+            check.output,
+            check.exact,
+        )

@@ -1,0 +1,91 @@
+"""`tconform bench` end to end on the tiny preset: bad input is a one-line usage error (exit 2)
+before anything slow starts, and a short run writes JSON, markdown and a plot of the documented
+shape. No timing assertions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tconform.bench import ceiling
+from tconform.commands.bench import bench
+from tconform.errors import EXIT_USAGE, UsageError
+
+
+def run_bench(*args: str) -> None:
+    bench.main(list(args), standalone_mode=False, prog_name="tconform bench")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--engine", "tensorrt"], "unknown engine 'tensorrt'"),
+        (["--ep", "rocm"], "unknown execution provider 'rocm'"),
+        (["--shape", "1x13"], "exceeds the preset's 12"),
+        (["--shape", "8by128"], "is not BATCHxSEQ"),
+        (["--shape", "0x4"], "at least 1"),
+        (["--case", "nonexistent"], "unknown case"),
+        (["--preset", "huge"], "unknown preset"),
+    ],
+)
+def test_bad_input_is_a_one_line_usage_error(args, message, tmp_path):
+    with pytest.raises(UsageError, match=message) as caught:
+        run_bench("--preset", "tiny", "--artifacts", str(tmp_path), *args)
+    assert caught.value.exit_code == EXIT_USAGE
+    assert "\n" not in str(caught.value)
+    assert not any(tmp_path.iterdir())  # refused before exporting anything
+
+
+def test_compare_refuses_a_json_from_another_tool(tmp_path):
+    other = tmp_path / "verify.json"
+    other.write_text(json.dumps({"tool": "tconform verify", "results": []}))
+    with pytest.raises(UsageError) as caught:
+        run_bench("--compare", str(other), str(other))
+    assert caught.value.exit_code == EXIT_USAGE
+
+
+RESULT_KEYS = {
+    "case", "engine", "ep", "batch", "seq", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms",
+    "runs", "tokens_per_s", "gflops", "peak_fraction", "peak_mem_mb",
+}  # fmt: skip
+
+
+def test_short_run_writes_the_documented_reports(tmp_path, monkeypatch, capsys):
+    # A small ceiling measurement keeps the test fast; its value is not asserted.
+    monkeypatch.setattr(ceiling, "GEMM_SIZE", 128)
+    monkeypatch.setattr(ceiling, "COPY_BYTES", 2**20)
+    out = tmp_path / "bench.json"
+    run_bench(
+        "--preset", "tiny", "--case", "feed_forward", "--shape", "1x4", "--shape", "2x6",
+        "--engine", "onnxruntime", "--engine", "torch", "--ep", "cpu", "--threads", "1",
+        "--warmup", "1", "--runs", "3", "--artifacts", str(tmp_path / "artifacts"),
+        "--json", str(out), "--markdown", str(tmp_path / "bench.md"),
+        "--plot", str(tmp_path / "bench.png"), "--profile",
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert {"environment", "ceiling", "results"} <= set(report)
+    assert report["ceiling"]["gemm_gflops"] > 0
+    assert report["settings"]["intra_op_threads"] == report["settings"]["torch_threads"] == 1
+    rows = report["results"]
+    assert {(r["engine"], r["batch"], r["seq"]) for r in rows} == {
+        ("onnxruntime", 1, 4), ("torch", 1, 4), ("onnxruntime", 2, 6), ("torch", 2, 6),
+    }  # fmt: skip
+    for row in rows:
+        assert set(row) >= RESULT_KEYS
+        assert row["runs"] == 3
+        assert row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
+        assert row["tokens_per_s"] == pytest.approx(
+            row["batch"] * row["seq"] / (row["p50_ms"] / 1e3), rel=1e-3
+        )
+    onnx_row = next(r for r in rows if r["engine"] == "onnxruntime")
+    assert "MatMul" in onnx_row["profile"]
+    assert "feed_forward" in (tmp_path / "bench.md").read_text()
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    assert "onnxruntime p50 / torch p50" in capsys.readouterr().out
+
+    # The same report compared with itself: every row a ratio of 1, labelled noise.
+    run_bench("--compare", str(out), str(out))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + len(rows)
+    assert all(line.endswith("noise") and " 1.000 " in line for line in lines[1:])

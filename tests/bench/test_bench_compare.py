@@ -1,0 +1,63 @@
+"""`bench --compare`: ratios, the noise rule and refusal of files that are not bench reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tconform.bench.compare import MIN_CHANGE, compare_reports, load_report, verdict
+from tconform.bench.runner import SCHEMA
+from tconform.errors import UsageError
+
+
+def report(p50: float, std: float, runs: int = 25, mean: float | None = None) -> dict:
+    row = {
+        "case": "transformer",
+        "engine": "onnxruntime",
+        "ep": "cpu",
+        "batch": 1,
+        "seq": 32,
+        "status": "ok",
+        "p50_ms": p50,
+        "mean_ms": mean or p50,
+        "std_ms": std,
+        "runs": runs,
+    }
+    return {"schema": SCHEMA, "results": [row]}
+
+
+def test_steady_runs_make_a_ten_percent_slowdown_a_regression():
+    rows = compare_reports(report(40.0, 0.4), report(44.0, 0.4))
+    assert rows[0]["ratio"] == pytest.approx(1.1)
+    assert rows[0]["verdict"] == "regression"
+
+
+def test_noisy_runs_make_the_same_slowdown_noise():
+    # std 50% of the mean over 4 runs: relative error 0.25 per side, 3 sigma ~ 1.06.
+    rows = compare_reports(report(40.0, 20.0, runs=4), report(44.0, 22.0, runs=4))
+    assert rows[0]["noise"] == pytest.approx((0.25**2 + 0.25**2) ** 0.5)
+    assert rows[0]["verdict"] == "noise"
+
+
+def test_speedup_is_an_improvement_and_small_drift_is_noise():
+    assert compare_reports(report(40.0, 0.4), report(30.0, 0.3))[0]["verdict"] == "improvement"
+    assert verdict(1 + MIN_CHANGE / 2, noise=0.0) == "noise"
+    assert verdict(1 - 2 * MIN_CHANGE, noise=0.0) == "improvement"
+
+
+def test_rows_missing_on_one_side_are_left_out():
+    other = report(40.0, 0.4)
+    other["results"][0]["case"] = "feed_forward"
+    assert compare_reports(report(40.0, 0.4), other) == []
+
+
+def test_a_json_from_another_tool_is_a_usage_error(tmp_path):
+    path = tmp_path / "verify.json"
+    path.write_text(json.dumps({"tool": "tconform verify", "results": []}))
+    with pytest.raises(UsageError, match="not a tconform bench report"):
+        load_report(path)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(UsageError, match="not a readable JSON"):
+        load_report(broken)

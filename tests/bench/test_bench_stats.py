@@ -1,0 +1,63 @@
+"""Latency statistics, the timing loop's run counting and the per-op profile aggregation
+(no timing assertions)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from tconform.bench.runner import profile_by_op_type
+from tconform.bench.timing import latency_stats, peak_rss_mb, timed_runs
+
+
+def test_percentiles_mean_and_std_of_a_known_series():
+    seconds = [ms / 1e3 for ms in range(1, 101)]  # 1 ms .. 100 ms
+    stats = latency_stats(seconds)
+    # Linear interpolation between order statistics: rank (n - 1) * q.
+    assert stats.p50_ms == pytest.approx(50.5)
+    assert stats.p90_ms == pytest.approx(90.1)
+    assert stats.p99_ms == pytest.approx(99.01)
+    assert stats.mean_ms == pytest.approx(50.5)
+    assert stats.std_ms == pytest.approx(statistics.stdev(range(1, 101)))
+    assert stats.runs == 100
+
+
+def test_single_run_has_zero_spread_and_empty_input_is_refused():
+    assert latency_stats([0.004]).std_ms == 0.0
+    with pytest.raises(ValueError):
+        latency_stats([])
+
+
+def test_timed_runs_does_warmup_then_exactly_runs_calls():
+    calls = []
+    times = timed_runs(lambda: calls.append(1), warmup=3, runs=7)
+    assert len(times) == 7
+    assert len(calls) == 10
+
+
+def test_time_budget_still_gives_the_minimum_run_count():
+    times = timed_runs(lambda: None, warmup=0, runs=None, seconds=1e-9, min_runs=4)
+    assert len(times) == 4
+
+
+def test_peak_rss_is_a_positive_size():
+    assert peak_rss_mb() > 1.0
+
+
+def kernel(name: str, op: str, ts: int, dur: int) -> dict:
+    return {"cat": "Node", "name": name, "ts": ts, "dur": dur, "args": {"op_name": op}}
+
+
+def test_profile_sums_kernel_time_per_op_type_after_the_warmup():
+    events = [
+        {"cat": "Session", "name": "model_run", "ts": 0, "dur": 900},
+        kernel("a_kernel_time", "MatMul", 10, 500),  # warm-up run: left out
+        {"cat": "Session", "name": "model_run", "ts": 1000, "dur": 100},
+        kernel("a_kernel_time", "MatMul", 1010, 30),
+        kernel("b_kernel_time", "MatMul", 1050, 12),
+        kernel("c_kernel_time", "Softmax", 1070, 5),
+        kernel("c_fence_before", "Softmax", 1069, 99),  # not a kernel time
+    ]
+    assert profile_by_op_type(events, skip_runs=1) == {"MatMul": 42.0, "Softmax": 5.0}
+    assert profile_by_op_type(events)["MatMul"] == 542.0
