@@ -140,10 +140,8 @@ def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> Verif
     jobs = [ExportJob(case, settings, options.artifacts_dir) for case in cases]
     # The document checks' models join the same pool of export processes.
     doc_jobs = doc.required_exports(options.artifacts_dir) if options.with_doc else []
-    progress(
-        f"exporting {len(jobs)} models, and {len(doc_jobs)} for the document checks, "
-        f"(cached where current) to {options.artifacts_dir}"
-    )
+    extra = f" + {len(doc_jobs)} for the document checks" if doc_jobs else ""
+    progress(f"models: {len(jobs)}{extra}, exported where not current, in {options.artifacts_dir}")
     exports = export_jobs(
         jobs + doc_jobs,
         on_done=lambda r: progress(f"  {r.location}: {'reused' if r.cached else 'exported'}"),

@@ -113,6 +113,9 @@ def run_bench(settings: BenchSettings, log: Log, on_row: Callable[[dict], None])
         log(f"provider {ep} unavailable, not timed: {reason}")
         unavailable.append({"ep": ep, "reason": reason})
     rows: list[dict] = []
+    # The engines depend on the settings and the providers that run, not on the case.
+    per_shape = sum(1 for _ in _engines(settings, settings.cases[0], {}, {}, paths, ceilings))
+    total = per_shape * len(settings.cases) * len(settings.shapes)
     for case in settings.cases:
         _, params = build_module(case, ExportSettings(settings.cfg))
         for batch, seq in settings.shapes:
@@ -120,6 +123,8 @@ def run_bench(settings: BenchSettings, log: Log, on_row: Callable[[dict], None])
                 case, settings.cfg, Shape(batch, seq, seq), np.random.default_rng(0)
             )
             for label, ep, opener in _engines(settings, case, params, feeds, paths, ceilings):
+                what = f"{case.name} {label}/{ep} {batch}x{seq}"
+                log(f"{progress_bar(len(rows), total)} timing {what} ...")
                 row = _measure(settings, case, batch, seq, label, ep, opener, ceilings, log)
                 if settings.profile and label == "onnxruntime" and row["status"] == "ok":
                     log(f"  profiling {case.name} {batch}x{seq} on {ep} ...")
@@ -139,6 +144,12 @@ def run_bench(settings: BenchSettings, log: Log, on_row: Callable[[dict], None])
         "unavailable": unavailable,
         "results": rows,
     }
+
+
+def progress_bar(done: int, total: int, width: int = 20) -> str:
+    """'[###.......] 3/10': how many of the run's measurements are finished."""
+    filled = width * done // max(total, 1)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
 
 
 def _remeasure_ceiling(

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tconform.compare import OutputComparison
 from tconform.doc.cases import DocCase, document_cases
 from tconform.doc.checks import (
     MEASUREMENTS,
@@ -117,7 +118,7 @@ def report_results(report: DocReport) -> list[Result]:
                 "oracle",
                 "cpu",
                 ["numpy-float64"],
-                "document",
+                f"document: {case.verdict}",
                 "pass",
                 verdict_line,
                 "float64",
@@ -135,6 +136,8 @@ def report_results(report: DocReport) -> list[Result]:
                     "document",
                     outcome.status,
                     outcome.message or f"max abs err {outcome.max_abs_err:.3g} vs exact",
+                    outputs=[outcome.comparison] if outcome.comparison else [],
+                    placement=outcome.placement,
                 )
             )
     for prop in report.properties:
@@ -154,9 +157,23 @@ def report_results(report: DocReport) -> list[Result]:
                 prop.status,
                 message,
                 "float64" if runtime == "oracle" else "float32",
+                outputs=_violation(prop),
             )
         )
     return results
+
+
+def _violation(prop: PropertyOutcome) -> list[OutputComparison]:
+    """A property's worst violation as an output comparison against its limit (an atol)."""
+    if prop.violation is None or prop.limit is None:
+        return []
+    kind = "ok" if prop.status == "pass" else "values"
+    used = prop.violation / prop.limit
+    return [
+        OutputComparison(
+            prop.id, [], prop.status, kind, prop.limit, 0.0, prop.violation, tolerance_used=used
+        )
+    ]
 
 
 def verify_results(eps: list[str], artifacts_dir: Path) -> list[Result]:

@@ -8,13 +8,13 @@ oracle's exact value under the float32 tolerance of the case's class.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from tconform import registry
-from tconform.compare import compare_output, tolerance_for
+from tconform.compare import OutputComparison, compare_output, tolerance_for
 from tconform.config import ModelConfig
 from tconform.doc.cases import RuntimeCheck
 from tconform.errors import ProviderUnavailable, TconformError
@@ -31,6 +31,8 @@ class RuntimeOutcome:
     max_abs_err: float | None = None
     message: str = ""
     providers: tuple[str, ...] = ()
+    comparison: OutputComparison | None = None  # the output against the exact value
+    placement: dict[str, int] = field(default_factory=dict)  # ONNX Runtime: provider -> nodes
 
     def to_dict(self) -> dict[str, object]:
         return {"status": self.status, "max_abs_err": self.max_abs_err, "message": self.message}
@@ -113,8 +115,14 @@ class ComponentRunner:
         except TconformError as exc:
             return RuntimeOutcome("error", message=str(exc))
         result = compare_output(case_name, np.asarray(actual), exact, tolerance)
+        placement = dict(getattr(session, "placement", {}))  # torch sessions have none
         return RuntimeOutcome(
-            result.status, result.max_abs_err, result.message, tuple(session.providers)
+            result.status,
+            result.max_abs_err,
+            result.message,
+            tuple(session.providers),
+            result,
+            placement,
         )
 
     def run_check(self, runtime: str, check: RuntimeCheck) -> RuntimeOutcome:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from tconform.results import Result
 
-COLUMNS = ("case", "runtime", "input set", "max abs err", "max rel err", "tol used", "status")
+COLUMNS = (
+    "case",
+    "runtime",
+    "input set",
+    "max abs err",
+    "max rel err",
+    "tol used",
+    "status",
+    "nodes per provider",
+)
 
 
 def _num(value: float | None) -> str:
@@ -26,13 +35,17 @@ def _row(r: Result) -> tuple[str, ...]:
         _num(max(rels) if rels else None),
         "-" if used is None else f"{used:.1%}",
         r.status.upper() if r.status != "pass" else "pass",
+        ", ".join(f"{ep} {n}" for ep, n in r.placement.items()) or "-",
     )
 
 
 def render(results: list[Result]) -> str:
     rows = [COLUMNS, *(_row(r) for r in results)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     notes = [
         f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}"

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from tconform.bench.runner import profile_by_op_type
+from tconform.bench.runner import profile_by_op_type, progress_bar
 from tconform.bench.timing import latency_stats, peak_rss_mb, timed_runs
 
 
@@ -61,3 +61,9 @@ def test_profile_sums_kernel_time_per_op_type_after_the_warmup():
     ]
     assert profile_by_op_type(events, skip_runs=1) == {"MatMul": 42.0, "Softmax": 5.0}
     assert profile_by_op_type(events)["MatMul"] == 542.0
+
+
+def test_progress_bar_fills_with_the_finished_share():
+    assert progress_bar(0, 4, width=8) == "[........] 0/4"
+    assert progress_bar(3, 4, width=8) == "[######..] 3/4"
+    assert progress_bar(4, 4, width=8) == "[########] 4/4"
