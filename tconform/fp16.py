@@ -116,3 +116,27 @@ def ops_run_in_float32(model_path: Path | str) -> dict[str, int]:
         ):
             in_float32[node.op_type] += 1
     return dict(in_float32)
+
+
+def float16_notes(model_path: Path, ep: str) -> list[str]:
+    """What a float16 run of this model should be read with: mask fills that half precision
+    turned into -inf (and what that does to a fully masked row), and on the CPU provider the
+    ops it computed in float32 for want of a float16 kernel."""
+    notes = []
+    for found in find_overflowing_constants(model_path):
+        if found.value == float("-inf") and "Where" in found.consumers:
+            notes.append(
+                f"float16 mask fill: {found.describe()}; -1e9 is -inf in half precision, so a "
+                "fully masked attention row is NaN (float32 with a -1e9 fill: uniform weights)"
+            )
+        else:
+            notes.append(f"float16 overflow: {found.describe()}")
+    if ep == "cpu":
+        in_float32 = ops_run_in_float32(model_path)
+        if in_float32:
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted(in_float32.items()))
+            notes.append(
+                "the CPU provider has no float16 kernel for these ops and ran them in float32 "
+                f"between inserted Casts: {ops}"
+            )
+    return notes

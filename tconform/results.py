@@ -27,6 +27,7 @@ class Result:
     placement: dict[str, int] = field(default_factory=dict)  # provider -> node count
     fallback_ops: dict[str, int] = field(default_factory=dict)  # op type -> count on CPU
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # facts worth knowing even on a pass
 
     @property
     def worst_used(self) -> float | None:

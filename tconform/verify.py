@@ -18,6 +18,7 @@ from tconform import doc, golden, registry
 from tconform.compare import compare_output, tolerance_for
 from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, EXIT_OK, ProviderUnavailable
 from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs, read_manifest
+from tconform.fp16 import float16_notes
 from tconform.registry import Case
 from tconform.results import Result
 from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
@@ -118,14 +119,16 @@ def _ort_results(case, sets, model_path, runtime: OrtRuntime, dtype, options) ->
     template.ep_actual = list(session.providers)
     template.placement = dict(session.placement)
     template.fallback_ops = dict(session.fallback_ops)
+    if dtype == "float16":
+        template.notes = float16_notes(model_path, runtime.ep)
     results = _run_sets(session, case, sets, template, precision)
     if template.fallback_ops:
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(template.fallback_ops.items()))
+        note = f"warning: nodes fell back to the CPU provider: {ops}"
         for r in results:
-            note = f"fell back to CPU: {ops}"
-            r.message = f"{r.message}; {note}" if r.message else note
+            r.notes = [note, *r.notes]
             if options.strict_placement and r.status == "pass":
-                r.status = "fail"
+                r.status, r.message = "fail", f"{note} (--strict-placement)"
     return results
 
 

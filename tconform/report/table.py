@@ -59,7 +59,11 @@ def render(results: list[Result]) -> str:
         if o.status == "fail"
         for w in o.worst[:3]
     ]
-    return "\n".join(lines + (["", "problems:", *notes, *worst] if notes else []))
+    facts = dict.fromkeys(  # once per case and runtime, not per input set
+        f"  {r.case} [{r.runtime}/{r.ep}]: {note}" for r in results for note in r.notes
+    )
+    problems = ["", "problems:", *notes, *worst] if notes else []
+    return "\n".join(lines + (["", "notes:", *facts] if facts else []) + problems)
 
 
 def summary(results: list[Result]) -> str:

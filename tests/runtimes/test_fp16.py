@@ -10,7 +10,12 @@ import pytest
 from tconform import registry
 from tconform.config import PRESETS
 from tconform.export import ExportSettings, example_shape, export_cases
-from tconform.fp16 import FLOAT16_MAX, find_overflowing_constants, ops_run_in_float32
+from tconform.fp16 import (
+    FLOAT16_MAX,
+    find_overflowing_constants,
+    float16_notes,
+    ops_run_in_float32,
+)
 from tconform.runtimes.onnxruntime import OrtRuntime
 
 DOC002 = PRESETS["tiny-doc002"]  # masked_fill(-1e9), std-based norm
@@ -93,3 +98,11 @@ def test_cpu_runs_fp16_matmul_in_float32(fp16_artifacts):
     # ORT 1.31's CPU provider has no float16 MatMul kernel: it inserts Casts instead of failing.
     in_float32 = ops_run_in_float32(fp16_artifacts / "feed_forward" / "model.onnx")
     assert in_float32.get("MatMul", 0) >= 2
+
+
+def test_verify_notes_name_the_minus_inf_fill_and_the_ops_run_in_float32(fp16_artifacts):
+    notes = float16_notes(fp16_artifacts / "attention" / "model.onnx", "cpu")
+    assert any("-inf" in n and "Where" in n and "NaN" in n for n in notes)
+    assert any("float32" in n and "MatMul" in n for n in notes)
+    # The same model on another provider: only the fill, since the Cast insertion is the CPU's.
+    assert len(float16_notes(fp16_artifacts / "attention" / "model.onnx", "cuda")) == 1
