@@ -83,7 +83,6 @@ def transformer_run(runner: ComponentRunner, runtime: str, src_ids: np.ndarray) 
     return run
 
 
-# Each measurement: (id, statement, function(runner, runtime) -> worst violation).
 def _pe_shift(runner, runtime):
     return properties.pe_shift_violation(
         pe_table(runner, runtime).astype(np.float64), PROPERTY_CONFIG.pe_base
@@ -178,19 +177,20 @@ def property_outcomes(runner: ComponentRunner, runtimes: list[str]) -> list[Prop
     """Every property on the oracle and each runtime."""
     outcomes = []
     for m in MEASUREMENTS:
-        id, statement = m.id, m.statement
         for runtime in ["oracle", *runtimes]:
             limit = properties.LIMITS[_precision(runtime)]
             try:
                 violation = m.measure(runner, runtime)
             except ProviderUnavailable as exc:
                 outcomes.append(
-                    PropertyOutcome(id, statement, runtime, "unavailable", message=str(exc))
+                    PropertyOutcome(m.id, m.statement, runtime, "unavailable", message=str(exc))
                 )
                 continue
             except TconformError as exc:
-                outcomes.append(PropertyOutcome(id, statement, runtime, "error", message=str(exc)))
+                outcomes.append(
+                    PropertyOutcome(m.id, m.statement, runtime, "error", message=str(exc))
+                )
                 continue
             status = "pass" if violation <= limit else "fail"
-            outcomes.append(PropertyOutcome(id, statement, runtime, status, violation, limit))
+            outcomes.append(PropertyOutcome(m.id, m.statement, runtime, status, violation, limit))
     return outcomes
