@@ -67,6 +67,7 @@ export PYTHONPATH="$site:$repo${PYTHONPATH:+:$PYTHONPATH}"
 
 # 4. Show what ONNX Runtime sees before the matrix (the reason if CUDA cannot load).
 "$python" - <<'EOF'
+import torch  # first, so that torch's own cuDNN is loaded (see gpu_matrix.PRELOAD)
 import onnxruntime
 onnxruntime.preload_dlls()
 from tconform.runtimes.onnxruntime import unavailable_reason

@@ -24,11 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # The tconform CLI in a fresh interpreter, after ONNX Runtime has loaded the CUDA libraries.
+# torch is imported first so that its own cuDNN is the one in the process: preload_dlls() alone
+# can load an older cuDNN that torch then refuses (seen on an H100 with torch 2.11: "PyTorch was
+# compiled against (9, 19, 0) but found runtime version (9, 14, 0)").
+PRELOAD = "import torch, onnxruntime; onnxruntime.preload_dlls(); "
 PRELOADED_TCONFORM = [
     sys.executable,
     "-c",
-    "import sys, onnxruntime; onnxruntime.preload_dlls(); "
-    "from tconform.cli import main; main(sys.argv[1:])",
+    "import sys; " + PRELOAD + "from tconform.cli import main; main(sys.argv[1:])",
 ]
 
 
@@ -52,6 +55,7 @@ def plan(
     golden: str | None,
     allow_missing_ep: bool,
     device_id: int,
+    with_bench: bool = True,
 ) -> list[Step]:
     """The matrix as tconform command lines: float32 strict, TF32, and a float16 export+verify."""
     common = ["--ep", eps, "--device-id", str(device_id)]
@@ -70,6 +74,7 @@ def plan(
         ]
 
     fp16_artifacts = str(out / "artifacts-fp16")
+    gpu_eps = [ep for ep in eps.split(",") if ep.strip() not in ("", "cpu")]
     export_cases = [arg for case in cases for arg in ("--case", case)]
     return [
         Step("fp32", ["verify", *common, *reports("fp32")], "fp32.json"),
@@ -81,6 +86,24 @@ def plan(
             "fp16",
             ["verify", *common, "--artifacts", fp16_artifacts, *reports("fp16")],
             "fp16.json",
+        ),
+        *(
+            # Issue 14's latency table: ORT with and without IO binding against torch eager on
+            # the GPU, at the base preset, with the GPU's own GEMM ceiling.
+            [
+                Step(
+                    "bench",
+                    [
+                        *("bench", "--ep", ",".join(gpu_eps)),
+                        *("--case", "transformer", "--shape", "1x32", "--shape", "64x128"),
+                        *("--engine", "onnxruntime", "--engine", "torch", "--profile"),
+                        *("--artifacts", str(out / "artifacts-bench")),
+                        *("--json", str(out / "bench.json"), "--markdown", str(out / "bench.md")),
+                    ],
+                )
+            ]
+            if with_bench and gpu_eps
+            else []
         ),
     ]
 
@@ -125,7 +148,7 @@ def environment() -> dict[str, object]:
     except (OSError, subprocess.CalledProcessError) as exc:
         env["gpus"] = f"none found ({exc})"
     probe = (
-        "import json, onnxruntime as o; o.preload_dlls(); import torch; "
+        "import json; " + PRELOAD + "o = onnxruntime; "
         "from tconform.runtimes.onnxruntime import unavailable_reason as r; "
         "print(json.dumps({'onnxruntime': o.__version__, 'onnxruntime_file': o.__file__, "
         "'ort_providers': o.get_available_providers(), 'cuda_unavailable_reason': r('cuda'), "
@@ -171,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--golden", help="golden folder (tconform's default if omitted)")
     parser.add_argument("--device-id", type=int, default=0)
     parser.add_argument("--allow-missing-ep", action="store_true")
+    parser.add_argument("--no-bench", action="store_true", help="leave out the GPU bench step")
     parser.add_argument(
         "--tconform", help="command that runs tconform (default: preload CUDA DLLs, then tconform)"
     )
@@ -183,7 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     (out / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
 
     steps = plan(
-        out, options.eps, options.case, options.golden, options.allow_missing_ep, options.device_id
+        out,
+        options.eps,
+        options.case,
+        options.golden,
+        options.allow_missing_ep,
+        options.device_id,
+        with_bench=not options.no_bench,
     )
     for step in steps:
         print(f"== {step.name}: tconform {' '.join(step.args)}", flush=True)

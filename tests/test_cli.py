@@ -11,6 +11,7 @@ from onnx import numpy_helper
 
 from tconform import golden, registry
 from tconform.files import atomic_write_json, sha256_bytes
+from tconform.runtimes.onnxruntime import unavailable_reason
 
 FAST = ("--no-doc", "-q")
 
@@ -208,6 +209,9 @@ def test_golden_refuses_to_overwrite_and_check_passes(cli, workspace):
     assert code == 0 and "matches a regeneration" in out
 
 
+@pytest.mark.skipif(
+    unavailable_reason("cuda") is None, reason="needs a machine where CUDA cannot run"
+)
 def test_cuda_requested_without_a_gpu_is_unavailable_never_pass(cli, workspace, tmp_path):
     code, _, _ = verify(
         cli,

@@ -71,10 +71,15 @@ def test_gpu_check_rejects_incomplete_parts(tmp_path):
     assert "not a valid wheel" in done.stderr
 
 
-def test_plan_covers_fp32_tf32_and_fp16(tmp_path):
+def test_plan_covers_fp32_tf32_fp16_and_the_gpu_bench(tmp_path):
     steps = _load_matrix().plan(tmp_path, "cpu,cuda", ["norm"], "golden", True, 1)
     by_name = {s.name: s.args for s in steps}
-    assert list(by_name) == ["fp32", "tf32", "fp16-export", "fp16"]
+    assert list(by_name) == ["fp32", "tf32", "fp16-export", "fp16", "bench"]
+    bench = by_name["bench"]
+    assert bench[bench.index("--ep") + 1] == "cuda"  # the GPU only: the CPU has its own table
+    assert bench.count("--shape") == 2 and "64x128" in bench
+    cpu_only = _load_matrix().plan(tmp_path, "cpu", ["norm"], "golden", True, 1)
+    assert "bench" not in [s.name for s in cpu_only]
     assert "--tf32" in by_name["tf32"] and "--tf32" not in by_name["fp32"]
     assert by_name["fp16-export"][:3] == ["export", "--dtype", "float16"]
     fp16_artifacts = by_name["fp16-export"][by_name["fp16-export"].index("--out") + 1]
@@ -112,7 +117,10 @@ def test_matrix_driver_summarises_fake_runs(tmp_path):
     fake.write_text(FAKE_TCONFORM)
     out = tmp_path / "run"
     code = _load_matrix().main(
-        ["--out", str(out), "--case", "norm", "--tconform", f"{sys.executable} {fake}"]
+        [
+            *("--out", str(out), "--case", "norm", "--no-bench"),
+            *("--tconform", f"{sys.executable} {fake}"),
+        ]
     )
     assert code == 1  # the worst exit code (tf32's fake failure)
     summary = (out / "summary.md").read_text()
