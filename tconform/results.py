@@ -1,15 +1,46 @@
-"""The result of running one case (or doc check) on one runtime and input set.
+"""The result of running one case (or doc check) on one runtime and input set, the status
+vocabulary every command shares, and the one rule that turns statuses into an exit code.
 
 Its dict form is the stable JSON schema documented in the README ("JSON report").
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 
 from tconform.compare import OutputComparison
+from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, EXIT_OK
+from tconform.provenance import ModelProvenance
 
-STATUSES = ("pass", "fail", "skip", "error", "unavailable")
+
+class Status(str, Enum):
+    """What happened to one check. A str, so it compares equal to its value and serialises
+    as one in JSON."""
+
+    PASS = "pass"  # ran and agreed with the reference within tolerance
+    FAIL = "fail"  # ran and disagreed (a conformance failure)
+    ERROR = "error"  # the runtime raised on valid input (a conformance failure)
+    UNAVAILABLE = "unavailable"  # a requested provider could not run (environment)
+    SKIP = "skip"  # not run, with the reason (--allow-missing-ep, a missing fp16 kernel)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FAILING = frozenset({Status.FAIL, Status.ERROR})
+
+
+def exit_code(statuses: Iterable[str]) -> int:
+    """The exit code of every command (README, "Exit codes"): a conformance failure outranks
+    an unavailable provider, which outranks a pass."""
+    seen = {Status(s) for s in statuses}
+    if seen & FAILING:
+        return EXIT_FAILURE
+    if Status.UNAVAILABLE in seen:
+        return EXIT_EP_UNAVAILABLE
+    return EXIT_OK
 
 
 @dataclass
@@ -28,6 +59,8 @@ class Result:
     fallback_ops: dict[str, int] = field(default_factory=dict)  # op type -> count on CPU
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # facts worth knowing even on a pass
+    model: ModelProvenance | None = None  # the exact bytes (or module) that ran
+    reference: str = "float64"  # what the outputs were judged against
 
     @property
     def worst_used(self) -> float | None:
@@ -36,5 +69,7 @@ class Result:
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
+        data["status"] = str(self.status)
         data["outputs"] = [o.to_dict() for o in self.outputs]
+        data["model"] = self.model.to_dict() if self.model else None
         return data

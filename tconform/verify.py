@@ -16,11 +16,11 @@ import numpy as np
 
 from tconform import doc, golden, registry
 from tconform.compare import compare_output, tolerance_for
-from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, EXIT_OK, ProviderUnavailable
+from tconform.errors import ProviderUnavailable
 from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs, read_manifest
 from tconform.fp16 import float16_notes
 from tconform.registry import Case
-from tconform.results import Result
+from tconform.results import Result, exit_code
 from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
 from tconform.runtimes.torch import TorchRuntime
 
@@ -48,12 +48,7 @@ class VerifyRun:
 
     @property
     def exit_code(self) -> int:
-        statuses = {r.status for r in self.results}
-        if statuses & {"fail", "error"}:
-            return EXIT_FAILURE
-        if "unavailable" in statuses:
-            return EXIT_EP_UNAVAILABLE
-        return EXIT_OK
+        return exit_code(r.status for r in self.results)
 
 
 Progress = Callable[[str], None]

@@ -1,0 +1,76 @@
+"""Provenance: which exact bytes a result ran, so that no pass is ever detached from its model.
+
+Every result names its model's path, sha256 and origin:
+  exported  written by tconform in this run
+  cached    written by tconform earlier, recorded in its manifest, bytes unchanged
+  given     a file the user named (read-only: never exported over, rewritten or deleted)
+  module    a PyTorch module run in eager mode (path: its class; sha256: of its weights)
+For ONNX files it also records what the file says of itself: producer, opset imports, IR version
+and element type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ORIGINS = ("exported", "cached", "given", "module")
+
+_ELEM_TYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
+
+
+@dataclass(frozen=True)
+class ModelProvenance:
+    path: str
+    sha256: str
+    origin: str
+    producer: str = ""
+    opsets: dict[str, int] = field(default_factory=dict)
+    ir_version: int | None = None
+    elem_type: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @property
+    def short(self) -> str:
+        """'path (given, sha256 1a2b3c4d)': the form the terminal table prints."""
+        return f"{self.path} ({self.origin}, sha256 {self.sha256[:12]})"
+
+
+def onnx_provenance(path: Path, origin: str, sha256: str) -> ModelProvenance:
+    """What an ONNX file records of itself, read without its external data."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    elem_type = ""
+    for value in (*model.graph.input, *model.graph.output):
+        elem_type = _ELEM_TYPES.get(value.type.tensor_type.elem_type, "")
+        if elem_type:
+            break
+    producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
+    return ModelProvenance(
+        path=str(path),
+        sha256=sha256,
+        origin=origin,
+        producer=producer,
+        opsets={o.domain or "ai.onnx": o.version for o in model.opset_import},
+        ir_version=model.ir_version,
+        elem_type=elem_type,
+    )
+
+
+def module_provenance(module, dtype: str) -> ModelProvenance:
+    """A PyTorch module: its class, and a digest of its parameters and buffers in order."""
+    digest = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    cls = type(module)
+    return ModelProvenance(
+        path=f"{cls.__module__}.{cls.__qualname__}",
+        sha256=digest.hexdigest(),
+        origin="module",
+        elem_type=dtype,
+    )
