@@ -1,0 +1,23 @@
+"""tconform: export a reference Transformer (or your own PyTorch module) to ONNX, verify it on
+ONNX Runtime's execution providers against exact float64 references, and measure it.
+
+Importing the package is cheap: torch, onnx and onnxruntime load only when a stage needs them.
+`tconform.check(module, example_inputs, ...)` checks your own module (see the README).
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+try:
+    __version__ = metadata.version("tconform")
+except metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
+
+
+def __getattr__(name: str):
+    if name == "check":  # the public API of `tconform check`, loaded on first use
+        from tconform.module_check import check
+
+        return check
+    raise AttributeError(f"module 'tconform' has no attribute {name!r}")
