@@ -2,9 +2,15 @@
 
 `DIR/<case>/model.onnx` uses the same case names as golden/, so a model and its goldens form one
 standard ONNX test case. `DIR/manifest.json` records per model the component, config, seed,
-exporter, opset, IR version, inputs/outputs with dynamic axes, sha256 and the cache key. A model
-is re-exported only when its key (config, seed, case, exporter, opset, dtype, library versions,
-and the source of the code that defines the model) changes or its file no longer matches.
+exporter, opset, IR version, inputs/outputs with dynamic axes, sha256 and the cache key.
+
+The cache only ever replaces its own, unchanged files. A model is re-exported when its key
+(config, seed, case, exporter, opset, dtype, library versions, and the source of the code that
+defines the model) changes, but only if the manifest records the file and the file's sha256
+still equals the recorded one. A file with no manifest entry, in a folder with no manifest, or
+changed since tconform wrote it is somebody else's model: it is never replaced, only refused
+(`--model CASE=PATH` verifies it as it is; `tconform export --force` replaces it). A folder holds
+models of one exporter, opset and dtype, so that nothing switches a folder's precision silently.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +38,8 @@ from tconform import registry
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.files import atomic_write_bytes, atomic_write_json, sha256_file
+from tconform.folders import ARTIFACTS, MANIFEST, read_json_manifest, require_artifacts_folder
+from tconform.provenance import ModelProvenance
 from tconform.registry import Case, Shape
 from tconform.versions import library_versions
 from tconform.weights import DEFAULT_SEED, load_params, make_params
@@ -40,7 +48,6 @@ EXPORTERS = ("dynamo", "torchscript")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 DEFAULT_OPSET = 18
 MAX_IR_VERSION = 10  # ONNX Runtime 1.30/1.31 refuse IR > 13; the exporters write <= 10
-MANIFEST = "manifest.json"
 
 # The source files whose text decides what a case exports.
 _PACKAGE = Path(__file__).parent
@@ -216,6 +223,8 @@ class ExportRecord:
     inputs: list[str]
     outputs: list[str]
     dynamic_axes: dict[str, dict[int, str]]
+    producer: str = ""
+    opsets: dict[str, int] = field(default_factory=dict)
     folder: str = ""  # the artifacts folder it lives in (not part of the manifest entry)
 
     @property
@@ -228,33 +237,60 @@ class ExportRecord:
         entry.pop("folder")
         return entry
 
+    def provenance(self) -> ModelProvenance:
+        """The model as a result names it: path, sha256, and whether this run wrote it."""
+        return ModelProvenance(
+            path=self.location,
+            sha256=self.sha256,
+            origin="cached" if self.cached else "exported",
+            producer=self.producer,
+            opsets=dict(self.opsets),
+            ir_version=self.ir_version,
+            elem_type=self.dtype,
+        )
+
+    @classmethod
+    def from_manifest(cls, entry: dict, folder: Path) -> ExportRecord:
+        known = {f.name for f in fields(cls)} - {"cached", "folder"}
+        return cls(
+            **{k: v for k, v in entry.items() if k in known}, cached=True, folder=str(folder)
+        )
+
 
 def read_manifest(out_dir: Path) -> dict:
+    """The artifacts folder's manifest ({} for a new folder); a golden folder is refused."""
+    require_artifacts_folder(out_dir)
     path = out_dir / MANIFEST
     if not path.exists():
         return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable manifest ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("models", {}), dict):
+    data = read_json_manifest(path)
+    if not isinstance(data.get("models", {}), dict):
         raise UsageError(f"{path}: not a tconform artifacts manifest")
     return data
 
 
-def _is_current(path: Path, key: str, previous: dict | None, repair: bool) -> bool:
-    """Whether the model at `path` can be reused. A file that the manifest says is current but
-    whose bytes changed is an error unless `repair` (tconform export) rebuilds it."""
-    if not previous or previous.get("key") != key or not path.exists():
+def _is_current(path: Path, key: str, previous: dict | None, force: bool) -> bool:
+    """Whether the model at `path` can be reused as it is (False: export it).
+
+    Only tconform's own unchanged file may be replaced: a file that exists with no manifest
+    entry, or whose bytes differ from the recorded sha256, is refused unless `force`."""
+    if not path.exists():
         return False
-    if sha256_file(path) == previous.get("sha256"):
-        return True
-    if repair:
-        return False
-    raise UsageError(
-        f"{path}: sha256 differs from the artifacts manifest (modified or truncated); "
-        "run `tconform export` to rebuild it"
+    if not path.is_file():
+        raise UsageError(f"{path}: exists and is not a regular file; tconform will not replace it")
+    ways_on = (
+        f"verify it as it is with --model {path.parent.name}={path}, "
+        "or replace it with `tconform export --force`"
     )
+    if previous is None:
+        if force:
+            return False
+        raise UsageError(f"{path}: not written by tconform (no entry in {MANIFEST}); {ways_on}")
+    if sha256_file(path) != previous.get("sha256"):
+        if force:
+            return False
+        raise UsageError(f"{path}: changed since tconform wrote it (sha256 differs); {ways_on}")
+    return previous.get("key") == key
 
 
 def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRecord:
@@ -270,6 +306,7 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
             ) from None
         model = _finish(raw)
     atomic_write_bytes(path, model.SerializeToString())
+    producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
     return ExportRecord(
         case=case.name,
         component=case.component,
@@ -284,6 +321,8 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
         inputs=[s.name for s in case.inputs(settings.cfg)],
         outputs=[s.name for s in case.outputs(settings.cfg)],
         dynamic_axes=dynamic_axes(case, settings.cfg),
+        producer=producer,
+        opsets={o.domain or "ai.onnx": o.version for o in model.opset_import},
         folder=str(out_dir),
     )
 
@@ -301,6 +340,25 @@ class ExportJob:
     out_dir: Path
 
 
+# What a folder's models have in common; a folder never mixes them.
+FOLDER_SETTINGS = ("exporter", "opset", "dtype")
+
+
+def folder_settings(out_dir: Path) -> dict[str, object] | None:
+    """The exporter, opset and dtype of the models an artifacts folder holds (None: a new or
+    empty folder, whose settings the first export decides)."""
+    manifest = read_manifest(out_dir)
+    if not manifest.get("models"):
+        return None
+    # Manifests written before "opset" was recorded at the top: every model says its own.
+    first = next(iter(manifest["models"].values()))
+    found = {
+        k: manifest.get(k, first.get(k) if isinstance(first, dict) else None)
+        for k in FOLDER_SETTINGS
+    }
+    return found
+
+
 class _Folder:
     """One artifacts folder and its manifest, rewritten after every model so that an
     interrupted run keeps what it finished."""
@@ -309,16 +367,25 @@ class _Folder:
         self.out_dir = out_dir
         self.settings = settings
         self.models: dict = dict(read_manifest(out_dir).get("models", {}))
+        held = folder_settings(out_dir)
+        wanted = {k: getattr(settings, k) for k in FOLDER_SETTINGS}
+        if held is not None and held != wanted:
+            raise UsageError(
+                f"{out_dir} holds {_describe(held)} models; export {_describe(wanted)} into a "
+                "folder of its own (--out DIR)"
+            )
 
     def add(self, record: ExportRecord) -> None:
         self.models[record.case] = record.to_manifest()
         atomic_write_json(
             self.out_dir / MANIFEST,
             {
+                "kind": ARTIFACTS,
                 "tool": "tconform",
                 "config": self.settings.cfg.to_dict(),
                 "seed": self.settings.seed,
                 "exporter": self.settings.exporter,
+                "opset": self.settings.opset,
                 "dtype": self.settings.dtype,
                 "versions": library_versions(),
                 "models": self.models,
@@ -326,22 +393,27 @@ class _Folder:
         )
 
 
+def _describe(settings: dict[str, object]) -> str:
+    return f"{settings['exporter']} opset {settings['opset']} {settings['dtype']}"
+
+
 # Biggest graphs first (by the case's size class), so that the longest export never starts last.
 _SIZE_ORDER = ("model", "stack", "layer", "component")
 
 
 def _copy_model(record: ExportRecord, source_dir: Path, job: ExportJob) -> ExportRecord:
-    """An identical model (same cache key) already exported elsewhere, copied into place."""
+    """An identical model (same cache key) already exported elsewhere, copied into place: a
+    file written by this run, so not `cached`."""
     target = job.out_dir / job.case.name / "model.onnx"
     atomic_write_bytes(target, (source_dir / record.path).read_bytes())
     path = str(target.relative_to(job.out_dir))
-    return replace(record, path=path, cached=True, folder=str(job.out_dir))
+    return replace(record, path=path, cached=False, folder=str(job.out_dir))
 
 
 def export_jobs(
     jobs: Iterable[ExportJob],
     on_done: Callable[[ExportRecord], None] | None = None,
-    repair: bool = True,
+    force: bool = False,
     workers: int | None = None,
 ) -> list[ExportRecord]:
     """Make every job's model current and keep each folder's manifest current.
@@ -349,7 +421,8 @@ def export_jobs(
     A model whose cache key and bytes match its manifest is reused; one whose key matches a
     model current in another folder is copied; the rest are exported, each distinct key once,
     in `workers` processes (default: one per core, at most two: each export is
-    single-threaded Python tracing). `on_done` reports every record as it is settled.
+    single-threaded Python tracing). `on_done` reports every record as it is settled. A file
+    that tconform did not write, or that changed since, is refused unless `force`.
     """
     jobs = list(jobs)
     folders: dict[Path, _Folder] = {}
@@ -362,8 +435,8 @@ def export_jobs(
         key = cache_key(job.case, job.settings)
         previous = folders[job.out_dir].models.get(job.case.name)
         path = job.out_dir / job.case.name / "model.onnx"
-        if _is_current(path, key, previous, repair):
-            records[n] = ExportRecord(**{**previous, "cached": True, "folder": str(job.out_dir)})
+        if _is_current(path, key, previous, force):
+            records[n] = ExportRecord.from_manifest(previous, job.out_dir)
             current.setdefault(key, (records[n], job.out_dir))
             if on_done:
                 on_done(records[n])
@@ -417,10 +490,10 @@ def export_cases(
     settings: ExportSettings,
     out_dir: Path,
     on_done: Callable[[ExportRecord], None] | None = None,
-    repair: bool = True,
+    force: bool = False,
     jobs: int | None = None,
 ) -> list[ExportRecord]:
     """Export (or reuse) every case at one setting into one folder (see export_jobs)."""
     return export_jobs(
-        (ExportJob(case, settings, out_dir) for case in cases), on_done, repair, workers=jobs
+        (ExportJob(case, settings, out_dir) for case in cases), on_done, force, workers=jobs
     )

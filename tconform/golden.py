@@ -15,7 +15,7 @@ needed it.
 
 from __future__ import annotations
 
-import json
+import re
 import shutil
 import tempfile
 import zlib
@@ -31,12 +31,13 @@ from tconform.compare import TOLERANCES
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.files import atomic_write_json, sha256_bytes
+from tconform.folders import GOLDEN, MANIFEST, read_json_manifest, require_replaceable_golden_folder
 from tconform.registry import Case, Shape
 from tconform.versions import library_versions, tool_version
 from tconform.weights import make_params
 
-MANIFEST = "manifest.json"
 STORED_DTYPE = np.float32
+SET_NAME = re.compile(r"test_data_set_\d+")  # the only folder names a golden case may hold
 
 
 def input_shapes(cfg: ModelConfig) -> tuple[Shape, ...]:
@@ -93,10 +94,14 @@ def write(
 ) -> dict:
     """Write goldens for `cases` into golden_dir, replacing it as a whole and atomically.
 
-    An existing golden folder is replaced only with force=True.
+    An existing golden folder is replaced only with force=True, and force replaces nothing but
+    a golden folder (or fills an empty one).
     """
+    if golden_dir.exists() and not golden_dir.is_dir():
+        raise UsageError(f"{golden_dir}: exists and is not a folder")
     if golden_dir.exists() and any(golden_dir.iterdir()) and not force:
-        raise UsageError(f"{golden_dir} already holds goldens; pass --force to replace them")
+        raise UsageError(f"{golden_dir} already holds files; pass --force to replace goldens")
+    require_replaceable_golden_folder(golden_dir)
     golden_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{golden_dir.name}.", dir=golden_dir.parent))
     try:
@@ -127,6 +132,7 @@ def write(
             if on_case:
                 on_case(case)
         manifest = {
+            "kind": GOLDEN,
             "tool": "tconform",
             "version": tool_version(),
             "preset": preset,
@@ -168,10 +174,12 @@ def read_manifest(golden_dir: Path) -> dict:
     if not golden_dir.is_dir():
         raise UsageError(f"{golden_dir}: no golden folder (run `tconform golden` to make one)")
     path = golden_dir / MANIFEST
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"{path}: missing; {golden_dir} is empty or not a golden folder")
+    manifest = read_json_manifest(path)
+    if manifest.get("kind", GOLDEN) != GOLDEN or "models" in manifest:
+        raise UsageError(f"{path}: an artifacts manifest, not a golden one")
     try:
-        manifest = json.loads(path.read_text())
         ModelConfig.from_dict(manifest["config"])
         manifest["cases"].items()
         int(manifest["seed"])
@@ -184,11 +192,11 @@ def manifest_config(manifest: dict) -> ModelConfig:
     return ModelConfig.from_dict(manifest["config"])
 
 
-def _read_tensor(path: Path, expected_sha: str | None) -> tuple[str, np.ndarray]:
+def _read_tensor(path: Path, expected_sha: str) -> tuple[str, np.ndarray]:
     if not path.is_file():
-        raise UsageError(f"{path}: missing")
+        raise UsageError(f"{path}: missing or not a regular file")
     data = path.read_bytes()
-    if expected_sha is not None and sha256_bytes(data) != expected_sha:
+    if sha256_bytes(data) != expected_sha:
         raise UsageError(f"{path}: sha256 differs from the manifest (file changed or corrupt)")
     proto = onnx.TensorProto()
     try:
@@ -199,19 +207,54 @@ def _read_tensor(path: Path, expected_sha: str | None) -> tuple[str, np.ndarray]
     return proto.name, array
 
 
+def expected_files(case: Case, cfg: ModelConfig, set_names) -> list[str]:
+    """The files a golden case folder holds: one .pb per input and output per set."""
+    return [
+        f"{set_name}/{kind}_{k}.pb"
+        for set_name in set_names
+        for kind, specs in (("input", case.inputs(cfg)), ("output", case.outputs(cfg)))
+        for k in range(len(specs))
+    ]
+
+
+def _files_on_disk(case_dir: Path) -> set[str]:
+    return {p.relative_to(case_dir).as_posix() for p in case_dir.rglob("*") if not p.is_dir()}
+
+
 def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) -> list[InputSet]:
-    """Load a case's input sets, checking each file's sha256, names, shapes and dtypes."""
+    """Load a case's input sets, checking each file's sha256, names, shapes and dtypes. The case
+    folder must hold exactly the files its manifest lists, and at least one input set."""
     entry = manifest["cases"].get(case.name)
+    manifest_path = golden_dir / MANIFEST
     if entry is None:
-        raise UsageError(f"{golden_dir / MANIFEST}: no goldens for case {case.name!r}")
+        raise UsageError(f"{manifest_path}: no goldens for case {case.name!r}")
+    if not isinstance(entry, dict) or not isinstance(entry.get("sets"), dict):
+        raise UsageError(f"{manifest_path}: case {case.name!r} has no valid 'sets'")
+    if not isinstance(entry.get("sha256"), dict):
+        raise UsageError(f"{manifest_path}: case {case.name!r} has no valid 'sha256'")
+    if not entry["sets"]:
+        raise UsageError(f"{manifest_path}: case {case.name!r} has no input sets: nothing to check")
+    for set_name in entry["sets"]:
+        if not isinstance(set_name, str) or not SET_NAME.fullmatch(set_name):
+            raise UsageError(f"{manifest_path}: case {case.name!r}: bad set name {set_name!r}")
+    case_dir = golden_dir / case.name
+    expected = expected_files(case, cfg, entry["sets"])
+    unlisted = sorted(_files_on_disk(case_dir) - set(expected)) if case_dir.is_dir() else []
+    if unlisted:
+        raise UsageError(f"{case_dir / unlisted[0]}: not listed in {manifest_path}")
+    unhashed = [rel for rel in expected if not isinstance(entry["sha256"].get(rel), str)]
+    if unhashed:
+        raise UsageError(f"{manifest_path}: no sha256 for {case.name}/{unhashed[0]}")
     sets = []
     for set_name, shapes in entry["sets"].items():
+        if not isinstance(shapes, dict):
+            raise UsageError(f"{manifest_path}: case {case.name!r}: set {set_name!r} malformed")
         loaded: dict[str, dict[str, np.ndarray]] = {"input": {}, "output": {}}
         for kind, specs in (("input", case.inputs(cfg)), ("output", case.outputs(cfg))):
             for k, spec in enumerate(specs):
                 rel = f"{set_name}/{kind}_{k}.pb"
                 path = golden_dir / case.name / rel
-                name, array = _read_tensor(path, entry["sha256"].get(rel))
+                name, array = _read_tensor(path, entry["sha256"][rel])
                 _check_tensor(path, name, array, spec, shapes, cfg)
                 loaded[kind][spec.name] = array
         sets.append(InputSet(set_name, loaded["input"], loaded["output"]))
@@ -268,17 +311,28 @@ class Drift:
     message: str
 
 
-def check(golden_dir: Path) -> tuple[list[Drift], int]:
-    """Regenerate every case in memory and compare with the files on disk.
+def check(golden_dir: Path, cases: tuple[Case, ...] | None = None) -> tuple[list[Drift], int]:
+    """Regenerate `cases` (default: every registry case) in memory and compare with the folder.
 
-    Inputs must match bit for bit, outputs within one float32 ulp. Returns the drifts and the
-    number of output elements that differed by exactly one ulp (summation-order noise).
+    The folder must hold exactly those cases and each the regenerated input sets; inputs must
+    match bit for bit, outputs within one float32 ulp. Returns the drifts and the number of
+    output elements that differed by exactly one ulp (summation-order noise).
     """
     manifest = read_manifest(golden_dir)
     cfg, seed = manifest_config(manifest), int(manifest["seed"])
+    wanted = cases or registry.CASES
     drifts, one_ulp = [], 0
     for name in manifest["cases"]:
-        case = registry.get_case(name)
+        if name not in {c.name for c in wanted}:
+            drifts.append(Drift(str(golden_dir / name), "a case the check did not ask for"))
+    folders = {p.name for p in golden_dir.iterdir() if p.is_dir()}
+    for name in sorted(folders - set(manifest["cases"])):
+        drifts.append(Drift(str(golden_dir / name), f"a folder {MANIFEST} does not list"))
+    for case in wanted:
+        name = case.name
+        if name not in manifest["cases"]:
+            drifts.append(Drift(str(golden_dir / name), "missing: the manifest has no such case"))
+            continue
         stored = read_case(golden_dir, manifest, case, cfg)
         fresh = generate_case(case, cfg, seed)
         if [s.name for s in stored] != [s.name for s in fresh]:
@@ -290,6 +344,10 @@ def check(golden_dir: Path) -> tuple[list[Drift], int]:
                 if not np.array_equal(old.inputs[key], array):
                     drifts.append(Drift(str(where), f"input {key!r} differs from a regeneration"))
             for key, array in new.outputs.items():
+                if old.outputs[key].shape != array.shape:
+                    shapes = f"{list(old.outputs[key].shape)} vs {list(array.shape)}"
+                    drifts.append(Drift(str(where), f"output {key!r} shape differs: {shapes}"))
+                    continue
                 ulps = ulp_distance(old.outputs[key], array)
                 if ulps.max(initial=0) > 1:
                     drifts.append(

@@ -29,6 +29,7 @@ class ModelProvenance:
     opsets: dict[str, int] = field(default_factory=dict)
     ir_version: int | None = None
     elem_type: str = ""
+    external_data: dict[str, str] = field(default_factory=dict)  # location -> sha256
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -39,11 +40,8 @@ class ModelProvenance:
         return f"{self.path} ({self.origin}, sha256 {self.sha256[:12]})"
 
 
-def onnx_provenance(path: Path, origin: str, sha256: str) -> ModelProvenance:
-    """What an ONNX file records of itself, read without its external data."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
+def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvenance:
+    """What an ONNX file records of itself (`model`: the file loaded without external data)."""
     elem_type = ""
     for value in (*model.graph.input, *model.graph.output):
         elem_type = _ELEM_TYPES.get(value.type.tensor_type.elem_type, "")
@@ -61,7 +59,7 @@ def onnx_provenance(path: Path, origin: str, sha256: str) -> ModelProvenance:
     )
 
 
-def module_provenance(module, dtype: str) -> ModelProvenance:
+def module_provenance(module, dtype: str = "float32") -> ModelProvenance:
     """A PyTorch module: its class, and a digest of its parameters and buffers in order."""
     digest = hashlib.sha256()
     for name, tensor in module.state_dict().items():

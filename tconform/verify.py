@@ -2,7 +2,14 @@
 
 The runtimes are ONNX Runtime on each requested execution provider, and the PyTorch reference in
 float32 as its own row, so torch's error against the exact golden is seen next to ORT's. Every
-result records the providers the session really used.
+result records the providers the session really used and the exact model that ran (path,
+sha256, origin).
+
+Which model stands for a case:
+  --model CASE=PATH   the given file, read-only, whatever the artifacts folder holds;
+  --no-export         whatever the artifacts folder holds, as it is (nothing is exported);
+  otherwise           tconform's own export in the artifacts folder, exported where missing or
+                      stale (only tconform's own unchanged files are ever replaced).
 """
 
 from __future__ import annotations
@@ -16,9 +23,21 @@ import numpy as np
 
 from tconform import doc, golden, registry
 from tconform.compare import compare_output, tolerance_for
-from tconform.errors import ProviderUnavailable
-from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs, read_manifest
+from tconform.config import ModelConfig
+from tconform.errors import ProviderUnavailable, UsageError
+from tconform.export import (
+    ExportJob,
+    ExportRecord,
+    ExportSettings,
+    cache_key,
+    export_jobs,
+    folder_settings,
+    read_manifest,
+)
+from tconform.files import sha256_file
 from tconform.fp16 import float16_notes
+from tconform.models import ModelUnderTest, given_model
+from tconform.provenance import module_provenance
 from tconform.registry import Case
 from tconform.results import Result, exit_code
 from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
@@ -38,12 +57,13 @@ class VerifyOptions:
     provider_options: dict[str, str] = field(default_factory=dict)
     with_torch: bool = True
     with_doc: bool = True
+    models: dict[str, Path] = field(default_factory=dict)  # --model CASE=PATH
+    export: bool = True  # False: --no-export, verify what the artifacts folder holds
 
 
 @dataclass
 class VerifyRun:
     results: list[Result]
-    exports: list[ExportRecord]
     settings: dict[str, object]
 
     @property
@@ -54,13 +74,99 @@ class VerifyRun:
 Progress = Callable[[str], None]
 
 
-def _artifact_dtype(artifacts_dir: Path) -> str:
-    """Models in an existing artifacts folder keep their dtype (a float16 export stays fp16)."""
-    return read_manifest(artifacts_dir).get("dtype", "float32")
+def select_cases(options: VerifyOptions, manifest: dict, golden_dir: Path) -> tuple[Case, ...]:
+    """The cases to check. Named ones (--case, --model) must all have goldens; a plain run
+    checks every registry case, so a golden folder missing one is an error, not a smaller pass."""
+    named = (*options.cases, *options.models)
+    if named:
+        cases = registry.select_cases(named)
+        for case in cases:
+            if case.name not in manifest["cases"]:
+                raise UsageError(f"{golden_dir}: no goldens for case {case.name!r}")
+        return cases
+    missing = [name for name in registry.CASE_NAMES if name not in manifest["cases"]]
+    if missing:
+        raise UsageError(
+            f"{golden_dir}: no goldens for case {missing[0]!r} (a plain verify checks every "
+            "case; name the ones this folder holds with --case)"
+        )
+    return registry.CASES
 
 
-def _precision(dtype: str, runtime: OrtRuntime) -> str:
-    return "float16" if dtype == "float16" else runtime.precision
+def _artifact_settings(options: VerifyOptions, cfg: ModelConfig, seed: int) -> ExportSettings:
+    """Export settings for the artifacts folder: the folder's own (a float16 folder stays
+    float16, a TorchScript folder TorchScript), or tconform's defaults for a new folder."""
+    held = folder_settings(options.artifacts_dir) or {}
+    return ExportSettings(
+        cfg,
+        seed,
+        exporter=str(held.get("exporter", "dynamo")),
+        opset=int(held["opset"]) if held.get("opset") else ExportSettings(cfg).opset,
+        dtype=str(held.get("dtype", "float32")),
+    )
+
+
+def _from_record(case: Case, record: ExportRecord, note: str = "") -> ModelUnderTest:
+    path = Path(record.location)
+    return ModelUnderTest(case, path, record.provenance(), (note,) if note else ())
+
+
+def _held_model(
+    case: Case, cfg: ModelConfig, artifacts_dir: Path, manifest: dict, key: str
+) -> ModelUnderTest:
+    """--no-export: the case's file in the artifacts folder, as it is. tconform's own unchanged
+    file is `cached`; anything else is checked like a given model."""
+    path = artifacts_dir / case.name / "model.onnx"
+    if not path.exists():
+        raise UsageError(f"{path}: missing (--no-export exports nothing; run `tconform export`)")
+    entry = manifest.get("models", {}).get(case.name)
+    if entry is None:
+        return given_model(case, cfg, path)
+    if not path.is_file() or sha256_file(path) != entry.get("sha256"):
+        model = given_model(case, cfg, path)
+        return ModelUnderTest(
+            case, path, model.provenance, ("changed since tconform wrote it: verified as given",)
+        )
+    record = ExportRecord.from_manifest(entry, artifacts_dir)
+    stale = entry.get("key") != key
+    note = "exported by another version of tconform or its libraries (cache key differs)"
+    return _from_record(case, record, note if stale else "")
+
+
+def models_under_test(
+    options: VerifyOptions,
+    cases: tuple[Case, ...],
+    settings: ExportSettings,
+    doc_jobs: list[ExportJob],
+    progress: Progress,
+) -> tuple[dict[str, ModelUnderTest], list[ExportRecord]]:
+    """The model file for every case (given ones checked first, before any slow export), and
+    the records of the document checks' models, exported in the same pool."""
+    chosen = {
+        name: given_model(registry.get_case(name), settings.cfg, path)
+        for name, path in options.models.items()
+    }
+    for name, model in chosen.items():
+        progress(f"  {name}: the given model {model.path} (sha256 {model.provenance.sha256[:12]})")
+    rest = [case for case in cases if case.name not in chosen]
+    if not options.export:
+        manifest = read_manifest(options.artifacts_dir)
+        for case in rest:
+            key = cache_key(case, settings)
+            chosen[case.name] = _held_model(
+                case, settings.cfg, options.artifacts_dir, manifest, key
+            )
+        return chosen, []
+    jobs = [ExportJob(case, settings, options.artifacts_dir) for case in rest]
+    extra = f" + {len(doc_jobs)} for the document checks" if doc_jobs else ""
+    progress(f"models: {len(jobs)}{extra}, exported where not current, in {options.artifacts_dir}")
+    records = export_jobs(
+        jobs + doc_jobs,
+        on_done=lambda r: progress(f"  {r.location}: {'reused' if r.cached else 'exported'}"),
+    )
+    for case, record in zip(rest, records[: len(rest)], strict=True):
+        chosen[case.name] = _from_record(case, record)
+    return chosen, records[len(rest) :]
 
 
 def _compare_set(result: Result, case: Case, outputs, input_set: golden.InputSet, precision: str):
@@ -97,13 +203,25 @@ def _run_sets(session, case, sets, template: Result, precision: str) -> list[Res
     return results
 
 
-def _ort_results(case, sets, model_path, runtime: OrtRuntime, dtype, options) -> list[Result]:
-    precision = _precision(dtype, runtime)
+def _ort_results(
+    model: ModelUnderTest, sets, runtime: OrtRuntime, options: VerifyOptions
+) -> list[Result]:
+    case = model.case
+    precision = "float16" if model.precision == "float16" else runtime.precision
     template = Result(
-        case.name, case.component, "onnxruntime", runtime.ep, [], "", "pass", precision=precision
+        case.name,
+        case.component,
+        "onnxruntime",
+        runtime.ep,
+        [],
+        "",
+        "pass",
+        precision=precision,
+        model=model.provenance,
+        notes=list(model.notes),
     )
     try:
-        session = runtime.open(model_path)
+        session = runtime.open(model.path)
     except (ProviderUnavailable, KernelMissing) as exc:
         # A missing float16 kernel is a fact about the runtime, reported, not a failure.
         missing_ep = isinstance(exc, ProviderUnavailable) and not options.allow_missing_ep
@@ -111,11 +229,12 @@ def _ort_results(case, sets, model_path, runtime: OrtRuntime, dtype, options) ->
         return [
             Result(**{**template.__dict__, "input_set": "*", "status": status, "message": str(exc)})
         ]
+    model.confirm_unchanged()  # the session holds exactly the bytes the provenance names
     template.ep_actual = list(session.providers)
     template.placement = dict(session.placement)
     template.fallback_ops = dict(session.fallback_ops)
-    if dtype == "float16":
-        template.notes = float16_notes(model_path, runtime.ep)
+    if precision == "float16":
+        template.notes += float16_notes(model.path, runtime.ep)
     results = _run_sets(session, case, sets, template, precision)
     if template.fallback_ops:
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(template.fallback_ops.items()))
@@ -127,24 +246,36 @@ def _ort_results(case, sets, model_path, runtime: OrtRuntime, dtype, options) ->
     return results
 
 
+def _torch_results(case: Case, cfg: ModelConfig, seed: int, sets) -> list[Result]:
+    session = TorchRuntime().open(case, cfg, golden.case_params(case, cfg, seed))
+    template = Result(
+        case.name,
+        case.component,
+        "torch",
+        "cpu",
+        session.providers,
+        "",
+        "pass",
+        model=module_provenance(session.module, "float32"),
+    )
+    return _run_sets(session, case, sets, template, "float32")
+
+
 def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> VerifyRun:
+    if not options.eps and not options.with_torch:
+        raise UsageError("nothing to run: no execution provider (--ep) and --no-torch")
     manifest = golden.read_manifest(options.golden_dir)
     cfg, seed = golden.manifest_config(manifest), int(manifest["seed"])
-    cases = registry.select_cases(options.cases or tuple(manifest["cases"]))
-    dtype = _artifact_dtype(options.artifacts_dir)
-    exporter = read_manifest(options.artifacts_dir).get("exporter", "dynamo")
-
-    settings = ExportSettings(cfg, seed, exporter=exporter, dtype=dtype)
-    jobs = [ExportJob(case, settings, options.artifacts_dir) for case in cases]
+    cases = select_cases(options, manifest, options.golden_dir)
+    settings = _artifact_settings(options, cfg, seed)
+    with_doc = options.with_doc and options.export
+    if options.with_doc and not options.export:
+        progress("document checks: not run (--no-export exports nothing; `tconform doc` runs them)")
+    if options.models and not options.export:
+        progress("--model wins over the artifacts folder for: " + ", ".join(options.models))
     # The document checks' models join the same pool of export processes.
-    doc_jobs = doc.required_exports(options.artifacts_dir) if options.with_doc else []
-    extra = f" + {len(doc_jobs)} for the document checks" if doc_jobs else ""
-    progress(f"models: {len(jobs)}{extra}, exported where not current, in {options.artifacts_dir}")
-    exports = export_jobs(
-        jobs + doc_jobs,
-        on_done=lambda r: progress(f"  {r.location}: {'reused' if r.cached else 'exported'}"),
-        repair=False,
-    )[: len(jobs)]
+    doc_jobs = doc.required_exports(options.artifacts_dir) if with_doc else []
+    models, doc_records = models_under_test(options, cases, settings, doc_jobs, progress)
     runtimes = [
         OrtRuntime(
             ep,
@@ -158,27 +289,27 @@ def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> Verif
     for n, case in enumerate(cases, 1):
         progress(f"[{n}/{len(cases)}] {case.name}")
         sets = golden.read_case(options.golden_dir, manifest, case, cfg)
-        model_path = options.artifacts_dir / case.name / "model.onnx"
         for runtime in runtimes:
-            results += _ort_results(case, sets, model_path, runtime, dtype, options)
+            results += _ort_results(models[case.name], sets, runtime, options)
         if options.with_torch:
-            session = TorchRuntime().open(case, cfg, golden.case_params(case, cfg, seed))
-            template = Result(
-                case.name, case.component, "torch", "cpu", session.providers, "", "pass"
-            )
-            results += _run_sets(session, case, sets, template, "float32")
-    if options.with_doc:
+            results += _torch_results(case, cfg, seed, sets)
+    if with_doc:
         progress("document checks")
-        results += doc.verify_results(options.eps, options.artifacts_dir)
-    settings = {
+        results += doc.verify_results(options.eps, options.artifacts_dir, doc_records)
+    run_settings = {
         "golden": str(options.golden_dir),
+        "golden_manifest_sha256": sha256_file(options.golden_dir / golden.MANIFEST),
         "artifacts": str(options.artifacts_dir),
+        "export": options.export,
+        "given_models": {name: str(path) for name, path in options.models.items()},
+        "document_checks": with_doc,
         "preset": manifest.get("preset"),
         "config": cfg.to_dict(),
         "seed": seed,
-        "dtype": dtype,
-        "exporter": exporter,
+        "dtype": settings.dtype,
+        "exporter": settings.exporter,
+        "opset": settings.opset,
         "eps": options.eps,
         "runtimes": {r.name: r.settings() for r in runtimes},
     }
-    return VerifyRun(results, exports, settings)
+    return VerifyRun(results, run_settings)

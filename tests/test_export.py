@@ -1,10 +1,14 @@
+"""Export: the checker-clean models, the cache key, and a cache that only replaces its own
+unchanged files."""
+
 import onnx
 import pytest
 
-from tconform import registry
+from tconform import export, golden, registry
 from tconform.config import PRESETS
 from tconform.errors import UsageError
 from tconform.export import ExportJob, ExportSettings, export_cases, export_jobs, read_manifest
+from tconform.files import atomic_write_json
 
 TINY = PRESETS["tiny"]
 
@@ -32,17 +36,69 @@ def test_cache_reuses_and_a_config_change_re_exports(tmp_path):
     assert not changed[0].cached and changed[0].sha256 != first[0].sha256
 
 
-def test_truncated_model_is_an_error_for_verify_and_rebuilt_by_export(tmp_path):
+def test_a_changed_model_is_never_replaced_unless_forced(tmp_path):
     cases = (registry.get_case("feed_forward"),)
     settings = ExportSettings(TINY, exporter="torchscript")
     export_cases(cases, settings, tmp_path)
     path = tmp_path / "feed_forward" / "model.onnx"
     path.write_bytes(path.read_bytes()[:100])
-    with pytest.raises(UsageError, match="sha256 differs"):
-        export_cases(cases, settings, tmp_path, repair=False)
-    rebuilt = export_cases(cases, settings, tmp_path)
+    changed = path.read_bytes()
+    with pytest.raises(UsageError, match="changed since tconform wrote it") as raised:
+        export_cases(cases, settings, tmp_path)
+    assert "--model feed_forward=" in str(raised.value) and "--force" in str(raised.value)
+    # Even a stale cache key (another torch, another tconform) does not unlock it.
+    with pytest.raises(UsageError, match="changed since"):
+        export_cases(
+            cases, ExportSettings(TINY.replace(ffn_bias=False), exporter="torchscript"), tmp_path
+        )
+    assert path.read_bytes() == changed
+    rebuilt = export_cases(cases, settings, tmp_path, force=True)
     assert not rebuilt[0].cached
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+
+
+def test_a_file_tconform_did_not_write_is_never_replaced(tmp_path):
+    norm, attention = registry.get_case("norm"), registry.get_case("attention")
+    settings = ExportSettings(TINY, exporter="torchscript")
+    export_cases((attention,), settings, tmp_path / "src")
+    foreign = tmp_path / "M" / "norm" / "model.onnx"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes((tmp_path / "src" / "attention" / "model.onnx").read_bytes())
+    before = foreign.read_bytes()
+    with pytest.raises(UsageError, match="not written by tconform"):  # a folder with no manifest
+        export_cases((norm,), settings, tmp_path / "M")
+    export_cases((attention,), settings, tmp_path / "M")  # now the folder has a manifest
+    with pytest.raises(UsageError, match=r"no entry in manifest\.json"):
+        export_cases((norm,), settings, tmp_path / "M")
+    assert foreign.read_bytes() == before
+
+
+def test_a_stale_own_unchanged_model_is_re_exported(tmp_path):
+    cases = (registry.get_case("norm"),)
+    settings = ExportSettings(TINY, exporter="torchscript")
+    export_cases(cases, settings, tmp_path)
+    manifest = read_manifest(tmp_path)
+    manifest["models"]["norm"]["key"] = "exported-by-an-older-tconform"
+    atomic_write_json(tmp_path / "manifest.json", manifest)
+    again = export_cases(cases, settings, tmp_path)
+    assert not again[0].cached and read_manifest(tmp_path)["models"]["norm"]["key"] == again[0].key
+
+
+def test_a_folder_holds_one_exporter_opset_and_dtype(tmp_path):
+    cases = (registry.get_case("norm"),)
+    export_cases(cases, ExportSettings(TINY, exporter="torchscript"), tmp_path)
+    for other in (
+        ExportSettings(TINY, exporter="torchscript", dtype="float16"),
+        ExportSettings(TINY, exporter="torchscript", opset=17),
+    ):
+        with pytest.raises(UsageError, match="holds torchscript opset 18 float32 models"):
+            export_cases(cases, other, tmp_path)
+
+
+def test_models_never_go_into_a_golden_folder(tmp_path):
+    golden.write(tmp_path / "g", TINY, 1, (registry.get_case("norm"),), "tiny")
+    with pytest.raises(UsageError, match="holds goldens"):
+        export_cases((registry.get_case("norm"),), ExportSettings(TINY), tmp_path / "g")
 
 
 def test_bad_settings_are_usage_errors():
@@ -52,15 +108,22 @@ def test_bad_settings_are_usage_errors():
         ExportSettings(TINY, exporter="tflite")
 
 
-def test_identical_models_in_two_folders_are_exported_once_and_copied(tmp_path):
+def test_identical_models_in_two_folders_are_exported_once_and_copied(tmp_path, monkeypatch):
     case = registry.get_case("norm")
     settings = ExportSettings(TINY, exporter="torchscript")
     a, b = tmp_path / "a", tmp_path / "b"
+    exports = []
+    real_export_case = export.export_case
+    monkeypatch.setattr(
+        export, "export_case", lambda *args: exports.append(args) or real_export_case(*args)
+    )
     first, copy = export_jobs([ExportJob(case, settings, a), ExportJob(case, settings, b)])
-    assert not first.cached and copy.cached and copy.sha256 == first.sha256
+    assert len(exports) == 1 and copy.sha256 == first.sha256
+    assert not first.cached and not copy.cached  # both files were written by this run
     assert (a / "norm" / "model.onnx").read_bytes() == (b / "norm" / "model.onnx").read_bytes()
     assert read_manifest(b)["models"]["norm"]["key"] == first.key
     # A folder without the model is served from one that has it, in the same call.
     c = tmp_path / "c"
-    _, third = export_jobs([ExportJob(case, settings, a), ExportJob(case, settings, c)])
-    assert third.cached and third.location == str(c / "norm" / "model.onnx")
+    reused, third = export_jobs([ExportJob(case, settings, a), ExportJob(case, settings, c)])
+    assert reused.cached and len(exports) == 1
+    assert third.location == str(c / "norm" / "model.onnx") and third.sha256 == first.sha256

@@ -61,10 +61,14 @@ def test_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
 
 def test_check_passes_on_a_fresh_folder_and_catches_a_changed_value(tmp_path):
     manifest = golden.write(tmp_path / "g", TINY, 1, CASES, "tiny")
-    assert golden.check(tmp_path / "g")[0] == []
+    assert golden.check(tmp_path / "g", CASES)[0] == []
+    # A plain check expects every registry case: the others are missing, not fine.
+    missing = {d.path.rsplit("/", 1)[-1] for d in golden.check(tmp_path / "g")[0]}
+    assert missing == set(registry.CASE_NAMES) - {c.name for c in CASES}
     # Rewrite one output 3 ulp away and fix its sha256, so only regeneration can tell.
     path = tmp_path / "g" / "feed_forward" / "test_data_set_1" / "output_0.pb"
-    name, array = golden._read_tensor(path, None)
+    rel = "test_data_set_1/output_0.pb"
+    name, array = golden._read_tensor(path, manifest["cases"]["feed_forward"]["sha256"][rel])
     bumped = array.copy()
     bumped.flat[0] = np.nextafter(np.nextafter(np.nextafter(bumped.flat[0], 9), 9), 9)
     data = golden.numpy_helper.from_array(bumped, name=name).SerializeToString()
@@ -73,7 +77,7 @@ def test_check_passes_on_a_fresh_folder_and_catches_a_changed_value(tmp_path):
         golden.sha256_bytes(data)
     )
     golden.atomic_write_json(tmp_path / "g" / "manifest.json", manifest)
-    drifts, _ = golden.check(tmp_path / "g")
+    drifts, _ = golden.check(tmp_path / "g", CASES)
     assert len(drifts) == 1 and "3 ulp" in drifts[0].message
 
 

@@ -32,8 +32,16 @@ from tconform.weights import DEFAULT_SEED
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
 @click.option("--jobs", type=int, default=None, help="Export processes [one per core, max 2].")
-def export(out, preset, cases, exporter, opset, dtype, seed, jobs) -> None:
-    """Export every case (or --case) to ONNX, reusing cached models that are still current."""
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace model files tconform did not write or that changed since (never otherwise).",
+)
+def export(out, preset, cases, exporter, opset, dtype, seed, jobs, force) -> None:
+    """Export every case (or --case) to ONNX, reusing cached models that are still current.
+
+    Only tconform's own unchanged files are replaced; a folder holds models of one exporter,
+    opset and dtype (float16 goes to artifacts-fp16 by default)."""
     cfg = get_preset(preset)
     out = out or Path("artifacts" if dtype == "float32" else "artifacts-fp16")
     selected = registry.select_cases(cases)
@@ -47,7 +55,7 @@ def export(out, preset, cases, exporter, opset, dtype, seed, jobs) -> None:
         how = "cached, reused" if record.cached else "exported"
         click.echo(f"[{done}/{len(selected)}] {record.case:20s} {how:15s} {out / record.path}")
 
-    records = export_cases(selected, settings, out, on_done=report, jobs=jobs)
+    records = export_cases(selected, settings, out, on_done=report, force=force, jobs=jobs)
     fresh = sum(not r.cached for r in records)
     click.echo(
         f"{len(records)} models in {out} ({fresh} exported, {len(records) - fresh} cached) "

@@ -23,16 +23,19 @@ from tconform.weights import DEFAULT_SEED
 )
 @click.option("--case", "cases", multiple=True, help="Only this case (repeatable).")
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
-@click.option("--force", is_flag=True, help="Replace existing goldens.")
+@click.option(
+    "--force", is_flag=True, help="Replace an existing golden folder (never any other folder)."
+)
 @click.option(
     "--check",
     is_flag=True,
-    help="Regenerate in memory and compare with the folder; exit 1 on drift.",
+    help="Regenerate in memory and compare with the folder (its cases, sets and values; "
+    "--case limits the cases expected); exit 1 on drift.",
 )
 def golden(out, preset, cases, seed, force, check) -> None:
     """Write golden/<case>/test_data_set_N/{input,output}_K.pb and golden/manifest.json."""
     if check:
-        drifts, one_ulp = golden_stage.check(out)
+        drifts, one_ulp = golden_stage.check(out, registry.select_cases(cases) if cases else None)
         for drift in drifts:
             click.echo(f"drift: {drift.path}: {drift.message}")
         note = f" ({one_ulp} output elements differ by one float32 ulp: summation order)"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from tconform.models import parse_model_options
 from tconform.report import json_report, junit, markdown, plot, table
 from tconform.runtimes.onnxruntime import parse_eps, parse_provider_options
 from tconform.verify import VerifyOptions
@@ -36,6 +37,20 @@ from tconform.verify import verify as run_verify
     help="Execution providers: cpu, cuda, a comma list, or all.",
 )
 @click.option("--case", "cases", multiple=True, help="Only this case (repeatable).")
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="CASE=PATH",
+    help="Verify the ONNX file PATH as CASE (repeatable); read-only, never exported over. "
+    "Without --case, only the given cases are checked.",
+)
+@click.option(
+    "--no-export",
+    is_flag=True,
+    help="Verify exactly what --artifacts holds; export nothing (a missing model is an error; "
+    "the document checks, which need their own exports, are left out).",
+)
 @click.option(
     "--allow-missing-ep",
     is_flag=True,
@@ -74,6 +89,8 @@ def verify(
     artifacts_dir,
     ep_spec,
     cases,
+    models,
+    no_export,
     allow_missing_ep,
     strict_placement,
     tf32,
@@ -104,6 +121,8 @@ def verify(
         provider_options=parse_provider_options(list(provider_options)),
         with_torch=not no_torch,
         with_doc=not no_doc,
+        models=parse_model_options(models),
+        export=not no_export,
     )
     progress = (lambda _: None) if quiet else (lambda line: click.echo(line, err=True))
     run = run_verify(options, progress)

@@ -25,7 +25,7 @@ from tconform.doc.checks import (
     property_outcomes,
 )
 from tconform.doc.run import ComponentRunner, RuntimeOutcome, runtime_names
-from tconform.export import ExportJob, export_jobs
+from tconform.export import ExportJob, ExportRecord, export_jobs
 from tconform.results import Result
 
 COMPONENT = "document check"
@@ -79,15 +79,22 @@ def required_exports(artifacts_dir: Path) -> list[ExportJob]:
 
 
 def run_document_checks(
-    eps: list[str], artifacts_dir: Path, progress: Callable[[str], None] = lambda _: None
+    eps: list[str],
+    artifacts_dir: Path,
+    progress: Callable[[str], None] = lambda _: None,
+    records: list[ExportRecord] | None = None,
 ) -> DocReport:
     """Evaluate every document case, run the ones with numbers for a component on every
-    runtime (exports cached under artifacts_dir/doc/), and check every stated property."""
+    runtime (exports cached under artifacts_dir/doc/), and check every stated property.
+    `records`: the document models, when the caller has exported them already."""
     runtimes = runtime_names(eps)
-    jobs = required_exports(artifacts_dir)
-    progress(f"document checks: {len(jobs)} models (cached where current) in {artifacts_dir}/doc")
-    export_jobs(jobs)
-    runner = ComponentRunner(artifacts_dir)
+    if records is None:
+        jobs = required_exports(artifacts_dir)
+        progress(
+            f"document checks: {len(jobs)} models (cached where current) in {artifacts_dir}/doc"
+        )
+        records = export_jobs(jobs)
+    runner = ComponentRunner(artifacts_dir, records)
     report = DocReport(runtimes, document_cases())
     for case in report.cases:
         if case.runtime is not None:
@@ -138,6 +145,7 @@ def report_results(report: DocReport) -> list[Result]:
                     outcome.message or f"max abs err {outcome.max_abs_err:.3g} vs exact",
                     outputs=[outcome.comparison] if outcome.comparison else [],
                     placement=outcome.placement,
+                    model=outcome.model,
                 )
             )
     for prop in report.properties:
@@ -158,6 +166,8 @@ def report_results(report: DocReport) -> list[Result]:
                 message,
                 "float64" if runtime == "oracle" else "float32",
                 outputs=_violation(prop),
+                model=prop.models[0] if prop.models else None,
+                notes=[f"also ran {m.short}" for m in prop.models[1:]],
             )
         )
     return results
@@ -176,9 +186,11 @@ def _violation(prop: PropertyOutcome) -> list[OutputComparison]:
     ]
 
 
-def verify_results(eps: list[str], artifacts_dir: Path) -> list[Result]:
+def verify_results(
+    eps: list[str], artifacts_dir: Path, records: list[ExportRecord] | None = None
+) -> list[Result]:
     """For `tconform verify`: every document case and property as Results."""
-    return report_results(run_document_checks(eps, artifacts_dir))
+    return report_results(run_document_checks(eps, artifacts_dir, records=records))
 
 
 __all__ = [

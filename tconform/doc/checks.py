@@ -8,7 +8,7 @@ hypothesis). A provider that cannot run reports `unavailable`, never a pass.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from tconform.config import PRESETS
 from tconform.doc import properties
 from tconform.doc.run import ComponentRunner
 from tconform.errors import ProviderUnavailable, TconformError
+from tconform.provenance import ModelProvenance
 
 PROPERTY_CONFIG = PRESETS["tiny"]
 PROPERTY_CONFIG_NAME = "tiny"
@@ -32,9 +33,12 @@ class PropertyOutcome:
     violation: float | None = None
     limit: float | None = None
     message: str = ""
+    models: list[ModelProvenance] = field(default_factory=list)  # what ran (none: the oracle)
 
     def to_dict(self) -> dict[str, object]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        data = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        data["models"] = [m.to_dict() for m in self.models]
+        return data
 
 
 def _precision(runtime: str) -> str:
@@ -192,5 +196,19 @@ def property_outcomes(runner: ComponentRunner, runtimes: list[str]) -> list[Prop
                 )
                 continue
             status = "pass" if violation <= limit else "fail"
-            outcomes.append(PropertyOutcome(m.id, m.statement, runtime, status, violation, limit))
+            models = [
+                runner.provenance(runtime, name, PROPERTY_CONFIG, PROPERTY_CONFIG_NAME)
+                for name in m.cases
+            ]
+            outcomes.append(
+                PropertyOutcome(
+                    m.id,
+                    m.statement,
+                    runtime,
+                    status,
+                    violation,
+                    limit,
+                    models=[model for model in models if model],
+                )
+            )
     return outcomes

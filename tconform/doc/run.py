@@ -18,7 +18,8 @@ from tconform.compare import OutputComparison, compare_output, tolerance_for
 from tconform.config import ModelConfig
 from tconform.doc.cases import RuntimeCheck
 from tconform.errors import ProviderUnavailable, TconformError
-from tconform.export import ExportJob, ExportSettings, build_module, export_cases
+from tconform.export import ExportJob, ExportRecord, ExportSettings, build_module, export_cases
+from tconform.provenance import ModelProvenance, module_provenance
 from tconform.runtimes.onnxruntime import OrtRuntime
 from tconform.runtimes.torch import TorchRuntime
 
@@ -33,6 +34,7 @@ class RuntimeOutcome:
     providers: tuple[str, ...] = ()
     comparison: OutputComparison | None = None  # the output against the exact value
     placement: dict[str, int] = field(default_factory=dict)  # ONNX Runtime: provider -> nodes
+    model: ModelProvenance | None = None  # what ran (None for the oracle)
 
     def to_dict(self) -> dict[str, object]:
         return {"status": self.status, "max_abs_err": self.max_abs_err, "message": self.message}
@@ -46,8 +48,11 @@ def runtime_names(eps: list[str]) -> list[str]:
 class ComponentRunner:
     """Opens each (component, config, runtime) once and reuses it for every check."""
 
-    def __init__(self, artifacts_dir: Path) -> None:
+    def __init__(self, artifacts_dir: Path, records: list[ExportRecord] = ()) -> None:
         self.artifacts_dir = artifacts_dir
+        # Models settled by the caller's export pool, keyed by their location: their origin
+        # (exported in this run, or cached) is theirs, not that of a second, cached lookup.
+        self._records: dict[str, ExportRecord] = {r.location: r for r in records}
         self._models: dict[tuple[str, str], Path] = {}
         self._sessions: dict[tuple[str, str, str], object] = {}
         self._params: dict[tuple[str, str], dict[str, np.ndarray]] = {}
@@ -61,9 +66,22 @@ class ComponentRunner:
         key = (case_name, config_name)
         if key not in self._models:
             job = self.export_job(case_name, cfg, config_name)
-            export_cases([job.case], job.settings, job.out_dir)  # cached after export_jobs
-            self._models[key] = job.out_dir / case_name / "model.onnx"
+            path = job.out_dir / case_name / "model.onnx"
+            if str(path) not in self._records:
+                (record,) = export_cases([job.case], job.settings, job.out_dir)
+                self._records[str(path)] = record
+            self._models[key] = path
         return self._models[key]
+
+    def provenance(
+        self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str
+    ) -> ModelProvenance | None:
+        """The model `runtime` ran for this check: the ONNX file, torch's module, or None."""
+        if runtime == "oracle":
+            return None
+        if runtime == "torch":
+            return module_provenance(self.session(runtime, case_name, cfg, config_name).module)
+        return self._records[str(self.model_path(case_name, cfg, config_name))].provenance()
 
     def session(self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str):
         """A session with .run(feeds) and .providers; raises ProviderUnavailable."""
@@ -123,6 +141,7 @@ class ComponentRunner:
             tuple(session.providers),
             result,
             placement,
+            self.provenance(runtime, case_name, cfg, config_name),
         )
 
     def run_check(self, runtime: str, check: RuntimeCheck) -> RuntimeOutcome:

@@ -24,6 +24,12 @@ def build(results: list[Result]) -> ET.Element:
             name=r.input_set,
             time=f"{r.seconds:.4f}",
         )
+        if r.model:
+            properties = ET.SubElement(case, "properties")
+            for key in ("path", "sha256", "origin"):
+                ET.SubElement(
+                    properties, "property", name=f"model.{key}", value=getattr(r.model, key)
+                )
         if r.status in ("fail", "unavailable"):
             ET.SubElement(case, "failure", message=r.message or r.status).text = r.message
         elif r.status == "error":

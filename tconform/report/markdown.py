@@ -23,14 +23,15 @@ def build(results: list[Result]) -> str:
         ):
             worst[key] = r
     lines = [
-        "| case | runtime | precision | providers used | worst tol used | status |",
-        "|---|---|---|---|---|---|",
+        "| case | runtime | precision | providers used | worst tol used | status | model |",
+        "|---|---|---|---|---|---|---|",
     ]
     for (case, runtime), r in worst.items():
         used = "-" if r.worst_used is None else f"{r.worst_used:.1%}"
+        model = f"{r.model.origin} `{r.model.path}` {r.model.sha256[:12]}" if r.model else "-"
         lines.append(
             f"| {case} | {runtime} | {r.precision} | {', '.join(r.ep_actual) or '-'} | {used} "
-            f"| {r.status} |"
+            f"| {r.status} | {model} |"
         )
     return "\n".join(lines) + "\n"
 

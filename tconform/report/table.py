@@ -13,6 +13,7 @@ COLUMNS = (
     "tol used",
     "status",
     "nodes per provider",
+    "model",
 )
 
 
@@ -36,7 +37,33 @@ def _row(r: Result) -> tuple[str, ...]:
         "-" if used is None else f"{used:.1%}",
         r.status.upper() if r.status != "pass" else "pass",
         ", ".join(f"{ep} {n}" for ep, n in r.placement.items()) or "-",
+        f"{r.model.origin} {r.model.sha256[:SHA_SHOWN]}" if r.model else "-",
     )
+
+
+SHA_SHOWN = 12  # hex digits of a model's sha256 in the table; the legend and JSON have all
+
+
+def model_legend(results: list[Result]) -> list[str]:
+    """One line per distinct model that ran: its short hash, origin, path and what it says of
+    itself, so every row's model column resolves to exact bytes."""
+    seen = {r.model.sha256 + r.model.path: r.model for r in results if r.model}
+    lines = []
+    for model in seen.values():
+        about = ", ".join(
+            part
+            for part in (
+                model.producer,
+                "opsets " + ", ".join(f"{d} {v}" for d, v in model.opsets.items()),
+                model.elem_type,
+            )
+            if part
+        )
+        lines.append(
+            f"  {model.sha256[:SHA_SHOWN]}  {model.origin:8s} {model.path}"
+            + (f"  ({about})" if about else "")
+        )
+    return lines
 
 
 def render(results: list[Result]) -> str:
@@ -63,7 +90,9 @@ def render(results: list[Result]) -> str:
         f"  {r.case} [{r.runtime}/{r.ep}]: {note}" for r in results for note in r.notes
     )
     problems = ["", "problems:", *notes, *worst] if notes else []
-    return "\n".join(lines + (["", "notes:", *facts] if facts else []) + problems)
+    legend = model_legend(results)
+    models = ["", "models (sha256, origin, path):", *legend] if legend else []
+    return "\n".join(lines + models + (["", "notes:", *facts] if facts else []) + problems)
 
 
 def summary(results: list[Result]) -> str:

@@ -81,6 +81,8 @@ def parse_eps(spec: str) -> list[str]:
     if spec == "all":
         return available_eps()
     names = [n.strip().lower() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"--ep {spec!r} names no execution provider (e.g. cpu, cpu,cuda, all)")
     for n in names:
         if n not in PROVIDERS:
             raise UsageError(

@@ -1,0 +1,206 @@
+"""The model under test: the exact ONNX file a result ran, where it came from, and whether it can
+stand in for a case at all.
+
+A model is either tconform's own (exported in this run, or cached: recorded in the artifacts
+manifest with unchanged bytes) or given (`verify --model CASE=PATH`, or a file in an artifacts
+folder that tconform did not write). A given file is only ever read: tconform never exports over
+it, rewrites it or deletes it. Before anything runs, a given file must be a regular file of a
+sane size, parse as ONNX, keep its external data inside its own folder, and match the case's
+goldens in input and output names, element types and ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from tconform.config import ModelConfig
+from tconform.errors import UsageError
+from tconform.files import sha256_file
+from tconform.provenance import ModelProvenance, onnx_provenance
+from tconform.registry import Case, get_case
+
+# A protobuf message cannot exceed 2 GiB, so a larger .onnx file cannot be a model (weights past
+# that size live in external data files).
+MAX_MODEL_BYTES = 2**31
+
+# Element types a case's tensors may have, by TensorSpec kind ("float" may be float32 or float16:
+# the model's own type decides its tolerance row).
+_FLOAT_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
+_KIND_TYPES = {
+    "src_ids": TensorProto.INT64,
+    "tgt_ids": TensorProto.INT64,
+    "src_keep": TensorProto.BOOL,
+    "tgt_keep": TensorProto.BOOL,
+    "attn_mask": TensorProto.BOOL,
+}
+
+
+@dataclass(frozen=True)
+class ModelUnderTest:
+    """One case's model file and its provenance; `precision` is its float element type."""
+
+    case: Case
+    path: Path
+    provenance: ModelProvenance
+    notes: tuple[str, ...] = ()
+
+    @property
+    def precision(self) -> str:
+        return self.provenance.elem_type or "float32"
+
+    def confirm_unchanged(self) -> None:
+        """The bytes that ran are the bytes hashed: re-hash after a session has read the file
+        (and its external data), so a file replaced mid-run cannot borrow another's pass."""
+        now = {loc: sha256_file(self.path.parent / loc) for loc in self.provenance.external_data}
+        if sha256_file(self.path) != self.provenance.sha256 or now != self.provenance.external_data:
+            raise UsageError(f"{self.path}: changed while it was being verified")
+
+
+def parse_model_options(items: tuple[str, ...] | list[str]) -> dict[str, Path]:
+    """['transformer=opt.onnx'] -> {'transformer': Path('opt.onnx')}; one line per bad item."""
+    models: dict[str, Path] = {}
+    for item in items:
+        case_name, sep, path = item.partition("=")
+        case_name, path = case_name.strip(), path.strip()
+        if not sep or not case_name or not path:
+            raise UsageError(f"--model {item!r}: expected CASE=PATH (e.g. transformer=model.onnx)")
+        get_case(case_name)  # an unknown case is a usage error listing the known ones
+        if case_name in models:
+            raise UsageError(f"--model: case {case_name!r} given twice")
+        models[case_name] = Path(path)
+    return models
+
+
+def given_model(case: Case, cfg: ModelConfig, path: Path, origin: str = "given") -> ModelUnderTest:
+    """A file tconform did not write, checked to be a model that can stand in for `case`."""
+    model = load_checked(path)
+    check_signature(model, case, cfg, path)
+    provenance = onnx_provenance(path, origin, sha256_file(path), model)
+    digests = external_digests(model, path)
+    return ModelUnderTest(case, path, replace(provenance, external_data=digests))
+
+
+def load_checked(path: Path) -> onnx.ModelProto:
+    """The ONNX model at `path` (without its external data), or one line saying why not."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder, not an ONNX file")
+    if not path.is_file():
+        raise UsageError(f"{path}: not a regular file (a device, pipe or socket)")
+    size = path.stat().st_size
+    if size == 0:
+        raise UsageError(f"{path}: empty file, not an ONNX model")
+    if size > MAX_MODEL_BYTES:
+        raise UsageError(f"{path}: {size} bytes, larger than any ONNX protobuf can be (2 GiB)")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise UsageError(f"{path}: not an ONNX model ({type(exc).__name__})") from None
+    if not model.graph.node and not model.graph.output:
+        raise UsageError(f"{path}: not an ONNX model (no graph)")
+    check_external_data(model, path)  # before the checker, which reads external data
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"{path}: invalid ONNX model: {first}") from None
+    return model
+
+
+def _external_tensors(model: onnx.ModelProto) -> list[TensorProto]:
+    from onnx.external_data_helper import _get_all_tensors  # walks subgraphs too
+
+    return [t for t in _get_all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
+
+
+def check_external_data(model: onnx.ModelProto, path: Path) -> None:
+    """Every external data file must be a regular file inside the model's own folder, and hold
+    the bytes its tensors claim."""
+    folder = path.parent.resolve()
+    for tensor in _external_tensors(model):
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        target = (folder / location).resolve()
+        if not location or os.path.isabs(location) or ".." in Path(location).parts:
+            raise UsageError(
+                f"{path}: tensor {tensor.name!r} keeps its data at {location!r}, "
+                "outside the model's folder"
+            )
+        if not target.is_relative_to(folder):
+            raise UsageError(
+                f"{path}: tensor {tensor.name!r} keeps its data at {location!r}, which "
+                "resolves outside the model's folder"
+            )
+        if not target.is_file():
+            raise UsageError(f"{path}: external data {location!r} missing or not a regular file")
+        end = int(info.get("offset", 0)) + int(info.get("length", 0))
+        if end > target.stat().st_size:
+            raise UsageError(f"{path}: external data {location!r} is shorter than its tensors")
+
+
+def external_digests(model: onnx.ModelProto, path: Path) -> dict[str, str]:
+    """sha256 of every external data file, by location: part of the bytes that run."""
+    locations = sorted(
+        {e.value for t in _external_tensors(model) for e in t.external_data if e.key == "location"}
+    )
+    return {loc: sha256_file(path.parent / loc) for loc in locations}
+
+
+def _value_infos(values) -> dict[str, tuple[int, int | None]]:
+    """{name: (element type, rank or None)} of graph inputs or outputs."""
+    found = {}
+    for value in values:
+        tensor = value.type.tensor_type
+        rank = len(tensor.shape.dim) if tensor.HasField("shape") else None
+        found[value.name] = (tensor.elem_type, rank)
+    return found
+
+
+def check_signature(model: onnx.ModelProto, case: Case, cfg: ModelConfig, path: Path) -> None:
+    """Input and output names, element types and ranks must be those of the case's goldens;
+    the first difference is the error. Float tensors may be float32 or float16, all alike."""
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = _value_infos(v for v in model.graph.input if v.name not in initializers)
+    outputs = _value_infos(model.graph.output)
+    float_types: set[int] = set()
+    for role, specs, found in (
+        ("input", case.inputs(cfg), inputs),
+        ("output", case.outputs(cfg), outputs),
+    ):
+        wanted = [s.name for s in specs]
+        if set(found) != set(wanted):
+            extra = sorted(set(found) - set(wanted))
+            missing = [n for n in wanted if n not in found]
+            what = (
+                f"has no {role} {missing[0]!r}" if missing else f"has an extra {role} {extra[0]!r}"
+            )
+            raise UsageError(f"{path}: {what}; case {case.name!r} has {role}s {', '.join(wanted)}")
+        for spec in specs:
+            elem_type, rank = found[spec.name]
+            if spec.kind == "float":
+                if elem_type not in _FLOAT_TYPES:
+                    raise UsageError(
+                        f"{path}: {role} {spec.name!r} has element type "
+                        f"{TensorProto.DataType.Name(elem_type)}; case {case.name!r} needs "
+                        "float32 or float16"
+                    )
+                float_types.add(elem_type)
+            elif elem_type != _KIND_TYPES[spec.kind]:
+                raise UsageError(
+                    f"{path}: {role} {spec.name!r} has element type "
+                    f"{TensorProto.DataType.Name(elem_type)}; case {case.name!r} needs "
+                    f"{TensorProto.DataType.Name(_KIND_TYPES[spec.kind])}"
+                )
+            if rank != len(spec.axes):
+                raise UsageError(
+                    f"{path}: {role} {spec.name!r} has rank {rank}; case {case.name!r} needs "
+                    f"{len(spec.axes)} ({', '.join(spec.axes)})"
+                )
+    if len(float_types) > 1:
+        raise UsageError(f"{path}: mixes float32 and float16 inputs/outputs")
