@@ -1,26 +1,34 @@
 """The `tconform` command line: parse, call a stage, print, exit with a documented code.
 
 Exit codes (README, "Exit codes"): 0 all passed; 1 a conformance failure; 2 a usage, input or
-environment error; 3 a requested execution provider could not run.
+environment error; 3 a requested execution provider could not run; 130 interrupted (Ctrl-C);
+143 terminated (SIGTERM). Every error is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
 
+from tconform import __version__
 from tconform.commands.bench import bench
 from tconform.commands.doc import doc
 from tconform.commands.export import export
 from tconform.commands.golden import golden
 from tconform.commands.verify import verify
-from tconform.errors import EXIT_USAGE, TconformError
-from tconform.versions import tool_version
+from tconform.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    TconformError,
+    Terminated,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(tool_version(), prog_name="tconform")
+@click.version_option(__version__, prog_name="tconform")
 def cli() -> None:
     """Export a reference Transformer to ONNX, verify it on ONNX Runtime against exact
     goldens, and measure its latency."""
@@ -30,12 +38,20 @@ for command in (export, golden, verify, doc, bench):
     cli.add_command(command)
 
 
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         code = cli.main(args=argv, prog_name="tconform", standalone_mode=False)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("tconform: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    except Terminated:
+        click.echo("tconform: terminated", err=True)
+        sys.exit(EXIT_TERMINATED)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -43,6 +59,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"tconform: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except OSError as exc:  # a file that cannot be read or written: name it, no traceback
-        click.echo(f"tconform: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"tconform: error: {where}{exc.strerror or exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except MemoryError:
+        click.echo("tconform: error: out of memory (try a smaller shape or preset)", err=True)
         sys.exit(EXIT_USAGE)
     sys.exit(code or 0)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from tconform.errors import UsageError
 
@@ -19,6 +20,7 @@ Norm = Literal["layernorm", "std"]
 Placement = Literal["post", "pre"]
 MaskFill = Literal["-inf", "-1e9"]
 PositionalFormula = Literal["formula", "doc002_listing"]
+DecoderInput = Literal["target", "source"]
 
 # Where each option comes from; used in --help, the README table and `tconform presets`.
 OPTION_SOURCES: dict[str, str] = {
@@ -73,9 +75,42 @@ class ModelConfig:
     mask_fill: MaskFill = "-inf"
     pe_base: float = 10000.0
     pe_formula: PositionalFormula = "formula"
-    decoder_input: Literal["target", "source"] = "target"
+    decoder_input: DecoderInput = "target"
 
     def __post_init__(self) -> None:
+        # Values arrive from manifests too: check types and ranges here, once, so a bad value
+        # is a usage error naming the field instead of a crash or a "conformance failure".
+        for name in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "n_layers", "max_seq_len"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise UsageError(f"config field {name} = {value!r}: a positive integer is needed")
+        if type(self.ffn_mult) is not int or self.ffn_mult < 1:
+            raise UsageError(f"config field ffn_mult = {self.ffn_mult!r}: a positive integer")
+        for name in ("final_norm", "attn_bias", "ffn_bias", "head_bias", "embed_scale"):
+            if type(getattr(self, name)) is not bool:
+                raise UsageError(f"config field {name} = {getattr(self, name)!r}: true or false")
+        for name, field_type in (
+            ("norm", Norm),
+            ("placement", Placement),
+            ("mask_fill", MaskFill),
+            ("pe_formula", PositionalFormula),
+            ("decoder_input", DecoderInput),
+        ):
+            allowed = get_args(field_type)
+            if getattr(self, name) not in allowed:
+                raise UsageError(
+                    f"config field {name} = {getattr(self, name)!r}: one of {', '.join(allowed)}"
+                )
+        for name, positive in (("norm_eps", False), ("pe_base", True)):
+            value = getattr(self, name)
+            if (
+                type(value) not in (int, float)
+                or not math.isfinite(value)
+                or value < 0
+                or (positive and value == 0)
+            ):
+                need = "a positive number" if positive else "a number >= 0"
+                raise UsageError(f"config field {name} = {value!r}: {need}")
         if self.d_model % self.n_heads:
             raise UsageError(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
         if self.d_model % 2:
@@ -104,7 +139,13 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> ModelConfig:
+        if not isinstance(data, dict):
+            raise UsageError(f"config is {type(data).__name__}, not an object of fields")
         names = {f.name for f in dataclasses.fields(cls)}
+        missing = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+        missing -= set(data)
+        if missing:
+            raise UsageError(f"config fields missing: {', '.join(sorted(missing))}")
         unknown = set(data) - names
         if unknown:
             raise UsageError(f"unknown config fields: {', '.join(sorted(unknown))}")
@@ -164,6 +205,8 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 DEFAULT_PRESET = "tiny"
+DEFAULT_SEED = 20240601  # the seed of the committed goldens
+MAX_SEED = 2**32 - 1
 
 
 def get_preset(name: str) -> ModelConfig:

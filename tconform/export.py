@@ -41,6 +41,7 @@ from tconform.files import atomic_write_bytes, atomic_write_json, sha256_file
 from tconform.folders import ARTIFACTS, MANIFEST, read_json_manifest, require_artifacts_folder
 from tconform.provenance import ModelProvenance
 from tconform.registry import Case, Shape
+from tconform.schema import check_artifacts_manifest
 from tconform.versions import library_versions
 from tconform.weights import DEFAULT_SEED, load_params, make_params
 
@@ -264,8 +265,7 @@ def read_manifest(out_dir: Path) -> dict:
     if not path.exists():
         return {}
     data = read_json_manifest(path)
-    if not isinstance(data.get("models", {}), dict):
-        raise UsageError(f"{path}: not a tconform artifacts manifest")
+    check_artifacts_manifest(data, path)
     return data
 
 

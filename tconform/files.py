@@ -8,6 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from tconform.errors import UsageError
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -21,16 +23,23 @@ _FILE_MODE = 0o666 & ~_umask()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write to a temporary file beside `path`, then rename it into place. A failure (a full
+    disk, a folder that cannot be written) names `path` and leaves the old file as it was."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
+    except OSError as exc:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write it ({exc.strerror or exc})") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 

@@ -15,7 +15,6 @@ needed it.
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import zlib
@@ -33,11 +32,11 @@ from tconform.errors import UsageError
 from tconform.files import atomic_write_json, sha256_bytes
 from tconform.folders import GOLDEN, MANIFEST, read_json_manifest, require_replaceable_golden_folder
 from tconform.registry import Case, Shape
+from tconform.schema import check_golden_manifest
 from tconform.versions import library_versions, tool_version
 from tconform.weights import make_params
 
 STORED_DTYPE = np.float32
-SET_NAME = re.compile(r"test_data_set_\d+")  # the only folder names a golden case may hold
 
 
 def input_shapes(cfg: ModelConfig) -> tuple[Shape, ...]:
@@ -179,12 +178,7 @@ def read_manifest(golden_dir: Path) -> dict:
     manifest = read_json_manifest(path)
     if manifest.get("kind", GOLDEN) != GOLDEN or "models" in manifest:
         raise UsageError(f"{path}: an artifacts manifest, not a golden one")
-    try:
-        ModelConfig.from_dict(manifest["config"])
-        manifest["cases"].items()
-        int(manifest["seed"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise UsageError(f"{path}: not a valid golden manifest ({exc})") from None
+    check_golden_manifest(manifest, path)
     return manifest
 
 
@@ -224,19 +218,12 @@ def _files_on_disk(case_dir: Path) -> set[str]:
 def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) -> list[InputSet]:
     """Load a case's input sets, checking each file's sha256, names, shapes and dtypes. The case
     folder must hold exactly the files its manifest lists, and at least one input set."""
-    entry = manifest["cases"].get(case.name)
+    entry = manifest["cases"].get(case.name)  # validated by read_manifest
     manifest_path = golden_dir / MANIFEST
     if entry is None:
         raise UsageError(f"{manifest_path}: no goldens for case {case.name!r}")
-    if not isinstance(entry, dict) or not isinstance(entry.get("sets"), dict):
-        raise UsageError(f"{manifest_path}: case {case.name!r} has no valid 'sets'")
-    if not isinstance(entry.get("sha256"), dict):
-        raise UsageError(f"{manifest_path}: case {case.name!r} has no valid 'sha256'")
     if not entry["sets"]:
         raise UsageError(f"{manifest_path}: case {case.name!r} has no input sets: nothing to check")
-    for set_name in entry["sets"]:
-        if not isinstance(set_name, str) or not SET_NAME.fullmatch(set_name):
-            raise UsageError(f"{manifest_path}: case {case.name!r}: bad set name {set_name!r}")
     case_dir = golden_dir / case.name
     expected = expected_files(case, cfg, entry["sets"])
     unlisted = sorted(_files_on_disk(case_dir) - set(expected)) if case_dir.is_dir() else []
@@ -247,8 +234,6 @@ def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) ->
         raise UsageError(f"{manifest_path}: no sha256 for {case.name}/{unhashed[0]}")
     sets = []
     for set_name, shapes in entry["sets"].items():
-        if not isinstance(shapes, dict):
-            raise UsageError(f"{manifest_path}: case {case.name!r}: set {set_name!r} malformed")
         loaded: dict[str, dict[str, np.ndarray]] = {"input": {}, "output": {}}
         for kind, specs in (("input", case.inputs(cfg)), ("output", case.outputs(cfg))):
             for k, spec in enumerate(specs):

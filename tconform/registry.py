@@ -293,6 +293,18 @@ def make_inputs(
     return arrays
 
 
+_ITEM_BYTES = {"float": 4, "src_ids": 8, "tgt_ids": 8}  # masks: 1 byte (bool)
+
+
+def io_bytes(case: Case, cfg: ModelConfig, shape: Shape) -> int:
+    """Bytes of the case's float32 inputs and outputs at `shape`: the least a run holds."""
+    specs = (*case.inputs(cfg), *case.outputs(cfg))
+    return sum(
+        int(np.prod(shape.resolve(s.axes, cfg), dtype=np.int64)) * _ITEM_BYTES.get(s.kind, 1)
+        for s in specs
+    )
+
+
 def run_oracle(case: Case, cfg: ModelConfig, params: Params, inputs: dict[str, np.ndarray]):
     """The case's outputs in float64, in output order."""
     args = [

@@ -43,6 +43,16 @@ def exit_code(statuses: Iterable[str]) -> int:
     return EXIT_OK
 
 
+def allow_missing(results: list[Result]) -> list[Result]:
+    """--allow-missing-ep, the same in every command: an unavailable provider becomes `skip`,
+    its reason kept, so the run can pass where a provider is absent by design."""
+    for result in results:
+        if result.status == Status.UNAVAILABLE:
+            result.status = Status.SKIP.value
+            result.message = f"provider unavailable (--allow-missing-ep): {result.message}"
+    return results
+
+
 @dataclass
 class Result:
     case: str

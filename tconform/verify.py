@@ -39,7 +39,8 @@ from tconform.fp16 import float16_notes
 from tconform.models import ModelUnderTest, given_model
 from tconform.provenance import module_provenance
 from tconform.registry import Case
-from tconform.results import Result, exit_code
+from tconform.report import RunReport
+from tconform.results import Result, allow_missing
 from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
 from tconform.runtimes.torch import TorchRuntime
 
@@ -59,16 +60,6 @@ class VerifyOptions:
     with_doc: bool = True
     models: dict[str, Path] = field(default_factory=dict)  # --model CASE=PATH
     export: bool = True  # False: --no-export, verify what the artifacts folder holds
-
-
-@dataclass
-class VerifyRun:
-    results: list[Result]
-    settings: dict[str, object]
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code(r.status for r in self.results)
 
 
 Progress = Callable[[str], None]
@@ -224,8 +215,7 @@ def _ort_results(
         session = runtime.open(model.path)
     except (ProviderUnavailable, KernelMissing) as exc:
         # A missing float16 kernel is a fact about the runtime, reported, not a failure.
-        missing_ep = isinstance(exc, ProviderUnavailable) and not options.allow_missing_ep
-        status = "unavailable" if missing_ep else "skip"
+        status = "unavailable" if isinstance(exc, ProviderUnavailable) else "skip"
         return [
             Result(**{**template.__dict__, "input_set": "*", "status": status, "message": str(exc)})
         ]
@@ -261,7 +251,10 @@ def _torch_results(case: Case, cfg: ModelConfig, seed: int, sets) -> list[Result
     return _run_sets(session, case, sets, template, "float32")
 
 
-def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> VerifyRun:
+def verify(options: VerifyOptions, report: RunReport, progress: Progress = lambda _: None) -> None:
+    """Fill `report` with one result per case, runtime and input set (and the settings that
+    produced them). Results land in `report` as they come, so an error that stops the run
+    midway leaves the results so far in place for the reports."""
     if not options.eps and not options.with_torch:
         raise UsageError("nothing to run: no execution provider (--ep) and --no-torch")
     manifest = golden.read_manifest(options.golden_dir)
@@ -269,13 +262,6 @@ def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> Verif
     cases = select_cases(options, manifest, options.golden_dir)
     settings = _artifact_settings(options, cfg, seed)
     with_doc = options.with_doc and options.export
-    if options.with_doc and not options.export:
-        progress("document checks: not run (--no-export exports nothing; `tconform doc` runs them)")
-    if options.models and not options.export:
-        progress("--model wins over the artifacts folder for: " + ", ".join(options.models))
-    # The document checks' models join the same pool of export processes.
-    doc_jobs = doc.required_exports(options.artifacts_dir) if with_doc else []
-    models, doc_records = models_under_test(options, cases, settings, doc_jobs, progress)
     runtimes = [
         OrtRuntime(
             ep,
@@ -285,24 +271,14 @@ def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> Verif
         )
         for ep in options.eps
     ]
-    results: list[Result] = []
-    for n, case in enumerate(cases, 1):
-        progress(f"[{n}/{len(cases)}] {case.name}")
-        sets = golden.read_case(options.golden_dir, manifest, case, cfg)
-        for runtime in runtimes:
-            results += _ort_results(models[case.name], sets, runtime, options)
-        if options.with_torch:
-            results += _torch_results(case, cfg, seed, sets)
-    if with_doc:
-        progress("document checks")
-        results += doc.verify_results(options.eps, options.artifacts_dir, doc_records)
-    run_settings = {
+    report.settings = {
         "golden": str(options.golden_dir),
         "golden_manifest_sha256": sha256_file(options.golden_dir / golden.MANIFEST),
         "artifacts": str(options.artifacts_dir),
         "export": options.export,
         "given_models": {name: str(path) for name, path in options.models.items()},
         "document_checks": with_doc,
+        "cases": [case.name for case in cases],
         "preset": manifest.get("preset"),
         "config": cfg.to_dict(),
         "seed": seed,
@@ -310,6 +286,25 @@ def verify(options: VerifyOptions, progress: Progress = lambda _: None) -> Verif
         "exporter": settings.exporter,
         "opset": settings.opset,
         "eps": options.eps,
+        "allow_missing_ep": options.allow_missing_ep,
         "runtimes": {r.name: r.settings() for r in runtimes},
     }
-    return VerifyRun(results, run_settings)
+    if options.with_doc and not options.export:
+        progress("document checks: not run (--no-export exports nothing; `tconform doc` runs them)")
+    if options.models and not options.export:
+        progress("--model wins over the artifacts folder for: " + ", ".join(options.models))
+    # The document checks' models join the same pool of export processes.
+    doc_jobs = doc.required_exports(options.artifacts_dir) if with_doc else []
+    models, doc_records = models_under_test(options, cases, settings, doc_jobs, progress)
+    for n, case in enumerate(cases, 1):
+        progress(f"[{n}/{len(cases)}] {case.name}")
+        sets = golden.read_case(options.golden_dir, manifest, case, cfg)
+        for runtime in runtimes:
+            report.results += _ort_results(models[case.name], sets, runtime, options)
+        if options.with_torch:
+            report.results += _torch_results(case, cfg, seed, sets)
+    if with_doc:
+        progress("document checks")
+        report.results += doc.verify_results(options.eps, options.artifacts_dir, doc_records)
+    if options.allow_missing_ep:
+        report.results = allow_missing(report.results)

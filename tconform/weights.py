@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-DEFAULT_SEED = 20240601
+from tconform.config import DEFAULT_SEED
 
 
 def _draw(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

@@ -13,9 +13,11 @@ import json
 import math
 from pathlib import Path
 
-from tconform.bench.runner import SCHEMA
 from tconform.errors import UsageError
+from tconform.report.text import format_table
 
+# Reports this comparison reads: /1 called a measured row "ok", /2 calls it "pass".
+SCHEMAS = {"tconform-bench/1": "ok", "tconform-bench/2": "pass"}
 MIN_CHANGE = 0.03
 SIGMAS = 3.0
 KEY = ("case", "engine", "ep", "batch", "seq")
@@ -27,9 +29,16 @@ def load_report(path: Path) -> dict:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: not a readable JSON file ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise UsageError(f"{path}: not a tconform bench report (expected schema {SCHEMA})")
+    if not isinstance(data, dict) or data.get("schema") not in SCHEMAS:
+        raise UsageError(f"{path}: not a tconform bench report (schema {', '.join(SCHEMAS)})")
+    if not isinstance(data.get("results"), list):
+        raise UsageError(f"{path}: a bench report without results")
     return data
+
+
+def _measured(report: dict) -> list[dict]:
+    ok = SCHEMAS[report["schema"]]
+    return [r for r in report["results"] if isinstance(r, dict) and r.get("status") == ok]
 
 
 def relative_error(row: dict) -> float:
@@ -49,12 +58,12 @@ def verdict(ratio: float, noise: float) -> str:
 
 
 def compare_reports(before: dict, after: dict) -> list[dict]:
-    """One entry per row present (status ok) in both reports, in `after`'s order."""
-    old = {tuple(r[k] for k in KEY): r for r in before["results"] if r.get("status") == "ok"}
+    """One entry per row measured in both reports, in `after`'s order."""
+    old = {tuple(r.get(k) for k in KEY): r for r in _measured(before)}
     rows = []
-    for new in after["results"]:
-        key = tuple(new[k] for k in KEY)
-        if new.get("status") != "ok" or key not in old:
+    for new in _measured(after):
+        key = tuple(new.get(k) for k in KEY)
+        if key not in old:
             continue
         ratio = new["p50_ms"] / old[key]["p50_ms"]
         noise = math.hypot(relative_error(old[key]), relative_error(new))
@@ -71,15 +80,14 @@ def compare_reports(before: dict, after: dict) -> list[dict]:
     return rows
 
 
-def compare_lines(rows: list[dict]) -> list[str]:
-    lines = [
-        f"{'case':<14} {'engine':<22} {'ep':<4} {'BxS':>6} {'A p50':>9} {'B p50':>9} "
-        f"{'B/A':>6} {'±noise':>7}  verdict"
-    ]
-    for r in rows:
-        lines.append(
-            f"{r['case']:<14} {r['engine']:<22} {r['ep']:<4} {r['batch']}x{r['seq']:<4} "
-            f"{r['a_p50_ms']:>9.4g} {r['b_p50_ms']:>9.4g} {r['ratio']:>6.3f} "
-            f"{SIGMAS * r['noise']:>7.3f}  {r['verdict']}"
+def compare_table(rows: list[dict]) -> str:
+    header = ("case", "engine", "ep", "BxS", "A p50", "B p50", "B/A", "±noise", "verdict")
+    cells = [
+        (
+            r["case"], r["engine"], r["ep"], f"{r['batch']}x{r['seq']}", f"{r['a_p50_ms']:.4g}",
+            f"{r['b_p50_ms']:.4g}", f"{r['ratio']:.3f}", f"{SIGMAS * r['noise']:.3f}",
+            r["verdict"],
         )
-    return lines
+        for r in rows
+    ]  # fmt: skip
+    return format_table(header, cells, right=[3, 4, 5, 6, 7])

@@ -6,21 +6,23 @@ import io
 from pathlib import Path
 
 from tconform.files import atomic_write_bytes, atomic_write_json
+from tconform.report.text import format_table
 
 COLUMNS = (
-    ("case", "{:<14}"),
-    ("engine", "{:<22}"),
-    ("ep", "{:<4}"),
-    ("shape", "{:>6}"),
-    ("p50_ms", "{:>9}"),
-    ("p90_ms", "{:>9}"),
-    ("p99_ms", "{:>9}"),
-    ("runs", "{:>5}"),
-    ("tokens_per_s", "{:>9}"),
-    ("gflops", "{:>8}"),
-    ("peak_fraction", "{:>6}"),
-    ("peak_mem_delta_mb", "{:>7}"),
+    "case",
+    "engine",
+    "ep",
+    "shape",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "runs",
+    "tokens_per_s",
+    "gflops",
+    "peak_fraction",
+    "peak_mem_delta_mb",
 )
+_TEXT_COLUMNS = ("case", "engine", "ep")
 HEADERS = {
     "shape": "BxS",
     "tokens_per_s": "tok/s",
@@ -33,7 +35,7 @@ HEADERS = {
 def _cell(row: dict, key: str) -> str:
     if key == "shape":
         return f"{row['batch']}x{row['seq']}"
-    if row.get("status") != "ok" and key not in ("case", "engine", "ep"):
+    if row.get("status") != "pass" and key not in _TEXT_COLUMNS:
         return "-"
     value = row.get(key)
     if value is None:
@@ -47,15 +49,20 @@ def _cell(row: dict, key: str) -> str:
     return str(value)
 
 
-def table_header() -> str:
-    return " ".join(fmt.format(HEADERS.get(key, key)) for key, fmt in COLUMNS)
-
-
-def table_line(row: dict) -> str:
-    line = " ".join(fmt.format(_cell(row, key)) for key, fmt in COLUMNS)
-    if row.get("status") != "ok":
-        line += f"  skipped: {row.get('reason', '')}"
-    return line
+def table(report: dict) -> str:
+    """Every row, with the fractions of the final ceiling; skipped rows give their reason."""
+    rows = [[_cell(row, key) for key in COLUMNS] for row in report["results"]]
+    right = [i for i, key in enumerate(COLUMNS) if key not in _TEXT_COLUMNS]
+    lines = [format_table([HEADERS.get(k, k) for k in COLUMNS], rows, right)]
+    for row in report["results"]:
+        if row.get("status") != "pass":
+            lines.append(f"  {row['case']} {row['engine']}/{row['ep']}: skip: {row.get('reason')}")
+        for op, share in list(row.get("profile", {}).items())[:8]:
+            lines.append(
+                f"    {row['case']} {row['batch']}x{row['seq']} {row['engine']}/{row['ep']} "
+                f"{op:<24} {share['ms_per_run']:>9.3f} ms/run {100 * share['share']:5.1f}%"
+            )
+    return "\n".join(lines)
 
 
 def ceiling_lines(report: dict) -> list[str]:
@@ -76,7 +83,7 @@ def ratio_lines(report: dict) -> list[str]:
     """Each ONNX Runtime engine's p50 over torch eager's, per case and shape, on each device
     (on CUDA with and without IO binding: the bound run is the like-for-like one, since torch's
     inputs and outputs stay on the device)."""
-    rows = [r for r in report["results"] if r.get("status") == "ok"]
+    rows = [r for r in report["results"] if r.get("status") == "pass"]
     by_key = {(r["case"], r["batch"], r["seq"], r["ep"], r["engine"]): r for r in rows}
     lines = []
     for (case, batch, seq, ep, engine), row in by_key.items():
@@ -89,7 +96,7 @@ def ratio_lines(report: dict) -> list[str]:
 
 def markdown(report: dict) -> str:
     """A GitHub-flavoured table for CI job summaries."""
-    keys = [key for key, _ in COLUMNS]
+    keys = list(COLUMNS)
     out = io.StringIO()
     out.write("## tconform bench\n\n")
     settings = report.get("settings", {})
@@ -126,7 +133,7 @@ def write_plot(path: Path, report: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in report["results"] if r.get("status") == "ok"]
+    rows = [r for r in report["results"] if r.get("status") == "pass"]
     groups = list(dict.fromkeys(f"{r['case']}\n{r['batch']}x{r['seq']}" for r in rows))
     engines = list(dict.fromkeys(f"{r['engine']}/{r['ep']}" for r in rows))
     width = 0.8 / max(1, len(engines))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -18,7 +17,7 @@ import torch
 from tconform import registry
 from tconform.bench import flops
 from tconform.bench.ceiling import measure_ceiling
-from tconform.bench.engines import OpenedEngine, open_ort, open_torch
+from tconform.bench.engines import OpenedEngine, open_ort, open_torch, parse_engines
 from tconform.bench.fusions import fused_model, fused_op_counts
 from tconform.bench.timing import (
     current_rss_mb,
@@ -28,16 +27,16 @@ from tconform.bench.timing import (
     round_sig,
     timed_runs,
 )
-from tconform.config import ModelConfig
+from tconform.config import ModelConfig, get_preset
 from tconform.errors import ProviderUnavailable, UsageError
 from tconform.export import ExportSettings, build_module, export_cases
 from tconform.registry import Case, Shape
-from tconform.report.environment import environment
-from tconform.runtimes.onnxruntime import OrtRuntime, unavailable_reason
+from tconform.report.environment import environment, utc_now
+from tconform.runtimes.onnxruntime import OrtRuntime, parse_eps, unavailable_reason
 
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
 DEFAULT_SHAPES = ((1, 32), (8, 128))
-SCHEMA = "tconform-bench/1"
+SCHEMA = "tconform-bench/2"  # /2: status pass/skip (was ok/skipped), environment block
 
 
 def default_threads() -> int:
@@ -47,17 +46,53 @@ def default_threads() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def parse_shape(text: str, cfg: ModelConfig) -> tuple[int, int]:
-    """'8x128' -> (8, 128): batch x sequence, the sequence used for source and target."""
-    found = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
-    if not found:
-        raise UsageError(f"shape {text!r} is not BATCHxSEQ (e.g. 8x128)")
-    batch, seq = int(found.group(1)), int(found.group(2))
-    if batch < 1 or seq < 1:
-        raise UsageError(f"shape {text!r}: batch and sequence must be at least 1")
+# A run holds the inputs and outputs several times over (numpy, ONNX Runtime's buffers, torch).
+MEMORY_FACTOR = 4
+
+
+def check_shape(shape: tuple[int, int], cases: tuple[Case, ...], cfg: ModelConfig) -> None:
+    """A shape must fit the preset's sequence length and this machine's memory."""
+    import psutil
+
+    batch, seq = shape
     if seq > cfg.max_seq_len:
-        raise UsageError(f"shape {text!r}: sequence {seq} exceeds the preset's {cfg.max_seq_len}")
-    return batch, seq
+        raise UsageError(
+            f"--shape {batch}x{seq}: sequence {seq} exceeds the preset's {cfg.max_seq_len}"
+        )
+    available = psutil.virtual_memory().available
+    for case in cases:
+        need = MEMORY_FACTOR * registry.io_bytes(case, cfg, Shape(batch, seq, seq))
+        if need > available:
+            raise UsageError(
+                f"--shape {batch}x{seq}: {case.name} needs about {need / 2**30:.1f} GiB for its "
+                f"inputs and outputs; {available / 2**30:.1f} GiB are available here"
+            )
+
+
+def bench_settings(
+    preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
+    artifacts, profile=False,
+) -> BenchSettings:  # fmt: skip
+    """Validate every option before anything slow starts."""
+    cfg = get_preset(preset)
+    selected = registry.select_cases(cases or DEFAULT_CASES)
+    for shape in shapes:
+        check_shape(shape, selected, cfg)
+    return BenchSettings(
+        preset=preset,
+        cfg=cfg,
+        cases=selected,
+        shapes=tuple(shapes) or DEFAULT_SHAPES,
+        engines=parse_engines(engines),
+        eps=tuple(parse_eps(ep_spec)),
+        threads=threads or default_threads(),
+        graph_opt=graph_opt,
+        warmup=warmup,
+        runs=runs,
+        seconds=seconds,
+        artifacts=artifacts or Path("artifacts") / "bench" / preset,
+        profile=profile,
+    )
 
 
 @dataclass(frozen=True)
@@ -95,8 +130,9 @@ class BenchSettings:
 Log = Callable[[str], None]
 
 
-def run_bench(settings: BenchSettings, log: Log, on_row: Callable[[dict], None]) -> dict:
+def run_bench(settings: BenchSettings, log: Log) -> dict:
     """The whole report: environment, ceilings, unavailable providers, one row per timing."""
+    started = utc_now()
     torch.set_num_threads(settings.threads)
     paths = _export(settings, log)
     ceilings: dict[str, dict] = {}
@@ -126,18 +162,19 @@ def run_bench(settings: BenchSettings, log: Log, on_row: Callable[[dict], None])
                 what = f"{case.name} {label}/{ep} {batch}x{seq}"
                 log(f"{progress_bar(len(rows), total)} timing {what} ...")
                 row = _measure(settings, case, batch, seq, label, ep, opener, ceilings, log)
-                if settings.profile and label == "onnxruntime" and row["status"] == "ok":
+                if settings.profile and label == "onnxruntime" and row["status"] == "pass":
                     log(f"  profiling {case.name} {batch}x{seq} on {ep} ...")
                     runtime = _ort_runtime(settings, ep)
                     row["profile"] = ort_op_profile(runtime, paths[case.name], feeds)
+                if row["status"] == "pass":
+                    log(f"  p50 {row['p50_ms']} ms, p90 {row['p90_ms']} ms ({row['runs']} runs)")
                 rows.append(row)
-                on_row(row)
     for ep, ceiling in ceilings.items():
         _remeasure_ceiling(settings, ep, ceiling, rows, log)
     return {
         "tool": "tconform bench",
         "schema": SCHEMA,
-        "environment": {**environment(), "cpu_count_logical": os.cpu_count()},
+        "environment": environment(started, settings.threads),
         "settings": settings.record(),
         "ceiling": ceilings.get("cpu") or next(iter(ceilings.values()), {}),
         "ceilings": ceilings,
@@ -254,13 +291,13 @@ def _measure(settings, case, batch, seq, engine, ep, opener, ceilings, log) -> d
     except Exception as exc:  # torch.compile and friends: report why, keep benchmarking
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         log(f"  {case.name} {batch}x{seq} {engine}/{ep}: skipped: {reason}")
-        return {**row, "status": "skipped", "reason": reason}
+        return {**row, "status": "skip", "reason": reason}
     stats = latency_stats(times)
     flop = flops.case_flops(case.name, settings.cfg, batch, seq, seq)
     gflops = flop / (stats.p50_ms / 1e3) / 1e9
     ceiling = ceilings.get(ep, {})
     row.update(
-        status="ok",
+        status="pass",
         p50_ms=round_sig(stats.p50_ms),
         p90_ms=round_sig(stats.p90_ms),
         p99_ms=round_sig(stats.p99_ms),

@@ -1,45 +1,36 @@
 """`tconform bench`: latency of ONNX Runtime on each provider and of PyTorch (eager and
 torch.compile) on chosen cases and shapes, against the machine's measured GEMM ceiling.
 
-Exit codes: 0 measured; 2 bad arguments (unknown engine, provider or case, a malformed shape or
-one beyond the preset's maximum sequence, a --compare file that is not a bench report).
+Exit codes follow every command's rule: 0 measured; 2 bad arguments (unknown engine, provider or
+case, a malformed shape, one beyond the preset's maximum sequence or this machine's memory, a
+--compare file that is not a bench report); 3 a requested provider cannot run (skip with
+--allow-missing-ep; `--ep all`, the default, means every provider that runs here).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
 
-from tconform import registry
-from tconform.bench import report as bench_report
-from tconform.bench.compare import compare_lines, compare_reports, load_report
-from tconform.bench.engines import ENGINES, parse_engines
-from tconform.bench.runner import (
-    DEFAULT_CASES,
-    DEFAULT_SHAPES,
-    BenchSettings,
-    default_threads,
-    parse_shape,
-    run_bench,
+from tconform.commands.options import (
+    ShapeType,
+    allow_missing_ep_option,
+    case_option,
+    ep_option,
+    preset_option,
+    report_options,
 )
-from tconform.config import PRESETS, get_preset
-from tconform.errors import UsageError
-from tconform.runtimes.onnxruntime import GRAPH_OPT_LEVELS, parse_eps
+from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
 
 
 @click.command("bench")
-@click.option("--preset", default="base", show_default=True, help=f"One of {', '.join(PRESETS)}.")
-@click.option(
-    "--case",
-    "cases",
-    multiple=True,
-    help=f"Case to time (repeatable) [{', '.join(DEFAULT_CASES)}].",
-)
+@preset_option("base")
+@case_option("Case to time (repeatable) [transformer and the heaviest components].")
 @click.option(
     "--shape",
     "shapes",
+    type=ShapeType(),
     multiple=True,
     help="BATCHxSEQ (repeatable); SEQ is both source and target length [1x32, 8x128].",
 )
@@ -47,36 +38,46 @@ from tconform.runtimes.onnxruntime import GRAPH_OPT_LEVELS, parse_eps
     "--engine",
     "engines",
     multiple=True,
-    help=f"Restrict to these engines (repeatable): {', '.join(ENGINES)} [all].",
+    help="Restrict to these engines (repeatable): onnxruntime, onnxruntime-fused, torch, "
+    "torch-compile [all but onnxruntime-fused].",
 )
-@click.option("--ep", default="all", show_default=True, help="ORT providers: cpu, cpu,cuda, all.")
-@click.option("--threads", type=int, default=None, help="Intra-op threads, ORT and torch [cores].")
+@ep_option("all")
+@allow_missing_ep_option()
+@click.option(
+    "--threads", type=click.IntRange(1, 1024), default=None, help="Intra-op threads [cores]."
+)
 @click.option(
     "--graph-opt",
-    type=click.Choice(list(GRAPH_OPT_LEVELS)),
+    type=click.Choice(["disable", "basic", "extended", "all"]),
     default="all",
     show_default=True,
     help="ONNX Runtime graph optimisation level.",
 )
-@click.option("--warmup", type=int, default=2, show_default=True, help="Untimed runs first.")
-@click.option("--runs", type=int, default=None, help="Timed runs (overrides --seconds).")
 @click.option(
-    "--seconds", type=float, default=2.0, show_default=True, help="Time budget per measurement."
+    "--warmup", type=click.IntRange(0, 10000), default=2, show_default=True, help="Untimed runs."
+)
+@click.option(
+    "--runs", type=click.IntRange(1, 10**6), default=None, help="Timed runs (overrides --seconds)."
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="Time budget per measurement.",
 )
 @click.option(
     "--artifacts",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, file_okay=False),
     default=None,
     help="Export cache [artifacts/bench/<preset>].",
 )
 @click.option("--profile", is_flag=True, help="Add ONNX Runtime's per-op-type time per row.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the report.")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path), help="Write a PNG plot.")
-@click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write .md.")
+@report_options("json", "markdown", "plot")
 @click.option(
     "--compare",
     nargs=2,
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, dir_okay=False),
     default=None,
     help="Compare two bench JSON reports A B (ratios B/A) instead of measuring.",
 )
@@ -85,7 +86,8 @@ def bench(
     cases,
     shapes,
     engines,
-    ep,
+    ep_spec,
+    allow_missing_ep,
     threads,
     graph_opt,
     warmup,
@@ -94,36 +96,29 @@ def bench(
     artifacts,
     profile,
     json_path,
-    plot_path,
     markdown_path,
+    plot_path,
     compare,
 ) -> None:
     """Time every engine on the chosen cases and shapes; report p50/p90/p99, tokens/s, GFLOP/s
     as a fraction of the measured GEMM ceiling, and peak memory."""
+    from tconform.bench import report as bench_report
+
     if compare:
-        for line in compare_lines(compare_reports(*(load_report(p) for p in compare))):
-            click.echo(line)
+        from tconform.bench.compare import compare_table, compare_reports, load_report
+
+        click.echo(compare_table(compare_reports(*(load_report(p) for p in compare))))
         return
-    settings = _settings(
-        preset, cases, shapes, engines, ep, threads, graph_opt, warmup, runs, seconds, artifacts
-    )
-    if profile:
-        settings = dataclasses.replace(settings, profile=True)
+    from tconform.bench.runner import bench_settings, run_bench
+
+    settings = bench_settings(
+        preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
+        artifacts, profile,
+    )  # fmt: skip
     log = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr
-    header_shown = False
-
-    def show(row: dict) -> None:
-        nonlocal header_shown
-        if not header_shown:
-            click.echo(bench_report.table_header())
-            header_shown = True
-        click.echo(bench_report.table_line(row))
-        for op, share in list(row.get("profile", {}).items())[:8]:
-            click.echo(
-                f"    {op:<28} {share['ms_per_run']:>9.3f} ms/run {100 * share['share']:5.1f}%"
-            )
-
-    result = run_bench(settings, log, show)
+    result = run_bench(settings, log)
+    # The table is printed once the ceiling is final, so stdout, JSON and markdown agree.
+    click.echo(bench_report.table(result))
     for line in bench_report.ceiling_lines(result) + bench_report.ratio_lines(result):
         click.echo(line)
     if json_path:
@@ -132,30 +127,9 @@ def bench(
         bench_report.write_markdown(markdown_path, result)
     if plot_path:
         bench_report.write_plot(plot_path, result)
-
-
-def _settings(
-    preset, cases, shapes, engines, ep, threads, graph_opt, warmup, runs, seconds, artifacts
-) -> BenchSettings:
-    """Validate every option before anything slow starts."""
-    cfg = get_preset(preset)
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads {threads}: must be at least 1")
-    if runs is not None and runs < 1:
-        raise UsageError(f"--runs {runs}: must be at least 1")
-    if warmup < 0 or seconds <= 0:
-        raise UsageError("--warmup must be >= 0 and --seconds > 0")
-    return BenchSettings(
-        preset=preset,
-        cfg=cfg,
-        cases=registry.select_cases(cases or DEFAULT_CASES),
-        shapes=tuple(parse_shape(s, cfg) for s in shapes) or DEFAULT_SHAPES,
-        engines=parse_engines(engines),
-        eps=tuple(parse_eps(ep)),
-        threads=threads or default_threads(),
-        graph_opt=graph_opt,
-        warmup=warmup,
-        runs=runs,
-        seconds=seconds,
-        artifacts=artifacts or Path("artifacts") / "bench" / preset,
-    )
+    if result["unavailable"] and not allow_missing_ep:
+        raise TconformError.with_code(
+            f"provider {result['unavailable'][0]['ep']} could not run "
+            "(--allow-missing-ep reports it as skipped)",
+            EXIT_EP_UNAVAILABLE,
+        )

@@ -1,24 +1,30 @@
-"""The JSON report; its schema is documented in the README and kept stable."""
+"""The JSON report; its schema is documented in the README and only ever gains fields."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tconform.files import atomic_write_json
-from tconform.report.environment import environment
-from tconform.results import Result
+from tconform.report import RunReport
 from tconform.versions import tool_version
 
+SCHEMA = "tconform-report/2"
 
-def build(results: list[Result], settings: dict[str, object]) -> dict[str, object]:
+
+def build(report: RunReport) -> dict[str, object]:
     return {
         "tool": "tconform",
+        "schema": SCHEMA,
+        "command": report.command,
         "version": tool_version(),
-        "environment": environment(),
-        "settings": settings,
-        "results": [r.to_dict() for r in results],
+        "environment": report.environment,
+        "settings": report.settings,
+        "exit_code": report.exit_code,
+        "error": report.error,
+        "results": [r.to_dict() for r in report.results],
+        **({"details": report.details} if report.details else {}),
     }
 
 
-def write(path: Path, results: list[Result], settings: dict[str, object]) -> None:
-    atomic_write_json(path, build(results, settings))
+def write(path: Path, report: RunReport) -> None:
+    atomic_write_json(path, build(report))

@@ -1,19 +1,36 @@
-"""JUnit XML, which CI systems display: one testsuite per runtime, one testcase per result."""
+"""JUnit XML, which CI systems display: one testsuite per runtime, one testcase per result.
+
+A failure or runtime error is `<failure>`/`<error>`; an unavailable provider is `<skipped>` with
+its reason (an environment fact, exit 3, not a conformance failure); an error that ended the run
+early is one more testcase with `<error>`. The environment block is the `<properties>` of the
+root, and each testcase names its model in its own `<properties>`.
+"""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tconform.files import atomic_write_bytes
-from tconform.results import Result
+from tconform.report import RunReport
+from tconform.runtimes.labels import runtime_label
 
 
-def build(results: list[Result]) -> ET.Element:
-    root = ET.Element("testsuites", name="tconform verify")
+def _properties(parent: ET.Element, values: dict[str, object]) -> None:
+    properties = ET.SubElement(parent, "properties")
+    for name, value in values.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        ET.SubElement(properties, "property", name=name, value=text)
+
+
+def build(report: RunReport) -> ET.Element:
+    root = ET.Element("testsuites", name=f"tconform {report.command}")
+    if report.environment:
+        _properties(root, report.environment)
     suites: dict[str, ET.Element] = {}
-    for r in results:
-        key = r.runtime if r.runtime != "onnxruntime" else f"onnxruntime-{r.ep}"
+    for r in report.results:
+        key = runtime_label(r.runtime, r.ep, r.precision)
         suite = suites.get(key)
         if suite is None:
             suite = suites[key] = ET.SubElement(root, "testsuite", name=key)
@@ -25,19 +42,23 @@ def build(results: list[Result]) -> ET.Element:
             time=f"{r.seconds:.4f}",
         )
         if r.model:
-            properties = ET.SubElement(case, "properties")
-            for key in ("path", "sha256", "origin"):
-                ET.SubElement(
-                    properties, "property", name=f"model.{key}", value=getattr(r.model, key)
-                )
-        if r.status in ("fail", "unavailable"):
+            _properties(
+                case, {f"model.{k}": getattr(r.model, k) for k in ("path", "sha256", "origin")}
+            )
+        if r.status == "fail":
             ET.SubElement(case, "failure", message=r.message or r.status).text = r.message
         elif r.status == "error":
             ET.SubElement(case, "error", message=r.message).text = r.message
-        elif r.status == "skip":
-            ET.SubElement(case, "skipped", message=r.message)
+        elif r.status in ("skip", "unavailable"):
+            ET.SubElement(case, "skipped", message=f"{r.status}: {r.message}")
+    if report.error is not None:
+        suite = ET.SubElement(root, "testsuite", name="tconform")
+        case = ET.SubElement(suite, "testcase", classname="tconform", name=report.command)
+        message = str(report.error["message"])
+        ET.SubElement(case, "error", message=message).text = message
+        suites["tconform"] = suite
     for suite in suites.values():
-        cases = list(suite)
+        cases = suite.findall("testcase")
         suite.set("tests", str(len(cases)))
         suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
         suite.set("errors", str(sum(c.find("error") is not None for c in cases)))
@@ -45,7 +66,7 @@ def build(results: list[Result]) -> ET.Element:
     return root
 
 
-def write(path: Path, results: list[Result]) -> None:
-    tree = ET.ElementTree(build(results))
+def write(path: Path, report: RunReport) -> None:
+    tree = ET.ElementTree(build(report))
     ET.indent(tree)
     atomic_write_bytes(path, ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True))

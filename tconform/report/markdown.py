@@ -5,15 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from tconform.files import atomic_write_bytes
+from tconform.report import RunReport
 from tconform.results import Result
+from tconform.runtimes.labels import runtime_label
 
 _RANK = {"pass": 0, "skip": 1, "unavailable": 2, "fail": 3, "error": 4}
 
 
-def build(results: list[Result]) -> str:
+def build(report: RunReport) -> str:
     worst: dict[tuple[str, str], Result] = {}
-    for r in results:
-        key = (r.case, r.runtime if r.runtime != "onnxruntime" else f"ort-{r.ep}")
+    for r in report.results:
+        key = (r.case, runtime_label(r.runtime, r.ep, r.precision))
         if (
             key not in worst
             or _RANK[r.status] > _RANK[worst[key].status]
@@ -22,7 +24,14 @@ def build(results: list[Result]) -> str:
             )
         ):
             worst[key] = r
-    lines = [
+    lines = []
+    if report.error is not None:
+        lines += [
+            f"**The run stopped early (exit {report.error['exit_code']}):** "
+            f"{report.error['message']}",
+            "",
+        ]
+    lines += [
         "| case | runtime | precision | providers used | worst tol used | status | model |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -36,5 +45,5 @@ def build(results: list[Result]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(path: Path, results: list[Result]) -> None:
-    atomic_write_bytes(path, build(results).encode())
+def write(path: Path, report: RunReport) -> None:
+    atomic_write_bytes(path, build(report).encode())

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from tconform.files import atomic_write_bytes
 from tconform.results import Result
+from tconform.runtimes.labels import runtime_label
 
 
 def _label(r: Result) -> str:
-    name = r.runtime if r.runtime != "onnxruntime" else f"ort-{r.ep}"
-    return name if r.precision == "float32" else f"{name} ({r.precision})"
+    return runtime_label(r.runtime, r.ep, r.precision)
 
 
 def write(path: Path, results: list[Result]) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from tconform.report.text import format_table
 from tconform.results import Result
+from tconform.runtimes.labels import runtime_label
 
 COLUMNS = (
     "case",
@@ -24,9 +26,7 @@ def _num(value: float | None) -> str:
 def _row(r: Result) -> tuple[str, ...]:
     errs = [o.max_abs_err for o in r.outputs if o.max_abs_err is not None]
     rels = [o.max_rel_err for o in r.outputs if o.max_rel_err is not None]
-    runtime = r.runtime if r.runtime != "onnxruntime" else f"ort-{r.ep}"
-    if r.precision != "float32":
-        runtime += f" ({r.precision})"
+    runtime = runtime_label(r.runtime, r.ep, r.precision)
     used = r.worst_used
     return (
         r.case,
@@ -54,7 +54,9 @@ def model_legend(results: list[Result]) -> list[str]:
             part
             for part in (
                 model.producer,
-                "opsets " + ", ".join(f"{d} {v}" for d, v in model.opsets.items()),
+                ("opsets " + ", ".join(f"{d} {v}" for d, v in model.opsets.items()))
+                if model.opsets
+                else "",
                 model.elem_type,
             )
             if part
@@ -67,13 +69,7 @@ def model_legend(results: list[Result]) -> list[str]:
 
 
 def render(results: list[Result]) -> str:
-    rows = [COLUMNS, *(_row(r) for r in results)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = format_table(COLUMNS, [_row(r) for r in results]).splitlines()
     notes = [
         f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}"
         for r in results

@@ -77,9 +77,11 @@ def available_eps() -> list[str]:
 
 
 def parse_eps(spec: str) -> list[str]:
-    """'cpu', 'cpu,cuda' or 'all' -> list of short names; unknown names are a usage error."""
-    if spec == "all":
-        return available_eps()
+    """'cpu', 'cpu,cuda' or 'all' -> list of short names; unknown names are a usage error.
+    'all' means every provider that really runs here: naming a provider is asking for it (and
+    its absence is exit 3), 'all' is not."""
+    if spec.strip() == "all":
+        return [ep for ep in available_eps() if unavailable_reason(ep) is None]
     names = [n.strip().lower() for n in spec.split(",") if n.strip()]
     if not names:
         raise UsageError(f"--ep {spec!r} names no execution provider (e.g. cpu, cpu,cuda, all)")

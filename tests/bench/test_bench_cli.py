@@ -10,7 +10,9 @@ import pytest
 
 from tconform.bench import ceiling
 from tconform.commands.bench import bench
-from tconform.errors import EXIT_USAGE, UsageError
+from tconform.errors import EXIT_USAGE
+
+pytestmark = pytest.mark.integration
 
 
 def run_bench(*args: str) -> None:
@@ -24,25 +26,34 @@ def run_bench(*args: str) -> None:
         (["--ep", "rocm"], "unknown execution provider 'rocm'"),
         (["--shape", "1x13"], "exceeds the preset's 12"),
         (["--shape", "8by128"], "is not BATCHxSEQ"),
-        (["--shape", "0x4"], "at least 1"),
+        (["--shape", "0x4"], "batch must be 1.."),
+        (["--shape", "99999999999999999999x1"], "is not BATCHxSEQ"),
         (["--case", "nonexistent"], "unknown case"),
-        (["--preset", "huge"], "unknown preset"),
+        (["--preset", "huge"], "'huge' is not one of"),
+        (["--seconds", "0"], "--seconds"),
+        (["--threads", "0"], "--threads"),
+        (["--plot", "bench.jpg"], "must end in .png"),
     ],
 )
-def test_bad_input_is_a_one_line_usage_error(args, message, tmp_path):
-    with pytest.raises(UsageError, match=message) as caught:
-        run_bench("--preset", "tiny", "--artifacts", str(tmp_path), *args)
-    assert caught.value.exit_code == EXIT_USAGE
-    assert "\n" not in str(caught.value)
-    assert not any(tmp_path.iterdir())  # refused before exporting anything
+def test_bad_input_is_a_one_line_usage_error(cli, args, message, tmp_path):
+    code, out, err = cli("bench", "--preset", "tiny", "--artifacts", str(tmp_path / "a"), *args)
+    assert code == EXIT_USAGE and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "a").exists()  # refused before exporting anything
 
 
-def test_compare_refuses_a_json_from_another_tool(tmp_path):
+def test_a_shape_beyond_this_machines_memory_is_refused_up_front(cli, tmp_path):
+    code, _, err = cli(
+        "bench", "--case", "transformer", "--shape", "60000x256", "--artifacts", str(tmp_path)
+    )
+    assert code == EXIT_USAGE and "GiB are available here" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_compare_refuses_a_json_from_another_tool(cli, tmp_path):
     other = tmp_path / "verify.json"
     other.write_text(json.dumps({"tool": "tconform verify", "results": []}))
-    with pytest.raises(UsageError) as caught:
-        run_bench("--compare", str(other), str(other))
-    assert caught.value.exit_code == EXIT_USAGE
+    code, _, err = cli("bench", "--compare", str(other), str(other))
+    assert code == EXIT_USAGE and "not a tconform bench report" in err
 
 
 RESULT_KEYS = {
@@ -83,9 +94,15 @@ def test_short_run_writes_the_documented_reports(tmp_path, monkeypatch, capsys):
     assert "feed_forward" in (tmp_path / "bench.md").read_text()
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
     assert "onnxruntime p50 / torch p50" in capsys.readouterr().out
+    assert {r["status"] for r in rows} == {"pass"}
 
+    # stdout, JSON and markdown show the same share of the (final) ceiling.
+    stdout = capsys.readouterr().out
+    for row in rows:
+        assert f"{100 * row['peak_fraction']:.0f}%" in stdout
+        assert f"{100 * row['peak_fraction']:.0f}%" in (tmp_path / "bench.md").read_text()
     # The same report compared with itself: every row a ratio of 1, labelled noise.
     run_bench("--compare", str(out), str(out))
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1 + len(rows)
-    assert all(line.endswith("noise") and " 1.000 " in line for line in lines[1:])
+    assert len(lines) == 2 + len(rows)  # header, rule, one line per row
+    assert all(line.endswith("noise") and " 1.000 " in line for line in lines[2:])

@@ -1,0 +1,142 @@
+"""Options and click types shared by the commands, defined once.
+
+Bad values are click usage errors (exit 2, click's one-line message naming the option), found
+when the command line is parsed, before anything slow starts: report paths are checked for
+writability up front, so a run is never lost to a typo in `--json`.
+Importing this module stays cheap (no torch, onnx or onnxruntime): `tconform --help` is fast.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import click
+
+from tconform.config import DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
+
+SHAPE = re.compile(r"\s*(\d{1,9})\s*[xX]\s*(\d{1,9})\s*")
+MAX_BATCH = 65536  # far beyond anything a bench or a check runs; memory is checked separately
+
+
+class ShapeType(click.ParamType):
+    """'8x128' -> (8, 128): batch x sequence, each at least 1."""
+
+    name = "BATCHxSEQ"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        found = SHAPE.fullmatch(str(value))
+        if not found:
+            self.fail(f"{value!r} is not BATCHxSEQ (e.g. 8x128)", param, ctx)
+        batch, seq = int(found.group(1)), int(found.group(2))
+        if not 1 <= batch <= MAX_BATCH or seq < 1:
+            self.fail(
+                f"{value!r}: batch must be 1..{MAX_BATCH} and sequence at least 1", param, ctx
+            )
+        return batch, seq
+
+
+class ReportPath(click.ParamType):
+    """A file a report will be written to, checked before the run: its folder exists and is
+    writable, it is not a folder itself, and it has the suffix its format needs."""
+
+    name = "FILE"
+
+    def __init__(self, suffix: str | None = None) -> None:
+        self.suffix = suffix
+
+    def convert(self, value, param, ctx):
+        path = Path(value)
+        if self.suffix and path.suffix.lower() != self.suffix:
+            self.fail(f"{path}: the file must end in {self.suffix}", param, ctx)
+        if path.is_dir():
+            self.fail(f"{path}: is a folder", param, ctx)
+        if path.exists() and not path.is_file():
+            self.fail(f"{path}: exists and is not a regular file", param, ctx)
+        folder = path.parent
+        if not folder.is_dir():
+            self.fail(f"{path}: folder {folder} does not exist", param, ctx)
+        if not os.access(folder, os.W_OK | os.X_OK) or (
+            path.exists() and not os.access(path, os.W_OK)
+        ):
+            self.fail(f"{path}: not writable", param, ctx)
+        return path
+
+
+def preset_option(default: str = DEFAULT_PRESET):
+    return click.option(
+        "--preset",
+        type=click.Choice(list(PRESETS)),
+        default=default,
+        show_default=True,
+        help="Model dimensions and variant options.",
+    )
+
+
+def case_option(help: str = "Only this case (repeatable)."):
+    return click.option("--case", "cases", multiple=True, metavar="CASE", help=help)
+
+
+def seed_option():
+    return click.option(
+        "--seed",
+        type=click.IntRange(0, MAX_SEED),
+        default=DEFAULT_SEED,
+        show_default=True,
+        help="Seed of the weights and inputs.",
+    )
+
+
+def ep_option(default: str = "cpu"):
+    return click.option(
+        "--ep",
+        "ep_spec",
+        default=default,
+        show_default=True,
+        help="Execution providers: cpu, cuda, a comma list, or all (every one that runs here).",
+    )
+
+
+def allow_missing_ep_option():
+    return click.option(
+        "--allow-missing-ep",
+        is_flag=True,
+        help="Report a requested provider that cannot run as skip (with the reason) instead of "
+        "exiting 3.",
+    )
+
+
+def artifacts_option(help: str):
+    return click.option(
+        "--artifacts",
+        "artifacts_dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=Path("artifacts"),
+        show_default=True,
+        help=help,
+    )
+
+
+def report_options(*formats: str):
+    """--json/--junit/--markdown/--plot, each a ReportPath checked before the run."""
+    helps = {
+        "json": ("--json", "json_path", None, "Write the JSON report."),
+        "junit": ("--junit", "junit_path", None, "Write JUnit XML (for CI systems)."),
+        "markdown": ("--markdown", "markdown_path", None, "Write a markdown summary."),
+        "plot": ("--plot", "plot_path", ".png", "Write a PNG plot."),
+    }
+
+    def decorate(command):
+        for fmt in reversed(formats):
+            flag, dest, suffix, text = helps[fmt]
+            command = click.option(flag, dest, type=ReportPath(suffix), help=text)(command)
+        return command
+
+    return decorate
+
+
+def quiet_option():
+    return click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
