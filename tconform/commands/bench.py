@@ -105,7 +105,7 @@ def bench(
     from tconform.bench import report as bench_report
 
     if compare:
-        from tconform.bench.compare import compare_table, compare_reports, load_report
+        from tconform.bench.compare import compare_reports, compare_table, load_report
 
         click.echo(compare_table(compare_reports(*(load_report(p) for p in compare))))
         return

@@ -36,7 +36,7 @@ def run_bench(*args: str) -> None:
     ],
 )
 def test_bad_input_is_a_one_line_usage_error(cli, args, message, tmp_path):
-    code, out, err = cli("bench", "--preset", "tiny", "--artifacts", str(tmp_path / "a"), *args)
+    code, _, err = cli("bench", "--preset", "tiny", "--artifacts", str(tmp_path / "a"), *args)
     assert code == EXIT_USAGE and message in err and "Traceback" not in err, err
     assert not (tmp_path / "a").exists()  # refused before exporting anything
 

@@ -10,6 +10,8 @@ from tconform.bench.compare import MIN_CHANGE, compare_reports, load_report, ver
 from tconform.bench.runner import SCHEMA
 from tconform.errors import UsageError
 
+pytestmark = pytest.mark.unit
+
 
 def report(p50: float, std: float, runs: int = 25, mean: float | None = None) -> dict:
     row = {
@@ -18,7 +20,7 @@ def report(p50: float, std: float, runs: int = 25, mean: float | None = None) ->
         "ep": "cpu",
         "batch": 1,
         "seq": 32,
-        "status": "ok",
+        "status": "pass",
         "p50_ms": p50,
         "mean_ms": mean or p50,
         "std_ms": std,
@@ -44,6 +46,14 @@ def test_speedup_is_an_improvement_and_small_drift_is_noise():
     assert compare_reports(report(40.0, 0.4), report(30.0, 0.3))[0]["verdict"] == "improvement"
     assert verdict(1 + MIN_CHANGE / 2, noise=0.0) == "noise"
     assert verdict(1 - 2 * MIN_CHANGE, noise=0.0) == "improvement"
+
+
+def test_a_first_schema_report_still_compares():
+    old = {
+        "schema": "tconform-bench/1",
+        "results": [{**report(40.0, 0.4)["results"][0], "status": "ok"}],
+    }
+    assert compare_reports(old, report(44.0, 0.4))[0]["verdict"] == "regression"
 
 
 def test_rows_missing_on_one_side_are_left_out():

@@ -75,7 +75,9 @@ def test_cli_table_json_and_exit_code(runner, tmp_path):
     assert result.exit_code == 0, result.output
     assert "000-attention-scores" in result.output and "erratum" in result.output
     data = json.loads(out.read_text())
-    scores = next(c for c in data["cases"] if c["id"] == "000-attention-scores")
+    assert data["command"] == "doc" and data["exit_code"] == 0 and data["environment"]["cpu"]
+    assert {r["case"] for r in data["results"]} >= {"doc:000-attention-scores"}
+    scores = next(c for c in data["details"]["cases"] if c["id"] == "000-attention-scores")
     assert {
         "id",
         "source",
@@ -88,7 +90,7 @@ def test_cli_table_json_and_exit_code(runner, tmp_path):
         "note",
         "runtimes",
     } <= set(scores)
-    weights = next(c for c in data["cases"] if c["id"] == "000-attention-weights")
+    weights = next(c for c in data["details"]["cases"] if c["id"] == "000-attention-weights")
     assert weights["runtimes"]["onnxruntime-cpu"]["status"] == "pass"
 
 
