@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     except Terminated:
         click.echo("tconform: terminated", err=True)
         sys.exit(EXIT_TERMINATED)
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:  # usage errors: one line naming the option, exit 2
+        click.echo(f"tconform: error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except TconformError as exc:
         click.echo(f"tconform: error: {exc}", err=True)

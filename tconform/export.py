@@ -22,10 +22,15 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
+import signal
+import sys
 import tempfile
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -38,7 +43,13 @@ from tconform import registry
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.files import atomic_write_bytes, atomic_write_json, sha256_file
-from tconform.folders import ARTIFACTS, MANIFEST, read_json_manifest, require_artifacts_folder
+from tconform.folders import (
+    ARTIFACTS,
+    MANIFEST,
+    folder_lock,
+    read_json_manifest,
+    require_artifacts_folder,
+)
 from tconform.provenance import ModelProvenance
 from tconform.registry import Case, Shape
 from tconform.schema import check_artifacts_manifest
@@ -196,11 +207,26 @@ def _summary(exc: Exception) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+# The dynamo exporter stores each node's Python stack trace, absolute paths of the exporting
+# machine included; a model meant to be shipped should not carry them. The module scope
+# (`namespace`), which localisation reads, is kept.
+_STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+
+
+def _drop_stack_traces(model: onnx.ModelProto) -> None:
+    for node in model.graph.node:
+        kept = [p for p in node.metadata_props if p.key != _STACK_TRACE_KEY]
+        if len(kept) != len(node.metadata_props):
+            del node.metadata_props[:]
+            node.metadata_props.extend(kept)
+
+
 def _finish(raw: Path) -> onnx.ModelProto:
     """Check the exported model and fix what ONNX Runtime needs (the IR version)."""
     model = onnx.load(str(raw))
     if model.ir_version > MAX_IR_VERSION:
         model.ir_version = MAX_IR_VERSION
+    _drop_stack_traces(model)
     onnx.checker.check_model(model, full_check=True)
     try:  # the model must also load where it will run
         onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -227,6 +253,7 @@ class ExportRecord:
     producer: str = ""
     opsets: dict[str, int] = field(default_factory=dict)
     folder: str = ""  # the artifacts folder it lives in (not part of the manifest entry)
+    staged: str = ""  # where a new export waits to be placed (not part of the manifest entry)
 
     @property
     def location(self) -> str:
@@ -234,8 +261,8 @@ class ExportRecord:
 
     def to_manifest(self) -> dict[str, object]:
         entry = asdict(self)
-        entry.pop("cached")
-        entry.pop("folder")
+        for transient in ("cached", "folder", "staged"):
+            entry.pop(transient)
         return entry
 
     def provenance(self) -> ModelProvenance:
@@ -252,7 +279,7 @@ class ExportRecord:
 
     @classmethod
     def from_manifest(cls, entry: dict, folder: Path) -> ExportRecord:
-        known = {f.name for f in fields(cls)} - {"cached", "folder"}
+        known = {f.name for f in fields(cls)} - {"cached", "folder", "staged"}
         return cls(
             **{k: v for k, v in entry.items() if k in known}, cached=True, folder=str(folder)
         )
@@ -286,16 +313,28 @@ def _is_current(path: Path, key: str, previous: dict | None, force: bool) -> boo
         if force:
             return False
         raise UsageError(f"{path}: not written by tconform (no entry in {MANIFEST}); {ways_on}")
-    if sha256_file(path) != previous.get("sha256"):
+    sha = sha256_file(path)
+    if sha == previous.get("previous_sha256"):
+        return False  # tconform's own older file: a run stopped between recording and placing
+    if sha != previous.get("sha256"):
         if force:
             return False
         raise UsageError(f"{path}: changed since tconform wrote it (sha256 differs); {ways_on}")
     return previous.get("key") == key
 
 
+STAGING = ".tconform-staging"  # new models are written here, then renamed into place
+
+
+def staging_dir(out_dir: Path) -> Path:
+    return out_dir / STAGING
+
+
 def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRecord:
-    """Export one case to out_dir/<case>/model.onnx (atomically) and describe it."""
-    path = out_dir / case.name / "model.onnx"
+    """Export one case into out_dir's staging folder and describe it. Only the process that
+    records it in the manifest renames it into place (see `_Folder.place`), so a killed run
+    never leaves a model that the manifest does not know."""
+    staged = Path(tempfile.mkdtemp(prefix=f"{case.name}.", dir=_made(staging_dir(out_dir))))
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "model.onnx"
         try:
@@ -305,15 +344,15 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
                 f"export of {case.name} with {settings.exporter} failed: {_summary(exc)}"
             ) from None
         model = _finish(raw)
-    atomic_write_bytes(path, model.SerializeToString())
+    atomic_write_bytes(staged / "model.onnx", model.SerializeToString())
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
     return ExportRecord(
         case=case.name,
         component=case.component,
-        path=str(path.relative_to(out_dir)),
+        path=f"{case.name}/model.onnx",
         cached=False,
         key=cache_key(case, settings),
-        sha256=sha256_file(path),
+        sha256=sha256_file(staged / "model.onnx"),
         exporter=settings.exporter,
         opset=max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
         ir_version=model.ir_version,
@@ -324,7 +363,13 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
         producer=producer,
         opsets={o.domain or "ai.onnx": o.version for o in model.opset_import},
         folder=str(out_dir),
+        staged=str(staged / "model.onnx"),
     )
+
+
+def _made(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _export_by_name(name: str, settings: ExportSettings, out_dir: Path) -> ExportRecord:
@@ -360,12 +405,20 @@ def folder_settings(out_dir: Path) -> dict[str, object] | None:
 
 
 class _Folder:
-    """One artifacts folder and its manifest, rewritten after every model so that an
-    interrupted run keeps what it finished."""
+    """One artifacts folder, locked for the run, and its manifest, rewritten after every model
+    so that an interrupted run keeps what it finished.
 
-    def __init__(self, out_dir: Path, settings: ExportSettings) -> None:
+    A new model is placed in two steps: first its entry is recorded (with the sha256 of the
+    file it replaces, if any), then the staged file is renamed into place. A run killed between
+    the two leaves either the old file (recognised as tconform's own through that recorded
+    sha256) or the new one, never a model the manifest does not know."""
+
+    def __init__(self, out_dir: Path, settings: ExportSettings, stack: ExitStack) -> None:
         self.out_dir = out_dir
         self.settings = settings
+        require_artifacts_folder(out_dir)
+        stack.enter_context(folder_lock(_made(out_dir)))
+        shutil.rmtree(staging_dir(out_dir), ignore_errors=True)  # an earlier run's leftovers
         self.models: dict = dict(read_manifest(out_dir).get("models", {}))
         held = folder_settings(out_dir)
         wanted = {k: getattr(settings, k) for k in FOLDER_SETTINGS}
@@ -375,8 +428,20 @@ class _Folder:
                 "folder of its own (--out DIR)"
             )
 
-    def add(self, record: ExportRecord) -> None:
-        self.models[record.case] = record.to_manifest()
+    def place(self, record: ExportRecord, staged: Path) -> ExportRecord:
+        """Record `record` and move its staged file into place."""
+        target = self.out_dir / record.path
+        entry = record.to_manifest()
+        if target.is_file():
+            entry["previous_sha256"] = sha256_file(target)
+        self.models[record.case] = entry
+        self._write_manifest()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, target)
+        shutil.rmtree(staged.parent, ignore_errors=True)
+        return replace(record, folder=str(self.out_dir), staged="")
+
+    def _write_manifest(self) -> None:
         atomic_write_json(
             self.out_dir / MANIFEST,
             {
@@ -392,6 +457,14 @@ class _Folder:
             },
         )
 
+    def stage_copy(self, record: ExportRecord, source: Path) -> Path:
+        """An identical model (same cache key) from another folder, staged here."""
+        staged = Path(
+            tempfile.mkdtemp(prefix=f"{record.case}.", dir=_made(staging_dir(self.out_dir)))
+        )
+        shutil.copyfile(source, staged / "model.onnx")
+        return staged / "model.onnx"
+
 
 def _describe(settings: dict[str, object]) -> str:
     return f"{settings['exporter']} opset {settings['opset']} {settings['dtype']}"
@@ -399,15 +472,6 @@ def _describe(settings: dict[str, object]) -> str:
 
 # Biggest graphs first (by the case's size class), so that the longest export never starts last.
 _SIZE_ORDER = ("model", "stack", "layer", "component")
-
-
-def _copy_model(record: ExportRecord, source_dir: Path, job: ExportJob) -> ExportRecord:
-    """An identical model (same cache key) already exported elsewhere, copied into place: a
-    file written by this run, so not `cached`."""
-    target = job.out_dir / job.case.name / "model.onnx"
-    atomic_write_bytes(target, (source_dir / record.path).read_bytes())
-    path = str(target.relative_to(job.out_dir))
-    return replace(record, path=path, cached=False, folder=str(job.out_dir))
 
 
 def export_jobs(
@@ -422,14 +486,25 @@ def export_jobs(
     model current in another folder is copied; the rest are exported, each distinct key once,
     in `workers` processes (default: one per core, at most two: each export is
     single-threaded Python tracing). `on_done` reports every record as it is settled. A file
-    that tconform did not write, or that changed since, is refused unless `force`.
+    that tconform did not write, or that changed since, is refused unless `force`. Each folder
+    is locked for the whole call, so concurrent runs on one folder wait for each other.
     """
     jobs = list(jobs)
-    folders: dict[Path, _Folder] = {}
-    for job in jobs:
-        folders.setdefault(job.out_dir, _Folder(job.out_dir, job.settings))
+    with ExitStack() as stack:
+        folders: dict[Path, _Folder] = {}
+        for out_dir in sorted({job.out_dir for job in jobs}):  # one order: no lock cycles
+            settings = next(job.settings for job in jobs if job.out_dir == out_dir)
+            folders[out_dir] = _Folder(out_dir, settings, stack)
+        records = _settle_jobs(jobs, folders, on_done, force, workers)
+        for out_dir in folders:
+            with contextlib.suppress(OSError):  # empty once every staged model is placed
+                staging_dir(out_dir).rmdir()
+        return records
+
+
+def _settle_jobs(jobs, folders, on_done, force, workers) -> list[ExportRecord]:
     records: dict[int, ExportRecord] = {}
-    current: dict[str, tuple[ExportRecord, Path]] = {}  # key -> a current model and its folder
+    current: dict[str, ExportRecord] = {}  # key -> a current model (its folder holds it)
     todo: dict[str, list[int]] = {}  # key -> indices of the jobs that need that model
     for n, job in enumerate(jobs):
         key = cache_key(job.case, job.settings)
@@ -437,52 +512,100 @@ def export_jobs(
         path = job.out_dir / job.case.name / "model.onnx"
         if _is_current(path, key, previous, force):
             records[n] = ExportRecord.from_manifest(previous, job.out_dir)
-            current.setdefault(key, (records[n], job.out_dir))
+            current.setdefault(key, records[n])
             if on_done:
                 on_done(records[n])
         else:
             todo.setdefault(key, []).append(n)
 
-    def settle(key: str, record: ExportRecord, source_dir: Path) -> None:
+    def settle(key: str, record: ExportRecord) -> None:
+        """Place one settled model in every folder that needs it: the staged export where it
+        was made, a copy of the placed file everywhere else."""
+        source = None if record.staged else Path(record.location)
         for n in todo[key]:
-            job = jobs[n]
-            if job.out_dir != source_dir:
-                records[n] = _copy_model(record, source_dir, job)
+            folder = folders[jobs[n].out_dir]
+            if source is None and Path(record.folder) == folder.out_dir:
+                staged = Path(record.staged)
             else:
-                records[n] = record
-            folders[job.out_dir].add(records[n])
+                staged = folder.stage_copy(record, source or Path(record.staged))
+            records[n] = folder.place(replace(record, cached=False), staged)
+            source = source or Path(records[n].location)
             if on_done:
                 on_done(records[n])
 
     to_export = []
     for key in todo:
         if key in current:
-            settle(key, *current[key])
+            settle(key, current[key])
         else:
             to_export.append(key)
     to_export.sort(key=lambda k: _SIZE_ORDER.index(jobs[todo[k][0]].case.tolerance))
-
-    def first(key: str) -> ExportJob:
-        return jobs[todo[key][0]]
-
+    first = {key: jobs[todo[key][0]] for key in to_export}
+    # A model needed in several folders is exported into the first; the others copy it.
+    for key in to_export:
+        todo[key].sort(key=lambda n: jobs[n].out_dir != first[key].out_dir)
     count = min(workers or min(2, os.cpu_count() or 1), len(to_export))
     if count <= 1:
         for key in to_export:
-            job = first(key)
-            settle(key, export_case(job.case, job.settings, job.out_dir), job.out_dir)
+            job = first[key]
+            settle(key, export_case(job.case, job.settings, job.out_dir))
     else:
-        context = multiprocessing.get_context("spawn")  # fork after torch starts threads can hang
-        with ProcessPoolExecutor(count, mp_context=context) as pool:
-            futures = {
-                pool.submit(
-                    _export_by_name, first(k).case.name, first(k).settings, first(k).out_dir
-                ): k
-                for k in to_export
-            }
-            for future in as_completed(futures):
-                key = futures[future]
-                settle(key, future.result(), first(key).out_dir)
+        for key, record in _export_in_workers(to_export, first, count):
+            settle(key, record)
     return [records[n] for n in range(len(jobs))]
+
+
+def _export_in_workers(keys: list[str], first: dict[str, ExportJob], count: int):
+    """(key, record) as each export finishes, from `count` worker processes that end with
+    this process: on an error, Ctrl-C or SIGTERM the pool is terminated before it propagates,
+    and a worker whose parent dies (even by SIGKILL) exits on its own."""
+    context = multiprocessing.get_context("spawn")  # fork after torch starts threads can hang
+    # Workers start with SIGINT ignored (an ignored signal stays ignored across exec, and Python
+    # then installs no KeyboardInterrupt handler): Ctrl-C reaches the whole process group, and
+    # only the parent should act on it, by terminating the pool.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        pool = context.Pool(count, initializer=_worker_init, initargs=(os.getpid(),))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        pending = {
+            key: pool.apply_async(
+                _export_by_name, (first[key].case.name, first[key].settings, first[key].out_dir)
+            )
+            for key in keys
+        }
+        while pending:
+            done = [key for key, result in pending.items() if result.ready()]
+            for key in done:
+                yield key, pending.pop(key).get()
+            if not done:
+                next(iter(pending.values())).wait(0.2)
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Export workers leave Ctrl-C to the parent and end when it ends."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:  # the kernel sends SIGTERM when the parent dies, SIGKILL included
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        except OSError:
+            pass
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Polls for the parent, where prctl is missing or the parent died before it was set."""
+    while os.getppid() == parent_pid:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def export_cases(

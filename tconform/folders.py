@@ -8,7 +8,13 @@ nobody's: tconform writes into it only when it is empty or missing.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tconform.errors import UsageError
@@ -17,6 +23,7 @@ MANIFEST = "manifest.json"
 GOLDEN = "tconform-golden"
 ARTIFACTS = "tconform-artifacts"
 MAX_MANIFEST_BYTES = 64 * 2**20  # far above any real manifest; refuse before reading a huge file
+LOCK_WAIT_S = float(os.environ.get("TCONFORM_LOCK_TIMEOUT", "900"))  # then give up, exit 2
 
 
 def read_json_manifest(path: Path) -> dict:
@@ -74,3 +81,46 @@ def require_replaceable_golden_folder(folder: Path) -> None:
         return
     what = "an artifacts folder" if kind == ARTIFACTS else "a folder that is not a golden folder"
     raise UsageError(f"{folder} is {what}; golden --force replaces only golden folders")
+
+
+def lock_path(folder: Path) -> Path:
+    """The lock of a folder: a file beside it (`.NAME.lock`), since a golden folder is replaced
+    as a whole by renaming and a file inside it would go with it."""
+    return folder.parent / f".{folder.name}.lock"
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
+    """Hold the folder's lock: exclusive to write it, shared to read it. Concurrent runs on one
+    folder wait for each other (saying so), and give up after TCONFORM_LOCK_TIMEOUT seconds.
+    A folder whose parent cannot be written is read without a lock (no tconform can write
+    there either)."""
+    path = lock_path(folder.resolve())
+    try:
+        handle = open(path, "a+")  # noqa: SIM115 - held for the whole block
+    except OSError:
+        if shared:
+            yield
+            return
+        raise UsageError(f"{path}: cannot create the lock of {folder}") from None
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    deadline = time.monotonic() + LOCK_WAIT_S
+    told = False
+    try:
+        while True:
+            try:
+                fcntl.flock(handle, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise UsageError(
+                        f"{folder}: another tconform run holds {path}; gave up after "
+                        f"{LOCK_WAIT_S:.0f} s"
+                    ) from None
+                if not told:
+                    print(f"tconform: waiting for another run using {folder} ...", file=sys.stderr)
+                    told = True
+                time.sleep(0.2)
+        yield
+    finally:
+        handle.close()  # closing releases the lock

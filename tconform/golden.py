@@ -30,7 +30,13 @@ from tconform.compare import TOLERANCES
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.files import atomic_write_json, sha256_bytes
-from tconform.folders import GOLDEN, MANIFEST, read_json_manifest, require_replaceable_golden_folder
+from tconform.folders import (
+    GOLDEN,
+    MANIFEST,
+    folder_lock,
+    read_json_manifest,
+    require_replaceable_golden_folder,
+)
 from tconform.registry import Case, Shape
 from tconform.schema import check_golden_manifest
 from tconform.versions import library_versions, tool_version
@@ -98,11 +104,32 @@ def write(
     """
     if golden_dir.exists() and not golden_dir.is_dir():
         raise UsageError(f"{golden_dir}: exists and is not a folder")
-    if golden_dir.exists() and any(golden_dir.iterdir()) and not force:
-        raise UsageError(f"{golden_dir} already holds files; pass --force to replace goldens")
-    require_replaceable_golden_folder(golden_dir)
     golden_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{golden_dir.name}.", dir=golden_dir.parent))
+    with folder_lock(golden_dir):
+        if golden_dir.exists() and any(golden_dir.iterdir()) and not force:
+            raise UsageError(f"{golden_dir} already holds files; pass --force to replace goldens")
+        require_replaceable_golden_folder(golden_dir)
+        _remove_leftovers(golden_dir)
+        return _write_locked(golden_dir, cfg, seed, cases, preset, on_case)
+
+
+def _leftovers(golden_dir: Path) -> list[Path]:
+    """Staging and retired folders of earlier writes of this golden folder that were killed."""
+    prefix = f".{golden_dir.name}."
+    return [
+        p
+        for p in golden_dir.parent.glob(f"{prefix}*")
+        if p.is_dir() and p.name[len(prefix) :].startswith(("staging-", "retired-"))
+    ]
+
+
+def _remove_leftovers(golden_dir: Path) -> None:
+    for leftover in _leftovers(golden_dir):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _write_locked(golden_dir, cfg, seed, cases, preset, on_case) -> dict:
+    staging = Path(tempfile.mkdtemp(prefix=f".{golden_dir.name}.staging-", dir=golden_dir.parent))
     try:
         manifest_cases = {}
         for case in cases:
@@ -157,9 +184,10 @@ def write(
 def _swap_into_place(staging: Path, golden_dir: Path) -> None:
     """Rename the finished folder into place; the old one is removed only afterwards."""
     if golden_dir.exists():
-        retired = golden_dir.with_name(f".{golden_dir.name}.old")
-        shutil.rmtree(retired, ignore_errors=True)
-        golden_dir.rename(retired)
+        retired = Path(
+            tempfile.mkdtemp(prefix=f".{golden_dir.name}.retired-", dir=golden_dir.parent)
+        )
+        golden_dir.rename(retired / golden_dir.name)
         staging.rename(golden_dir)
         shutil.rmtree(retired)
     else:
@@ -186,15 +214,35 @@ def manifest_config(manifest: dict) -> ModelConfig:
     return ModelConfig.from_dict(manifest["config"])
 
 
-def _read_tensor(path: Path, expected_sha: str) -> tuple[str, np.ndarray]:
+# A serialized tensor is its raw bytes plus a small header (name, dims, type); anything much
+# larger than the manifest's shape says is refused before it is read.
+_HEADER_BYTES = 4096
+_LARGEST_ITEM = 8  # int64 ids
+
+
+def _read_tensor(path: Path, expected_sha: str, shape: list[int] | None = None) -> tuple:
+    """(name, array) of a golden .pb: a regular file, no larger than its shape allows, with
+    the manifest's sha256 and its data inline (external data is refused: it would be read from
+    wherever the tensor points and escape the hash)."""
     if not path.is_file():
         raise UsageError(f"{path}: missing or not a regular file")
+    if shape is not None:
+        limit = int(np.prod(shape, dtype=np.int64)) * _LARGEST_ITEM + _HEADER_BYTES
+        if path.stat().st_size > limit:
+            raise UsageError(
+                f"{path}: {path.stat().st_size} bytes, more than its shape {shape} can hold"
+            )
     data = path.read_bytes()
     if sha256_bytes(data) != expected_sha:
         raise UsageError(f"{path}: sha256 differs from the manifest (file changed or corrupt)")
     proto = onnx.TensorProto()
     try:
         proto.ParseFromString(data)
+    except Exception as exc:
+        raise UsageError(f"{path}: not a serialized TensorProto ({exc})") from None
+    if proto.data_location == onnx.TensorProto.EXTERNAL:
+        raise UsageError(f"{path}: keeps its data in an external file; goldens hold it inline")
+    try:
         array = numpy_helper.to_array(proto)
     except Exception as exc:
         raise UsageError(f"{path}: not a serialized TensorProto ({exc})") from None
@@ -239,7 +287,7 @@ def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) ->
             for k, spec in enumerate(specs):
                 rel = f"{set_name}/{kind}_{k}.pb"
                 path = golden_dir / case.name / rel
-                name, array = _read_tensor(path, entry["sha256"][rel])
+                name, array = _read_tensor(path, entry["sha256"][rel], shapes.get(spec.name))
                 _check_tensor(path, name, array, spec, shapes, cfg)
                 loaded[kind][spec.name] = array
         sets.append(InputSet(set_name, loaded["input"], loaded["output"]))

@@ -45,6 +45,10 @@ def expect_names(value, path: Path, where: str) -> list[str]:
     return value
 
 
+def _one_of(value, allowed) -> bool:
+    return isinstance(value, str) and value in allowed
+
+
 def config_of(data: dict, path: Path) -> ModelConfig:
     try:
         return ModelConfig.from_dict(expect_object(data.get("config"), path, "'config'"))
@@ -87,9 +91,9 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
     from tconform.registry import CASE_NAMES
 
     models = expect_object(data.get("models", {}), path, "'models'")
-    if "exporter" in data and data["exporter"] not in EXPORTERS:
+    if "exporter" in data and not _one_of(data["exporter"], EXPORTERS):
         raise _fail(path, "'exporter'", f"is not one of {', '.join(EXPORTERS)}")
-    if "dtype" in data and data["dtype"] not in DTYPES:
+    if "dtype" in data and not _one_of(data["dtype"], DTYPES):
         raise _fail(path, "'dtype'", f"is not one of {', '.join(DTYPES)}")
     if "opset" in data:
         expect_int(data["opset"], path, "'opset'", 1, 100)
@@ -102,7 +106,7 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
             raise _fail(path, f"{where} 'path'", f"must be {name}/model.onnx")
         expect_str(entry.get("sha256"), path, f"{where} 'sha256'", SHA256)
         expect_str(entry.get("key"), path, f"{where} 'key'", SHA256)
-        if entry.get("exporter") not in EXPORTERS or entry.get("dtype") not in DTYPES:
+        if not _one_of(entry.get("exporter"), EXPORTERS) or not _one_of(entry.get("dtype"), DTYPES):
             raise _fail(path, where, "has an unknown exporter or dtype")
         expect_int(entry.get("opset"), path, f"{where} 'opset'", 1, 100)
         expect_int(entry.get("ir_version"), path, f"{where} 'ir_version'", 1, 100)

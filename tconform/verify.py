@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from tconform.export import (
     read_manifest,
 )
 from tconform.files import sha256_file
+from tconform.folders import folder_lock
 from tconform.fp16 import float16_notes
 from tconform.models import ModelUnderTest, given_model
 from tconform.provenance import module_provenance
@@ -257,6 +259,16 @@ def verify(options: VerifyOptions, report: RunReport, progress: Progress = lambd
     midway leaves the results so far in place for the reports."""
     if not options.eps and not options.with_torch:
         raise UsageError("nothing to run: no execution provider (--ep) and --no-torch")
+    with ExitStack() as locks:
+        # The goldens are read under a shared lock (a `golden --force` waits); the artifacts
+        # folder is locked exclusively while models are exported, shared while they run.
+        locks.enter_context(folder_lock(options.golden_dir, shared=True))
+        _verify_locked(options, report, progress, locks)
+
+
+def _verify_locked(
+    options: VerifyOptions, report: RunReport, progress: Progress, locks: ExitStack
+) -> None:
     manifest = golden.read_manifest(options.golden_dir)
     cfg, seed = golden.manifest_config(manifest), int(manifest["seed"])
     cases = select_cases(options, manifest, options.golden_dir)
@@ -296,6 +308,8 @@ def verify(options: VerifyOptions, report: RunReport, progress: Progress = lambd
     # The document checks' models join the same pool of export processes.
     doc_jobs = doc.required_exports(options.artifacts_dir) if with_doc else []
     models, doc_records = models_under_test(options, cases, settings, doc_jobs, progress)
+    if options.artifacts_dir.is_dir():
+        locks.enter_context(folder_lock(options.artifacts_dir, shared=True))
     for n, case in enumerate(cases, 1):
         progress(f"[{n}/{len(cases)}] {case.name}")
         sets = golden.read_case(options.golden_dir, manifest, case, cfg)

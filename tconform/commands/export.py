@@ -7,31 +7,35 @@ from pathlib import Path
 
 import click
 
-from tconform import registry
-from tconform.config import DEFAULT_PRESET, PRESETS, get_preset
-from tconform.export import DEFAULT_OPSET, DTYPES, EXPORTERS, ExportSettings, export_cases
-from tconform.weights import DEFAULT_SEED
+from tconform.commands.options import case_option, preset_option, seed_option
 
 
 @click.command("export")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, file_okay=False),
     default=None,
     help="Output folder [artifacts; artifacts-fp16 for --dtype float16].",
 )
+@preset_option()
+@case_option()
 @click.option(
-    "--preset",
-    default=DEFAULT_PRESET,
-    show_default=True,
-    help=f"Model preset: {', '.join(PRESETS)}.",
+    "--exporter", type=click.Choice(["dynamo", "torchscript"]), default="dynamo", show_default=True
 )
-@click.option("--case", "cases", multiple=True, help="Only this case (repeatable).")
-@click.option("--exporter", type=click.Choice(EXPORTERS), default="dynamo", show_default=True)
-@click.option("--opset", type=int, default=DEFAULT_OPSET, show_default=True)
-@click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
-@click.option("--jobs", type=int, default=None, help="Export processes [one per core, max 2].")
+@click.option(
+    "--opset",
+    type=click.IntRange(17, 23),
+    default=18,
+    show_default=True,
+    help="ONNX opset (17..23 for dynamo, 17..20 for torchscript).",
+)
+@click.option(
+    "--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True
+)
+@seed_option()
+@click.option(
+    "--jobs", type=click.IntRange(1, 64), default=None, help="Export processes [cores, max 2]."
+)
 @click.option(
     "--force",
     is_flag=True,
@@ -42,20 +46,27 @@ def export(out, preset, cases, exporter, opset, dtype, seed, jobs, force) -> Non
 
     Only tconform's own unchanged files are replaced; a folder holds models of one exporter,
     opset and dtype (float16 goes to artifacts-fp16 by default)."""
+    from tconform import registry
+    from tconform.config import get_preset
+    from tconform.export import ExportSettings, export_cases
+
     cfg = get_preset(preset)
     out = out or Path("artifacts" if dtype == "float32" else "artifacts-fp16")
     selected = registry.select_cases(cases)
     settings = ExportSettings(cfg, seed, exporter, opset, dtype)
     started = time.perf_counter()
-    done = 0
+    with click.progressbar(
+        length=len(selected), label=f"exporting to {out}", file=click.get_text_stream("stderr")
+    ) as bar:
+        records = []
 
-    def report(record) -> None:
-        nonlocal done
-        done += 1
-        how = "cached, reused" if record.cached else "exported"
-        click.echo(f"[{done}/{len(selected)}] {record.case:20s} {how:15s} {out / record.path}")
+        def report(record) -> None:
+            records.append(record)
+            how = "cached, reused" if record.cached else "exported"
+            bar.update(1)
+            click.echo(f"  {record.case:20s} {how:15s} {out / record.path}", err=True)
 
-    records = export_cases(selected, settings, out, on_done=report, force=force, jobs=jobs)
+        export_cases(selected, settings, out, on_done=report, force=force, jobs=jobs)
     fresh = sum(not r.cached for r in records)
     click.echo(
         f"{len(records)} models in {out} ({fresh} exported, {len(records) - fresh} cached) "

@@ -6,23 +6,20 @@ from pathlib import Path
 
 import click
 
-from tconform import golden as golden_stage
-from tconform import registry
-from tconform.config import DEFAULT_PRESET, PRESETS, get_preset
+from tconform.commands.options import case_option, preset_option, seed_option
 from tconform.errors import EXIT_FAILURE
-from tconform.weights import DEFAULT_SEED
 
 
 @click.command("golden")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("golden"), show_default=True)
 @click.option(
-    "--preset",
-    default=DEFAULT_PRESET,
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("golden"),
     show_default=True,
-    help=f"Model preset: {', '.join(PRESETS)}.",
 )
-@click.option("--case", "cases", multiple=True, help="Only this case (repeatable).")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
+@preset_option()
+@case_option()
+@seed_option()
 @click.option(
     "--force", is_flag=True, help="Replace an existing golden folder (never any other folder)."
 )
@@ -34,6 +31,10 @@ from tconform.weights import DEFAULT_SEED
 )
 def golden(out, preset, cases, seed, force, check) -> None:
     """Write golden/<case>/test_data_set_N/{input,output}_K.pb and golden/manifest.json."""
+    from tconform import golden as golden_stage
+    from tconform import registry
+    from tconform.config import get_preset
+
     if check:
         drifts, one_ulp = golden_stage.check(out, registry.select_cases(cases) if cases else None)
         for drift in drifts:

@@ -1,0 +1,389 @@
+"""Hardening (issue 9): one exit rule in every command, reports always written, validation at
+the edge, signals, and collisions between concurrent runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tconform.files import atomic_write_json
+from tconform.runtimes.onnxruntime import unavailable_reason
+
+pytestmark = pytest.mark.integration
+
+NO_CUDA = pytest.mark.skipif(
+    unavailable_reason("cuda") is None, reason="needs a machine where CUDA cannot run"
+)
+ENV_KEYS = {
+    "started_utc", "os", "cpu", "instruction_sets", "cores_physical", "cores_logical", "python",
+    "torch", "onnx", "onnxscript", "onnxruntime", "numpy", "providers_available",
+    "providers_running", "tconform", "tconform_commit",
+}  # fmt: skip
+
+
+def one_line(err: str) -> bool:
+    return len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def verify(cli, ws, *extra):
+    return cli("verify", "--golden", str(ws["golden"]), "--artifacts", str(ws["artifacts"]), *extra)
+
+
+# --- one exit rule ------------------------------------------------------------------------------
+
+
+@NO_CUDA
+def test_allow_missing_ep_turns_every_unavailable_row_into_skip(cli, workspace, tmp_path):
+    report = tmp_path / "r.json"
+    code, _, _ = verify(
+        cli, workspace, "--ep", "cpu,cuda", "--allow-missing-ep", "--case", "norm", "-q",
+        "--json", str(report), "--junit", str(tmp_path / "r.xml"),
+    )  # fmt: skip
+    assert code == 0
+    rows = json.loads(report.read_text())["results"]
+    cuda = [r for r in rows if r["ep"] == "cuda"]
+    assert cuda and {r["status"] for r in cuda} == {"skip"}  # doc rows included
+    assert any(r["case"].startswith("doc:") for r in cuda)
+    skipped = ET.parse(tmp_path / "r.xml").getroot().iter("skipped")
+    assert any("provider unavailable" in s.get("message") for s in skipped)
+
+
+@NO_CUDA
+def test_doc_and_bench_apply_the_same_rule(cli, workspace, tmp_path):
+    artifacts = ("--artifacts", str(workspace["artifacts"]))
+    code, out, err = cli("doc", *artifacts, "--ep", "cuda", "-q")
+    assert code == 3 and "unavailable" in out.splitlines()[-1] and "Traceback" not in err
+    code, _, _ = cli("doc", *artifacts, "--ep", "cuda", "--allow-missing-ep", "-q")
+    assert code == 0
+    bench = ("bench", "--preset", "tiny", "--case", "norm", "--shape", "1x2", "--runs", "1")
+    bench_artifacts = ("--artifacts", str(tmp_path / "b"), "--engine", "onnxruntime")
+    code, _, err = cli(*bench, *bench_artifacts, "--ep", "cuda")
+    assert code == 3 and "could not run" in err
+    code, _, _ = cli(*bench, *bench_artifacts, "--ep", "cuda", "--allow-missing-ep")
+    assert code == 0
+
+
+@NO_CUDA
+def test_an_unavailable_provider_is_a_junit_skip_not_a_failure(cli, workspace, tmp_path):
+    code, _, _ = verify(
+        cli, workspace, "--ep", "cuda", "--case", "norm", "--no-doc", "--no-torch", "-q",
+        "--junit", str(tmp_path / "r.xml"),
+    )  # fmt: skip
+    assert code == 3
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    assert not list(root.iter("failure")) and list(root.iter("skipped"))
+
+
+# --- reports are always written -----------------------------------------------------------------
+
+
+def test_a_corrupt_golden_found_midway_still_writes_every_report(cli, workspace, tmp_path):
+    late = workspace["golden"] / "transformer" / "test_data_set_2" / "output_1.pb"
+    data = bytearray(late.read_bytes())
+    data[-3] ^= 0xFF
+    late.write_bytes(bytes(data))
+    paths = {f: tmp_path / f"r.{f}" for f in ("json", "xml", "md")}
+    code, _, err = verify(
+        cli, workspace, "--no-doc", "-q", "--json", str(paths["json"]),
+        "--junit", str(paths["xml"]), "--markdown", str(paths["md"]),
+    )  # fmt: skip
+    assert code == 2 and str(late) in err and one_line(err)
+    report = json.loads(paths["json"].read_text())
+    assert report["exit_code"] == 2 and str(late) in report["error"]["message"]
+    assert len(report["results"]) >= 3 * 13 * 2  # every case before the corrupt one
+    errors = list(ET.parse(paths["xml"]).getroot().iter("error"))
+    assert any(str(late) in e.get("message") for e in errors)
+    assert "stopped early" in paths["md"].read_text()
+
+
+def test_report_paths_are_checked_before_anything_runs(cli, workspace, tmp_path):
+    fresh = tmp_path / "fresh-artifacts"
+    for option, value, message in (
+        ("--json", tmp_path / "missing" / "r.json", "does not exist"),
+        ("--junit", tmp_path, "is a folder"),
+        ("--plot", tmp_path / "x.jpg", "must end in .png"),
+    ):
+        code, _, err = cli(
+            "verify", "--golden", str(workspace["golden"]), "--artifacts", str(fresh),
+            option, str(value),
+        )  # fmt: skip
+        assert code == 2 and message in err and one_line(err)
+        assert not fresh.exists()  # nothing was exported
+
+
+def test_a_full_disk_names_the_file(tmp_path, monkeypatch):
+    from tconform import files
+    from tconform.errors import UsageError
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "replace", full)
+    target = tmp_path / "report.json"
+    with pytest.raises(UsageError, match=r"report\.json: cannot write it") as raised:
+        files.atomic_write_json(target, {"a": 1})
+    assert "No space left on device" in str(raised.value)
+    assert not list(tmp_path.iterdir())  # no temporary file left behind
+
+
+def test_every_report_carries_the_environment_block(cli, workspace, tmp_path):
+    code, _, _ = verify(
+        cli, workspace, "--case", "norm", "--no-doc", "-q", "--json", str(tmp_path / "v.json"),
+        "--junit", str(tmp_path / "v.xml"),
+    )  # fmt: skip
+    assert code == 0
+    env = json.loads((tmp_path / "v.json").read_text())["environment"]
+    assert set(env) >= ENV_KEYS and "cpu" in env["providers_running"]
+    properties = {p.get("name") for p in ET.parse(tmp_path / "v.xml").getroot()[0]}
+    assert properties >= ENV_KEYS
+    code, _, _ = cli(
+        "doc", "--artifacts", str(workspace["artifacts"]), "-q", "--json", str(tmp_path / "d.json")
+    )
+    assert code == 0
+    assert set(json.loads((tmp_path / "d.json").read_text())["environment"]) >= ENV_KEYS
+
+
+# --- validation at the edge ---------------------------------------------------------------------
+
+
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    atomic_write_json(path, data)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m["cases"].__setitem__("norm", 5), "case 'norm' must be an object"),
+        (lambda m: m["cases"]["norm"].pop("sets"), "case 'norm' 'sets' must be an object"),
+        (lambda m: m["cases"]["norm"].pop("sha256"), "'sha256' must be an object"),
+        (lambda m: m["config"].__setitem__("d_model", 0), "d_model = 0"),
+        (lambda m: m.__setitem__("seed", 1.5), "'seed' must be an integer"),
+        (lambda m: m["config"].__setitem__("norm", "rms"), "norm = 'rms'"),
+        (
+            lambda m: m["cases"]["norm"]["sets"].__setitem__("../x", {}),
+            "set name is not valid: '../x'",
+        ),
+        (
+            lambda m: m["cases"]["norm"]["sha256"].__setitem__("/abs/output_0.pb", "0" * 64),
+            "file name is not valid",
+        ),
+    ],
+)
+def test_malformed_golden_manifests_are_one_line_exit_2(cli, workspace, edit, message):
+    _edit_json(workspace["golden"] / "manifest.json", edit)
+    code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q")
+    assert code == 2 and message in err and one_line(err), err
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.__setitem__("dtype", []), "'dtype' is not one of"),
+        (lambda m: m["models"].__setitem__("norm", 5), "model 'norm' must be an object"),
+        (lambda m: m["models"]["norm"].__setitem__("path", "../../etc/passwd"), "'path' must be"),
+    ],
+)
+def test_malformed_artifacts_manifests_are_one_line_exit_2(cli, workspace, edit, message):
+    _edit_json(workspace["artifacts"] / "manifest.json", edit)
+    code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q")
+    assert code == 2 and message in err and one_line(err), err
+
+
+def test_golden_check_with_a_changed_shape_is_drift_not_a_crash(cli, workspace):
+    import numpy as np
+    from onnx import numpy_helper
+
+    from tconform.files import sha256_bytes
+
+    rel = "test_data_set_1/output_0.pb"
+    path = workspace["golden"] / "norm" / rel
+    data = numpy_helper.from_array(np.zeros((1, 2, 16), np.float32), "out").SerializeToString()
+    path.write_bytes(data)
+
+    def reshape(m):
+        m["cases"]["norm"]["sha256"][rel] = sha256_bytes(data)
+        m["cases"]["norm"]["sets"]["test_data_set_1"]["out"] = [1, 2, 16]
+
+    _edit_json(workspace["golden"] / "manifest.json", reshape)
+    code, out, err = cli("golden", "--check", "--out", str(workspace["golden"]))
+    assert code in (1, 2) and "Traceback" not in out + err
+
+
+def test_a_golden_file_larger_than_its_shape_is_refused_unread(cli, workspace):
+    path = workspace["golden"] / "norm" / "test_data_set_0" / "output_0.pb"
+    with open(path, "r+b") as f:  # a sparse 16 GB file: reading it would take the memory
+        f.truncate(16 * 2**30)
+    code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q")
+    assert code == 2 and "more than its shape" in err and one_line(err)
+
+
+def test_a_fifo_or_device_in_place_of_a_file_is_refused(cli, workspace):
+    golden_file = workspace["golden"] / "norm" / "test_data_set_0" / "input_0.pb"
+    golden_file.unlink()
+    os.mkfifo(golden_file)
+    code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q")
+    assert code == 2 and "not a regular file" in err
+    model = workspace["artifacts"] / "attention" / "model.onnx"
+    model.unlink()
+    model.symlink_to("/dev/zero")
+    code, _, err = verify(cli, workspace, "--model", f"attention={model}", "--no-doc", "-q")
+    assert code == 2 and "not a regular file" in err and one_line(err)
+
+
+def test_a_golden_tensor_with_external_data_is_refused(cli, workspace):
+    import onnx
+
+    from tconform.files import sha256_bytes
+
+    rel = "test_data_set_0/input_0.pb"
+    path = workspace["golden"] / "norm" / rel
+    tensor = onnx.load_tensor(str(path))
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "/etc/hostname"
+    data = tensor.SerializeToString()
+    path.write_bytes(data)
+    _edit_json(
+        workspace["golden"] / "manifest.json",
+        lambda m: m["cases"]["norm"]["sha256"].__setitem__(rel, sha256_bytes(data)),
+    )
+    code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q")
+    assert code == 2 and "external file" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("golden", "--seed", "-1"),
+        ("export", "--seed", "-1"),
+        ("export", "--opset", "99"),
+        ("export", "--jobs", "0"),
+        ("verify", "--device-id", "-2"),
+        ("golden", "--preset", "nope"),
+    ],
+)
+def test_ranged_options_are_usage_errors(cli, args):
+    code, _, err = cli(*args)
+    assert code == 2 and one_line(err), err
+
+
+# --- signals and collisions (real processes) ----------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tconform(*args: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tconform", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        **popen,
+    )
+
+
+def _wait_for_workers(process: subprocess.Popen, timeout: float = 60) -> list[psutil.Process]:
+    parent = psutil.Process(process.pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = parent.children(recursive=True)
+        if len(children) >= 2:  # the spawn helper and at least one export worker
+            return children
+        time.sleep(0.2)
+    pytest.fail("the export pool never started")
+
+
+def _all_gone(processes: list[psutil.Process], timeout: float = 15) -> bool:
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    return not alive
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "line"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_a_signal_during_export_ends_promptly_with_one_line(tmp_path, sig, code, line):
+    process = _tconform("export", "--out", str(tmp_path / "a"), "--jobs", "2")
+    workers = _wait_for_workers(process)
+    os.killpg(process.pid, sig) if sig == signal.SIGINT else process.send_signal(sig)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == code, err
+    assert err.strip().splitlines()[-1] == f"tconform: {line}" and "Traceback" not in err
+    assert "terminate called" not in err
+    assert _all_gone(workers)
+    _assert_every_model_is_recorded(tmp_path / "a")
+
+
+def test_workers_end_when_the_parent_is_killed(tmp_path):
+    process = _tconform("export", "--out", str(tmp_path / "a"), "--jobs", "2")
+    workers = _wait_for_workers(process)
+    process.kill()  # SIGKILL: no handler runs in the parent
+    process.wait(timeout=30)
+    assert _all_gone(workers, timeout=20)
+    _assert_every_model_is_recorded(tmp_path / "a")
+    # The next run cleans the staging folder and finishes the job.
+    done = _tconform("export", "--out", str(tmp_path / "a"), "--case", "norm")
+    done.communicate(timeout=300)
+    assert done.returncode == 0
+    assert not (tmp_path / "a" / ".tconform-staging").exists()
+
+
+def _assert_every_model_is_recorded(folder: Path) -> None:
+    """No model file outside the manifest: each one is recorded with its bytes' sha256."""
+    from tconform.files import sha256_file
+
+    models = list(folder.glob("*/model.onnx"))
+    if not models:
+        return
+    manifest = json.loads((folder / "manifest.json").read_text())["models"]
+    for model in models:
+        entry = manifest[model.parent.name]
+        assert sha256_file(model) in (entry["sha256"], entry.get("previous_sha256"))
+
+
+def test_concurrent_exports_into_one_folder_keep_both_runs_entries(tmp_path):
+    first = _tconform("export", "--out", str(tmp_path / "a"), "--case", "norm", "--jobs", "1")
+    second = _tconform(
+        "export", "--out", str(tmp_path / "a"), "--case", "feed_forward", "--jobs", "1"
+    )
+    for process in (first, second):
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert set(manifest["models"]) == {"norm", "feed_forward"}
+
+
+def test_concurrent_golden_force_runs_serialise(tmp_path):
+    out = tmp_path / "g"
+    runs = [_tconform("golden", "--force", "--case", "norm", "--out", str(out)) for _ in range(3)]
+    for process in runs:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+    assert json.loads((out / "manifest.json").read_text())["cases"].keys() == {"norm"}
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".g.") and p.is_dir()]
+    assert leftovers == []
+
+
+def test_leftovers_of_a_killed_golden_write_are_cleaned_up(cli, tmp_path):
+    out = tmp_path / "g"
+    (tmp_path / ".g.staging-abc123").mkdir()
+    (tmp_path / ".g.retired-def456").mkdir()
+    (tmp_path / ".g.unrelated").mkdir()  # not tconform's: kept
+    code, _, _ = cli("golden", "--case", "norm", "--out", str(out))
+    assert code == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [".g.unrelated", "g"]
