@@ -8,14 +8,19 @@ amount, which softmax cancels), and a conformance tool should say so rather than
 docs/sensitivity.md has the measured table (scripts/sensitivity.py).
 
 The building blocks below work on any model the dynamo exporter wrote. They find nodes by op type
-and by the module scope the exporter records in each node's metadata_props (key `namespace`,
-e.g. ": pkg.Model/encoder.layers.0: pkg.Layer/encoder.layers.0.self_attn.w_k: torch.nn.Linear/
-linear_1: aten.linear.default"), and every edit keeps the node order topological and the tensor
-names of the graph's inputs and outputs:
+and by the module scope the exporter records in each node's metadata_props under `namespace`,
+for example (wrapped here)
 
-    node = find_node(model, "MatMul", scope="self_attn.w_v")       # first match in graph order
-    faulty = scale_input(model, node, 1, 1.001)                    # that node's weight x1.001
+    : pkg.Model/encoder.layers.0: pkg.Layer/encoder.layers.0.self_attn.w_k: torch.nn.Linear/
+    linear_1: aten.linear.default
+
+and every edit keeps the node order topological and the names of the graph's inputs and outputs:
+
+    node = find_node(model, "MatMul", scope="decoder.layers.1.ffn.w2")  # first in graph order
+    faulty = scale_weight(model, "decoder.layers.1.ffn.w2", 1.001)      # that weight x1.001
     faulty = set_attribute(model, find_node(model, "Softmax"), "axis", -2)
+    faulty = insert_after(model, node.output[0], cast_round_trip())    # float16 rounding there
+    faulty = bypass(model, node, keep_input=0)                          # skip a node
 
 Models are checked with onnx.checker (full check) and keep their IR version, so ONNX Runtime
 1.31 (IR <= 10 from the exporters) loads them.
@@ -116,19 +121,52 @@ def producer(model: onnx.ModelProto, tensor: str) -> onnx.NodeProto | None:
     return None
 
 
+def initializer_input(model: onnx.ModelProto, node: onnx.NodeProto) -> int:
+    """The index of `node`'s first input that is an initializer (a weight, a constant)."""
+    for i, name in enumerate(node.input):
+        if initializer(model, name) is not None:
+            return i
+    raise LookupError(f"{node.op_type} {node.name!r} reads no initializer")
+
+
+def _reads_initializer(model: onnx.ModelProto) -> Callable[[onnx.NodeProto], bool]:
+    names = {t.name for t in model.graph.initializer}
+    return lambda node: any(name in names for name in node.input)
+
+
 # ---------------------------------------------------------------------------------------------
 # Edits: each returns a new, checked model
 
 
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    new = onnx.ModelProto()
-    new.CopyFrom(model)
+def _copy(message):
+    """A deep copy of a protobuf message (a model, node or tensor)."""
+    new = type(message)()
+    new.CopyFrom(message)
     return new
 
 
-def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
-    onnx.checker.check_model(model, full_check=True)
-    return model
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name that a node of `graph` or of its subgraphs reads, and its outputs."""
+    names = {v.name for v in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for subgraph in (attribute.g, *attribute.graphs):
+                names |= _read_names(subgraph)
+    return names
+
+
+def _finish(original: onnx.ModelProto, edited: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop the initializers that the edit left unread (ONNX Runtime warns about each), then
+    check the model."""
+    was_read, is_read = _read_names(original.graph), _read_names(edited.graph)
+    kept = [t for t in edited.graph.initializer if t.name in is_read or t.name not in was_read]
+    if len(kept) < len(edited.graph.initializer):
+        kept = [_copy(t) for t in kept]
+        del edited.graph.initializer[:]
+        edited.graph.initializer.extend(kept)
+    onnx.checker.check_model(edited, full_check=True)
+    return edited
 
 
 def _index(model: onnx.ModelProto, node: onnx.NodeProto) -> int:
@@ -156,16 +194,10 @@ def fresh_name(model: onnx.ModelProto, base: str) -> str:
 
 def _splice(model: onnx.ModelProto, index: int, remove: int, nodes: Iterable[onnx.NodeProto]):
     """Replace `remove` nodes at `index` by `nodes` (copies: protobuf containers own them)."""
-    kept = [_copy_node(n) for n in model.graph.node]
-    kept[index : index + remove] = [_copy_node(n) for n in nodes]
+    kept = [_copy(n) for n in model.graph.node]
+    kept[index : index + remove] = [_copy(n) for n in nodes]
     del model.graph.node[:]
     model.graph.node.extend(kept)
-
-
-def _copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
-    new = onnx.NodeProto()
-    new.CopyFrom(node)
-    return new
 
 
 def _in_scope_of(anchor: onnx.NodeProto, node: onnx.NodeProto) -> onnx.NodeProto:
@@ -185,7 +217,7 @@ def set_attribute(
     kept = [a for a in target.attribute if a.name != name]
     del target.attribute[:]
     target.attribute.extend([*kept, helper.make_attribute(name, value)])
-    return _checked(new)
+    return _finish(model, new)
 
 
 def constant_input(model: onnx.ModelProto, node: onnx.NodeProto, input_index: int) -> np.ndarray:
@@ -206,7 +238,7 @@ def replace_input(
     name = fresh_name(new, f"{target.input[input_index]}_fault")
     new.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name=name))
     target.input[input_index] = name
-    return _checked(new)
+    return _finish(model, new)
 
 
 def scale_input(
@@ -229,27 +261,15 @@ def scale_weight(
     model: onnx.ModelProto,
     scope: str | None,
     factor: float,
-    op_type: str = "MatMul",
+    op_type: str | None = "MatMul",
     element: int | None = None,
 ) -> onnx.ModelProto:
-    """The initializer read by the first `op_type` node whose namespace contains `scope` (any
-    such node when None), times `factor`; all of it, or only its flat `element`. For example
-    scale_weight(m, "decoder.layers.1.ffn.w2", 1.001) scales that Linear's weight matrix."""
+    """The initializer read by the first node of `op_type` (any op when None) whose namespace
+    contains `scope` (any node when None), times `factor`: all of it, or only its flat
+    `element`. scale_weight(m, "decoder.layers.1.ffn.w2", 1.001) scales that Linear's weight;
+    scale_weight(m, "norm2", 1.001, op_type="LayerNormalization") a norm's gain."""
     node = find_node(model, op_type, scope, where=_reads_initializer(model))
     return scale_input(model, node, initializer_input(model, node), factor, element)
-
-
-def initializer_input(model: onnx.ModelProto, node: onnx.NodeProto) -> int:
-    """The index of `node`'s first input that is an initializer (a weight, a constant)."""
-    for i, name in enumerate(node.input):
-        if initializer(model, name) is not None:
-            return i
-    raise LookupError(f"{node.op_type} {node.name!r} reads no initializer")
-
-
-def _reads_initializer(model: onnx.ModelProto) -> Callable[[onnx.NodeProto], bool]:
-    names = {t.name for t in model.graph.initializer}
-    return lambda node: any(name in names for name in node.input)
 
 
 def replace_initializer(model: onnx.ModelProto, name: str, value: np.ndarray) -> onnx.ModelProto:
@@ -259,7 +279,7 @@ def replace_initializer(model: onnx.ModelProto, name: str, value: np.ndarray) ->
     if tensor is None:
         raise LookupError(f"no initializer {name!r}")
     tensor.CopyFrom(numpy_helper.from_array(np.asarray(value), name=name))
-    return _checked(new)
+    return _finish(model, new)
 
 
 def bypass(model: onnx.ModelProto, node: onnx.NodeProto, keep_input: int) -> onnx.ModelProto:
@@ -270,7 +290,7 @@ def bypass(model: onnx.ModelProto, node: onnx.NodeProto, keep_input: int) -> onn
     old = new.graph.node[index]
     identity = helper.make_node("Identity", [old.input[keep_input]], [old.output[0]], old.name)
     _splice(new, index, 1, [_in_scope_of(old, identity)])
-    return _checked(new)
+    return _finish(model, new)
 
 
 NodeBuilder = Callable[[str, str, Callable[[str], str]], list[onnx.NodeProto]]
@@ -285,7 +305,7 @@ def replace_node(model: onnx.ModelProto, node: onnx.NodeProto, build: NodeBuilde
     old = new.graph.node[index]
     nodes = build(old.input[0], old.output[0], _namer(new))
     _splice(new, index, 1, [_in_scope_of(old, n) for n in nodes])
-    return _checked(new)
+    return _finish(model, new)
 
 
 def insert_after(model: onnx.ModelProto, tensor: str, build: NodeBuilder) -> onnx.ModelProto:
@@ -302,7 +322,7 @@ def insert_after(model: onnx.ModelProto, tensor: str, build: NodeBuilder) -> onn
     source.output[list(source.output).index(tensor)] = renamed
     nodes = [_in_scope_of(source, n) for n in build(renamed, tensor, fresh)]
     _splice(new, index + 1, 0, nodes)
-    return _checked(new)
+    return _finish(model, new)
 
 
 def _namer(model: onnx.ModelProto) -> Callable[[str], str]:
