@@ -471,7 +471,9 @@ def heads_reversed(model: onnx.ModelProto) -> onnx.ModelProto:
         # (B, h, S, d_head) -> (B, S, h, d_head) right after the attention's context MatMul;
         # the same permutation also splits heads, after a Reshape.
         source = producer(model, node.input[0])
-        perm = helper.get_attribute_value(node.attribute[0]) if node.attribute else None
+        perm = next(
+            (helper.get_attribute_value(a) for a in node.attribute if a.name == "perm"), None
+        )
         return perm == [0, 2, 1, 3] and source is not None and source.op_type == "MatMul"
 
     node = find_node(model, "Transpose", module_class="MultiHeadAttention", where=merges_heads)
