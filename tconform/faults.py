@@ -1,0 +1,652 @@
+"""Fault injectors: an exported model with one deliberate mistake, made with the onnx Python API.
+
+Each fault is a plain function ModelProto -> new ModelProto (the input is never changed), written
+for tconform's dynamo exports at opset 18 (`tconform export`, float32). `FAULTS` lists them with
+the cases they apply to and whether an output comparison can see them at all: some mistakes are
+mathematically invisible (a dropped key-projection bias shifts every score of a query by the same
+amount, which softmax cancels), and a conformance tool should say so rather than hide them.
+docs/sensitivity.md has the measured table (scripts/sensitivity.py).
+
+The building blocks below work on any model the dynamo exporter wrote. They find nodes by op type
+and by the module scope the exporter records in each node's metadata_props under `namespace`,
+for example (wrapped here)
+
+    : pkg.Model/encoder.layers.0: pkg.Layer/encoder.layers.0.self_attn.w_k: torch.nn.Linear/
+    linear_1: aten.linear.default
+
+and every edit keeps the node order topological and the names of the graph's inputs and outputs:
+
+    node = find_node(model, "MatMul", scope="decoder.layers.1.ffn.w2")  # first in graph order
+    faulty = scale_weight(model, "decoder.layers.1.ffn.w2", 1.001)      # that weight x1.001
+    faulty = set_attribute(model, find_node(model, "Softmax"), "axis", -2)
+    faulty = insert_after(model, node.output[0], cast_round_trip())    # float16 rounding there
+    faulty = bypass(model, node, keep_input=0)                          # skip a node
+
+Models are checked with onnx.checker (full check) and keep their IR version, so ONNX Runtime
+1.31 (IR <= 10 from the exporters) loads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tconform.oracle.positional import sinusoid_table
+
+# What an output comparison under tconform's float32 tolerances can say about a fault.
+DETECTABLE = "detectable"  # lands far past the line: verify must fail
+INVISIBLE = "invisible"  # mathematically no change to any output, only float32 rounding
+MARGINAL = "marginal"  # measured within MARGIN_FACTOR of the line: caught or missed by a hair
+MARGIN_FACTOR = 3.0
+
+# ---------------------------------------------------------------------------------------------
+# Finding nodes and tensors
+
+
+def namespace(node: onnx.NodeProto) -> str:
+    """The module scope the dynamo exporter recorded for `node` ('' when there is none)."""
+    for prop in node.metadata_props:
+        if prop.key == "namespace":
+            return prop.value
+    return ""
+
+
+def module_of(node: onnx.NodeProto) -> tuple[str, str]:
+    """(path, class) of the innermost module that produced `node`, from its namespace:
+    ('encoder.layers.0.self_attn.w_k', 'torch.nn.modules.linear.Linear'). The top module's
+    path is ''."""
+    parts = namespace(node).split("/")
+    if len(parts) < 2:  # no namespace, or an op outside every module
+        return "", ""
+    path, _, klass = parts[-2].partition(": ")
+    return path.strip(), klass.strip()
+
+
+def find_nodes(
+    model: onnx.ModelProto,
+    op_type: str | None = None,
+    scope: str | None = None,
+    module_class: str | tuple[str, ...] | None = None,
+) -> list[onnx.NodeProto]:
+    """Nodes of the main graph in graph order, filtered by op type, by a substring of the
+    namespace (`scope`: a module path such as 'layers.0.ffn' or a class such as 'Norm'), and by
+    what the innermost module's class name ends with (`module_class`: one or a tuple)."""
+    found = []
+    for node in model.graph.node:
+        if op_type is not None and node.op_type != op_type:
+            continue
+        if scope is not None and scope not in namespace(node):
+            continue
+        if module_class is not None and not module_of(node)[1].endswith(module_class):
+            continue
+        found.append(node)
+    return found
+
+
+def find_node(
+    model: onnx.ModelProto,
+    op_type: str | None = None,
+    scope: str | None = None,
+    module_class: str | tuple[str, ...] | None = None,
+    where: Callable[[onnx.NodeProto], bool] = lambda node: True,
+) -> onnx.NodeProto:
+    """The first node that `find_nodes` matches and `where` accepts; LookupError if none."""
+    for node in find_nodes(model, op_type, scope, module_class):
+        if where(node):
+            return node
+    wanted = ", ".join(
+        f"{k}={v!r}"
+        for k, v in (("op_type", op_type), ("scope", scope), ("module_class", module_class))
+        if v is not None
+    )
+    raise LookupError(f"no node with {wanted or 'any attributes'} matches in {model.graph.name}")
+
+
+def initializer(model: onnx.ModelProto, name: str) -> onnx.TensorProto | None:
+    for tensor in model.graph.initializer:
+        if tensor.name == name:
+            return tensor
+    return None
+
+
+def producer(model: onnx.ModelProto, tensor: str) -> onnx.NodeProto | None:
+    """The node that computes `tensor` (None for graph inputs and initializers)."""
+    for node in model.graph.node:
+        if tensor in node.output:
+            return node
+    return None
+
+
+def initializer_input(model: onnx.ModelProto, node: onnx.NodeProto) -> int:
+    """The index of `node`'s first input that is an initializer (a weight, a constant)."""
+    for i, name in enumerate(node.input):
+        if initializer(model, name) is not None:
+            return i
+    raise LookupError(f"{node.op_type} {node.name!r} reads no initializer")
+
+
+def _reads_initializer(model: onnx.ModelProto) -> Callable[[onnx.NodeProto], bool]:
+    names = {t.name for t in model.graph.initializer}
+    return lambda node: any(name in names for name in node.input)
+
+
+# ---------------------------------------------------------------------------------------------
+# Edits: each returns a new, checked model
+
+
+def _copy(message):
+    """A deep copy of a protobuf message (a model, node or tensor)."""
+    new = type(message)()
+    new.CopyFrom(message)
+    return new
+
+
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name that a node of `graph` or of its subgraphs reads, and its outputs."""
+    names = {v.name for v in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for subgraph in (attribute.g, *attribute.graphs):
+                names |= _read_names(subgraph)
+    return names
+
+
+def _finish(original: onnx.ModelProto, edited: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop the initializers that the edit left unread (ONNX Runtime warns about each), then
+    check the model."""
+    was_read, is_read = _read_names(original.graph), _read_names(edited.graph)
+    kept = [t for t in edited.graph.initializer if t.name in is_read or t.name not in was_read]
+    if len(kept) < len(edited.graph.initializer):
+        kept = [_copy(t) for t in kept]
+        del edited.graph.initializer[:]
+        edited.graph.initializer.extend(kept)
+    onnx.checker.check_model(edited, full_check=True)
+    return edited
+
+
+def _index(model: onnx.ModelProto, node: onnx.NodeProto) -> int:
+    """Where `node` (found in this model or in an identical copy) sits in graph.node; a node is
+    known by its first output, unique in an SSA graph."""
+    for i, candidate in enumerate(model.graph.node):
+        if list(candidate.output) == list(node.output):
+            return i
+    raise LookupError(f"node {node.op_type} -> {list(node.output)} is not in this model")
+
+
+def fresh_name(model: onnx.ModelProto, base: str) -> str:
+    """A tensor/node name not used anywhere in the main graph."""
+    graph = model.graph
+    used = {t.name for t in graph.initializer}
+    used.update(v.name for v in (*graph.input, *graph.output, *graph.value_info))
+    for node in graph.node:
+        used.update((*node.input, *node.output, node.name))
+    name, n = base, 0
+    while name in used:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def _splice(model: onnx.ModelProto, index: int, remove: int, nodes: Iterable[onnx.NodeProto]):
+    """Replace `remove` nodes at `index` by `nodes` (copies: protobuf containers own them)."""
+    kept = [_copy(n) for n in model.graph.node]
+    kept[index : index + remove] = [_copy(n) for n in nodes]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+
+
+def _in_scope_of(anchor: onnx.NodeProto, node: onnx.NodeProto) -> onnx.NodeProto:
+    """`node` with the anchor's namespace, so that localisation by scope still finds it."""
+    for prop in anchor.metadata_props:
+        if prop.key == "namespace":
+            node.metadata_props.add(key=prop.key, value=prop.value)
+    return node
+
+
+def set_attribute(
+    model: onnx.ModelProto, node: onnx.NodeProto, name: str, value: object
+) -> onnx.ModelProto:
+    """`node` with attribute `name` set to `value` (added when missing)."""
+    new = _copy(model)
+    target = new.graph.node[_index(new, node)]
+    kept = [a for a in target.attribute if a.name != name]
+    del target.attribute[:]
+    target.attribute.extend([*kept, helper.make_attribute(name, value)])
+    return _finish(model, new)
+
+
+def constant_input(model: onnx.ModelProto, node: onnx.NodeProto, input_index: int) -> np.ndarray:
+    """The value of a node input that is an initializer (LookupError otherwise)."""
+    tensor = initializer(model, node.input[input_index])
+    if tensor is None:
+        raise LookupError(f"input {input_index} of {node.op_type} {node.name!r} is computed")
+    return numpy_helper.to_array(tensor)
+
+
+def replace_input(
+    model: onnx.ModelProto, node: onnx.NodeProto, input_index: int, value: np.ndarray
+) -> onnx.ModelProto:
+    """`node` reading `value` (a new initializer) at `input_index`; every other node that reads
+    the old tensor keeps it (exporters share constants between nodes)."""
+    new = _copy(model)
+    target = new.graph.node[_index(new, node)]
+    name = fresh_name(new, f"{target.input[input_index]}_fault")
+    new.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name=name))
+    target.input[input_index] = name
+    return _finish(model, new)
+
+
+def scale_input(
+    model: onnx.ModelProto,
+    node: onnx.NodeProto,
+    input_index: int,
+    factor: float,
+    element: int | None = None,
+) -> onnx.ModelProto:
+    """`node`'s initializer input times `factor`: all of it, or only its flat `element`."""
+    value = constant_input(model, node, input_index).copy()
+    if element is None:
+        value = (value * factor).astype(value.dtype)
+    else:
+        value.flat[element] = value.flat[element] * factor
+    return replace_input(model, node, input_index, value)
+
+
+def scale_weight(
+    model: onnx.ModelProto,
+    scope: str | None,
+    factor: float,
+    op_type: str | None = "MatMul",
+    element: int | None = None,
+) -> onnx.ModelProto:
+    """The initializer read by the first node of `op_type` (any op when None) whose namespace
+    contains `scope` (any node when None), times `factor`: all of it, or only its flat
+    `element`. scale_weight(m, "decoder.layers.1.ffn.w2", 1.001) scales that Linear's weight;
+    scale_weight(m, "norm2", 1.001, op_type="LayerNormalization") a norm's gain."""
+    node = find_node(model, op_type, scope, where=_reads_initializer(model))
+    return scale_input(model, node, initializer_input(model, node), factor, element)
+
+
+def replace_initializer(model: onnx.ModelProto, name: str, value: np.ndarray) -> onnx.ModelProto:
+    """Initializer `name` holding `value` instead (same name: every reader sees the change)."""
+    new = _copy(model)
+    tensor = initializer(new, name)
+    if tensor is None:
+        raise LookupError(f"no initializer {name!r}")
+    tensor.CopyFrom(numpy_helper.from_array(np.asarray(value), name=name))
+    return _finish(model, new)
+
+
+def bypass(model: onnx.ModelProto, node: onnx.NodeProto, keep_input: int) -> onnx.ModelProto:
+    """`node` replaced by an Identity of its input `keep_input`: the node's work is skipped and
+    its output name kept (e.g. a residual Add that forgets the residual)."""
+    new = _copy(model)
+    index = _index(new, node)
+    old = new.graph.node[index]
+    identity = helper.make_node("Identity", [old.input[keep_input]], [old.output[0]], old.name)
+    _splice(new, index, 1, [_in_scope_of(old, identity)])
+    return _finish(model, new)
+
+
+NodeBuilder = Callable[[str, str, Callable[[str], str]], list[onnx.NodeProto]]
+"""build(input, output, fresh) -> nodes computing `output` from `input`; fresh(base) gives an
+unused name for intermediate tensors."""
+
+
+def replace_node(model: onnx.ModelProto, node: onnx.NodeProto, build: NodeBuilder):
+    """A one-input, one-output `node` replaced by the nodes `build` makes (same tensor names)."""
+    new = _copy(model)
+    index = _index(new, node)
+    old = new.graph.node[index]
+    nodes = build(old.input[0], old.output[0], _namer(new))
+    _splice(new, index, 1, [_in_scope_of(old, n) for n in nodes])
+    return _finish(model, new)
+
+
+def insert_after(model: onnx.ModelProto, tensor: str, build: NodeBuilder) -> onnx.ModelProto:
+    """Nodes made by `build` between `tensor` and everything that reads it: its producer now
+    writes a fresh name, and the new nodes compute `tensor` from that (graph outputs keep
+    their names)."""
+    new = _copy(model)
+    source = producer(new, tensor)
+    if source is None:
+        raise LookupError(f"{tensor!r} is a graph input or initializer: no node computes it")
+    index = _index(new, source)
+    fresh = _namer(new)
+    renamed = fresh(f"{tensor}_before_fault")
+    source.output[list(source.output).index(tensor)] = renamed
+    nodes = [_in_scope_of(source, n) for n in build(renamed, tensor, fresh)]
+    _splice(new, index + 1, 0, nodes)
+    return _finish(model, new)
+
+
+def _namer(model: onnx.ModelProto) -> Callable[[str], str]:
+    """fresh(base): unused names, none handed out twice (the model is not yet edited)."""
+    taken: set[str] = set()
+
+    def fresh(base: str) -> str:
+        name, n = fresh_name(model, base), 0
+        while name in taken:
+            n += 1
+            name = fresh_name(model, f"{base}_{n}")
+        taken.add(name)
+        return name
+
+    return fresh
+
+
+# ---------------------------------------------------------------------------------------------
+# Node builders (float32 models)
+
+
+def _scalar(name: str, value: float) -> onnx.NodeProto:
+    tensor = numpy_helper.from_array(np.array(value, dtype=np.float32), name=name)
+    return helper.make_node("Constant", [], [name], value=tensor)
+
+
+def gelu(x: str, y: str, fresh: Callable[[str], str]) -> list[onnx.NodeProto]:
+    """y = 0.5 x (1 + erf(x / sqrt(2))): GELU from opset-13 ops (ONNX's Gelu needs opset 20)."""
+    root2, one, half = fresh("sqrt2"), fresh("one"), fresh("half")
+    scaled, erf, shifted, halved = (fresh(f"gelu_{s}") for s in ("div", "erf", "add", "mul"))
+    return [
+        _scalar(root2, float(np.sqrt(2.0))),
+        _scalar(one, 1.0),
+        _scalar(half, 0.5),
+        helper.make_node("Div", [x, root2], [scaled]),
+        helper.make_node("Erf", [scaled], [erf]),
+        helper.make_node("Add", [erf, one], [shifted]),
+        helper.make_node("Mul", [x, half], [halved]),
+        helper.make_node("Mul", [halved, shifted], [y]),
+    ]
+
+
+def cast_round_trip(dtype: int = TensorProto.FLOAT16) -> NodeBuilder:
+    """Cast to `dtype` and back to float32: the precision of `dtype` in a float32 graph."""
+
+    def build(x: str, y: str, fresh: Callable[[str], str]) -> list[onnx.NodeProto]:
+        narrow = fresh(f"{x}_{helper.tensor_dtype_to_np_dtype(dtype).name}")
+        return [
+            helper.make_node("Cast", [x], [narrow], to=dtype),
+            helper.make_node("Cast", [narrow], [y], to=TensorProto.FLOAT),
+        ]
+
+    return build
+
+
+def reverse_axis(axis: int) -> NodeBuilder:
+    """Reverse the order along `axis` (a Slice with step -1)."""
+
+    def build(x: str, y: str, fresh: Callable[[str], str]) -> list[onnx.NodeProto]:
+        names = {k: fresh(f"reverse_{k}") for k in ("starts", "ends", "axes", "steps")}
+        values = {"starts": -1, "ends": np.iinfo(np.int64).min, "axes": axis, "steps": -1}
+        constants = [
+            helper.make_node(
+                "Constant",
+                [],
+                [names[k]],
+                value=numpy_helper.from_array(np.array([v], dtype=np.int64), names[k]),
+            )
+            for k, v in values.items()
+        ]
+        return [*constants, helper.make_node("Slice", [x, *names.values()], [y])]
+
+    return build
+
+
+# ---------------------------------------------------------------------------------------------
+# The faults, for tconform's dynamo exports. Each changes the first match in graph order, except
+# where the mistake is a setting that a model applies everywhere (an epsilon, a fill value, a
+# table): those change every node that uses it.
+
+_ATTENTION = "ScaledDotProductAttention"
+_LAYERS = ("EncoderLayer", "DecoderLayer")
+
+
+def _in_module(name: str) -> Callable[[onnx.NodeProto], bool]:
+    """A find_node filter: the innermost module's own name is `name` ('w_k' in 'layers.0.w_k')."""
+    return lambda node: module_of(node)[0].rsplit(".", 1)[-1] == name
+
+
+def _without_initializer(model: onnx.ModelProto, node: onnx.NodeProto) -> int:
+    """The index of the one input of `node` that is computed, not an initializer."""
+    computed = [i for i, name in enumerate(node.input) if initializer(model, name) is None]
+    if len(computed) != 1:
+        raise LookupError(f"{node.op_type} {node.name!r} has {len(computed)} computed inputs")
+    return computed[0]
+
+
+def softmax_wrong_axis(model: onnx.ModelProto) -> onnx.ModelProto:
+    node = find_node(model, "Softmax", module_class=_ATTENTION)
+    return set_attribute(model, node, "axis", -2)
+
+
+def scale_by_dk(model: onnx.ModelProto) -> onnx.ModelProto:
+    node = find_node(model, "Div", module_class=_ATTENTION)
+    root_dk = constant_input(model, node, 1)
+    return replace_input(model, node, 1, root_dk * root_dk)
+
+
+def causal_mask_transposed(model: onnx.ModelProto) -> onnx.ModelProto:
+    return set_attribute(model, find_node(model, "Trilu"), "upper", 1)
+
+
+def layernorm_eps(model: onnx.ModelProto, epsilon: float = 1e-5) -> onnx.ModelProto:
+    faulty = model
+    for node in find_nodes(model, "LayerNormalization"):
+        faulty = set_attribute(faulty, node, "epsilon", epsilon)
+    return faulty
+
+
+def one_weight_scaled(model: onnx.ModelProto, factor: float = 1.001) -> onnx.ModelProto:
+    node = find_node(model, "MatMul", where=_reads_initializer(model))
+    index = initializer_input(model, node)
+    largest = int(np.abs(constant_input(model, node, index)).argmax())
+    return scale_input(model, node, index, factor, element=largest)
+
+
+def residual_dropped(model: onnx.ModelProto) -> onnx.ModelProto:
+    # x + sublayer(x): the exporter keeps the operands in source order, the residual first.
+    node = find_node(model, "Add", module_class=_LAYERS)
+    return bypass(model, node, keep_input=1)
+
+
+def gelu_for_relu(model: onnx.ModelProto) -> onnx.ModelProto:
+    return replace_node(model, find_node(model, "Relu"), gelu)
+
+
+def pe_base(model: onnx.ModelProto, base: float = 100.0) -> onnx.ModelProto:
+    node = find_node(model, "Slice", module_class="PositionalEncoding")
+    length, d_model = constant_input(model, node, 0).shape
+    table = sinusoid_table(length, d_model, base).astype(np.float32)
+    return replace_initializer(model, node.input[0], table)
+
+
+def heads_reversed(model: onnx.ModelProto) -> onnx.ModelProto:
+    def merges_heads(node: onnx.NodeProto) -> bool:
+        # (B, h, S, d_head) -> (B, S, h, d_head) right after the attention's context MatMul;
+        # the same permutation also splits heads, after a Reshape.
+        source = producer(model, node.input[0])
+        perm = next(
+            (helper.get_attribute_value(a) for a in node.attribute if a.name == "perm"), None
+        )
+        return perm == [0, 2, 1, 3] and source is not None and source.op_type == "MatMul"
+
+    node = find_node(model, "Transpose", module_class="MultiHeadAttention", where=merges_heads)
+    return insert_after(model, node.input[0], reverse_axis(1))
+
+
+def float16_round_trip(model: onnx.ModelProto) -> onnx.ModelProto:
+    node = find_node(model, "MatMul")
+    return insert_after(model, node.output[0], cast_round_trip(TensorProto.FLOAT16))
+
+
+def value_weight_transposed(model: onnx.ModelProto) -> onnx.ModelProto:
+    node = find_node(model, "MatMul", where=_in_module("w_v"))
+    weight = constant_input(model, node, 1)
+    return replace_input(model, node, 1, np.ascontiguousarray(weight.T))
+
+
+def attention_mask_dropped(model: onnx.ModelProto) -> onnx.ModelProto:
+    # Where(not keep, fill, scores): keep the scores.
+    return bypass(model, find_node(model, "Where", module_class=_ATTENTION), keep_input=2)
+
+
+def key_bias_dropped(model: onnx.ModelProto) -> onnx.ModelProto:
+    node = find_node(model, "Add", where=_in_module("w_k"))
+    return bypass(model, node, keep_input=_without_initializer(model, node))
+
+
+def mask_fill(model: onnx.ModelProto, value: float = -1e9) -> onnx.ModelProto:
+    faulty = model
+    for node in find_nodes(model, "Where", module_class=_ATTENTION):
+        fill = constant_input(faulty, node, 1)
+        faulty = replace_input(faulty, node, 1, np.full_like(fill, value))
+    return faulty
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    description: str
+    cases: tuple[str, ...]  # the registry cases it applies to
+    expected: str  # DETECTABLE or INVISIBLE
+    reason: str
+    inject: Callable[[onnx.ModelProto], onnx.ModelProto]
+    marginal: tuple[str, ...] = ()  # cases where it was measured to land near the line
+
+    def expectation(self, case: str) -> str:
+        return MARGINAL if case in self.marginal else self.expected
+
+
+FAULTS: tuple[Fault, ...] = (
+    Fault(
+        "softmax_wrong_axis",
+        "attention softmax over the queries (axis -2) instead of the keys",
+        ("attention", "mha_self", "transformer"),
+        DETECTABLE,
+        "weights no longer sum to 1 over the keys; a padded key column becomes NaN",
+        softmax_wrong_axis,
+    ),
+    Fault(
+        "scale_1_over_dk",
+        "scores divided by d_k instead of sqrt(d_k)",
+        ("attention", "mha_cross", "transformer"),
+        DETECTABLE,
+        "scores halved at d_k = 4: a flatter softmax",
+        scale_by_dk,
+    ),
+    Fault(
+        "causal_mask_transposed",
+        "causal mask upper- instead of lower-triangular (triu for tril)",
+        ("mha_causal", "transformer"),
+        DETECTABLE,
+        "each position attends to its future instead of its past",
+        causal_mask_transposed,
+    ),
+    Fault(
+        "layernorm_eps_1e-5",
+        "LayerNorm epsilon 1e-5 (torch.nn's default) instead of the config's 1e-6",
+        ("norm", "encoder_layer", "transformer"),
+        DETECTABLE,
+        "1/sqrt(var + eps) moves by (1e-5 - 1e-6) / (2 var) relative: 4.5e-6 at unit variance, "
+        "close to rtol 3e-6..1e-5; past the line on norm's inputs, at it after a layer's sum",
+        layernorm_eps,
+        marginal=("encoder_layer", "transformer"),
+    ),
+    Fault(
+        "weight_x1.001",
+        "one weight (the largest element of the first weight matrix) times 1.001",
+        ("feed_forward", "mha_self", "output_head", "transformer"),
+        DETECTABLE,
+        "changes its products by about 1e-3 x 0.6-0.9 (the weight) x |input|, far above float32 "
+        "rounding",
+        one_weight_scaled,
+    ),
+    Fault(
+        "residual_dropped",
+        "the first layer's first residual connection dropped (Norm(sublayer(x)))",
+        ("encoder_layer", "transformer"),
+        DETECTABLE,
+        "the layer's input no longer reaches its output",
+        residual_dropped,
+    ),
+    Fault(
+        "gelu_for_relu",
+        "GELU (erf form) instead of ReLU in the first feed-forward network",
+        ("feed_forward", "transformer"),
+        DETECTABLE,
+        "GELU differs from ReLU by up to 0.17 near zero",
+        gelu_for_relu,
+    ),
+    Fault(
+        "pe_base_100",
+        "positional-encoding table recomputed with base 100 instead of 10000",
+        ("positional_encoding", "transformer"),
+        DETECTABLE,
+        "every position but 0 gets other sinusoids (position 0 is sin 0, cos 0 in any base)",
+        pe_base,
+    ),
+    Fault(
+        "heads_reversed",
+        "attention heads concatenated in reverse order before the output projection",
+        ("mha_self", "mha_cross", "transformer"),
+        DETECTABLE,
+        "W_O multiplies each head's context with another head's rows",
+        heads_reversed,
+    ),
+    Fault(
+        "float16_round_trip",
+        "a Cast to float16 and back after the first MatMul",
+        ("feed_forward", "mha_self", "transformer"),
+        DETECTABLE,
+        "float16 keeps 11 significant bits: 2.4e-4 relative rounding against rtol 3e-6 to 1e-5",
+        float16_round_trip,
+    ),
+    Fault(
+        "value_weight_transposed",
+        "the first value projection's weight transposed (W^T for W)",
+        ("mha_cross", "encoder_layer", "transformer"),
+        DETECTABLE,
+        "the nn.Linear (out, in) layout mix-up: another matrix unless W is symmetric",
+        value_weight_transposed,
+    ),
+    Fault(
+        "attention_mask_dropped",
+        "the first attention's masked_fill dropped (padding and causal masks ignored)",
+        ("attention", "mha_self", "mha_causal", "transformer"),
+        DETECTABLE,
+        "padded (and future) keys get weight; only the sets with masked keys can show it",
+        attention_mask_dropped,
+    ),
+    Fault(
+        "key_bias_dropped",
+        "the first key projection's bias dropped",
+        ("mha_self", "mha_causal", "mha_cross", "encoder_layer", "transformer"),
+        INVISIBLE,
+        "q·(k + b) = q·k + q·b shifts all scores of one query by the same amount, which "
+        "softmax cancels: only float32 rounding changes",
+        key_bias_dropped,
+    ),
+    Fault(
+        "mask_fill_-1e9",
+        "masked scores filled with -1e9 instead of -inf",
+        ("attention", "mha_causal", "transformer"),
+        INVISIBLE,
+        "exp(-1e9 - max) is exactly 0 in float32, as exp(-inf) is, while no attention row is "
+        "fully masked (the goldens keep one real token per row; a fully masked row would be NaN "
+        "with -inf and uniform with -1e9)",
+        mask_fill,
+    ),
+)
+
+
+def get_fault(name: str) -> Fault:
+    for fault in FAULTS:
+        if fault.name == name:
+            return fault
+    raise LookupError(f"unknown fault {name!r}; choose from {', '.join(f.name for f in FAULTS)}")
