@@ -70,7 +70,7 @@ export PYTHONPATH="$site:$repo${PYTHONPATH:+:$PYTHONPATH}"
 import torch  # first, so that torch's own cuDNN is loaded (see gpu_matrix.PRELOAD)
 import onnxruntime
 onnxruntime.preload_dlls()
-from tconform.runtimes.onnxruntime import unavailable_reason
+from tconform.runtimes.providers import unavailable_reason
 print("onnxruntime", onnxruntime.__version__, "from", onnxruntime.__file__)
 print("providers offered:", onnxruntime.get_available_providers())
 print("CUDA provider:", unavailable_reason("cuda") or "runs")

@@ -149,7 +149,7 @@ def environment() -> dict[str, object]:
         env["gpus"] = f"none found ({exc})"
     probe = (
         "import json; " + PRELOAD + "o = onnxruntime; "
-        "from tconform.runtimes.onnxruntime import unavailable_reason as r; "
+        "from tconform.runtimes.providers import unavailable_reason as r; "
         "print(json.dumps({'onnxruntime': o.__version__, 'onnxruntime_file': o.__file__, "
         "'ort_providers': o.get_available_providers(), 'cuda_unavailable_reason': r('cuda'), "
         "'torch': torch.__version__, 'torch_cuda': torch.version.cuda, "

@@ -63,6 +63,13 @@ class Case:
     outputs: Callable[[ModelConfig], tuple[TensorSpec, ...]]
     tolerance: str  # a row of tconform.compare.TOLERANCES
 
+    def module_target(self, cfg: ModelConfig, params: dict[str, np.ndarray]):
+        """The reference module with these weights, as the torch runtimes open it."""
+        from tconform.runtimes import ModuleTarget
+        from tconform.weights import load_params
+
+        return ModuleTarget(lambda: load_params(self.build(cfg), params), self.inputs(cfg))
+
 
 def _fixed(*specs: TensorSpec) -> Callable[[ModelConfig], tuple[TensorSpec, ...]]:
     return lambda cfg: specs

@@ -12,7 +12,7 @@ from onnx import numpy_helper
 
 from tconform import registry
 from tconform.files import atomic_write_json, sha256_bytes
-from tconform.runtimes.onnxruntime import unavailable_reason
+from tconform.runtimes.providers import unavailable_reason
 
 FAST = ("--no-doc", "-q")
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tconform.files import atomic_write_json
-from tconform.runtimes.onnxruntime import unavailable_reason
+from tconform.runtimes.providers import unavailable_reason
 
 pytestmark = pytest.mark.integration
 

@@ -32,7 +32,8 @@ from tconform.errors import ProviderUnavailable, UsageError
 from tconform.export import ExportSettings, build_module, export_cases
 from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
-from tconform.runtimes.onnxruntime import OrtRuntime, parse_eps, unavailable_reason
+from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.runtimes.providers import parse_eps, unavailable_reason
 
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
 DEFAULT_SHAPES = ((1, 32), (8, 128))

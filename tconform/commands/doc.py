@@ -76,7 +76,7 @@ def doc(artifacts_dir, ep_spec, allow_missing_ep, json_path, junit_path, markdow
     """Check every worked number and stated property of the five documents."""
     from tconform.doc import report_results, run_document_checks
     from tconform.results import allow_missing
-    from tconform.runtimes.onnxruntime import parse_eps
+    from tconform.runtimes.providers import parse_eps
 
     def run(report, progress) -> None:
         eps = parse_eps(ep_spec)

@@ -89,7 +89,7 @@ def verify(
     could not run (unless --allow-missing-ep).
     """
     from tconform.models import parse_model_options
-    from tconform.runtimes.onnxruntime import parse_eps, parse_provider_options
+    from tconform.runtimes.providers import parse_eps, parse_provider_options
     from tconform.verify import VerifyOptions
     from tconform.verify import verify as run_verify
 

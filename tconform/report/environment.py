@@ -57,7 +57,7 @@ def providers() -> dict[str, object]:
     reason for each that does not)."""
     import onnxruntime
 
-    from tconform.runtimes.onnxruntime import PROVIDERS, unavailable_reason
+    from tconform.runtimes.providers import PROVIDERS, unavailable_reason
 
     offered = onnxruntime.get_available_providers()
     reasons = {ep: unavailable_reason(ep) for ep, name in PROVIDERS.items() if name in offered}

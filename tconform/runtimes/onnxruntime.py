@@ -1,9 +1,8 @@
 """ONNX Runtime sessions on one execution provider, with the placement checked.
 
-ONNX Runtime's GPU build falls back to the CPU silently when a provider cannot load: the session
-is created, `get_providers()` simply lacks the requested provider, and the only trace of the
-reason is a line that ONNX Runtime's C++ logger writes to stderr. Here such a session is refused
-(ProviderUnavailable, carrying that line), so it can never be reported as that provider's pass.
+A session that ONNX Runtime silently moved to the CPU is refused (ProviderUnavailable, carrying
+ONNX Runtime's logged reason, see tconform.runtimes.providers), so it can never be reported as
+that provider's pass.
 
 Every session records which provider each node of the optimised graph was assigned to
 (ONNX Runtime >= 1.24: session config "session.record_ep_graph_assignment_info" = "1", read back
@@ -13,44 +12,28 @@ nodes really ran on the GPU and which op types were left to the CPU.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import os
 import re
-import sys
-import tempfile
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from tconform.errors import ProviderUnavailable, TconformError, UsageError
-
-# tconform's short names for the providers it supports.
-PROVIDERS: dict[str, str] = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-}
-
-GRAPH_OPT_LEVELS = {
-    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
-
-# The session config entry that makes ONNX Runtime keep the node -> provider assignment.
-RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
-
-# CUDA provider options tconform always sets, so the manifest records them explicitly.
-# use_tf32 "0": strict float32 matrix products (the CUDA provider's own default is TF32).
-# cudnn_conv_algo_search: ONNX Runtime's default, written down so that a run states it.
-CUDA_DEFAULT_OPTIONS: dict[str, str] = {"use_tf32": "0", "cudnn_conv_algo_search": "EXHAUSTIVE"}
+from tconform.runtimes.providers import (
+    CUDA_DEFAULT_OPTIONS,
+    GRAPH_OPT_LEVELS,
+    PROVIDERS,
+    RECORD_ASSIGNMENT,
+    captured_stderr,
+    reason_from_log,
+    short_name,
+    unavailable_reason,
+)
 
 # Copy nodes the CUDA provider inserts between host and device; they belong to the provider.
 _COPY_OPS = {"MemcpyToHost", "MemcpyFromHost"}
@@ -69,130 +52,13 @@ class KernelMissing(TconformError):
         self.dtype = dtype
 
 
-def available_eps() -> list[str]:
-    """Short names of the supported providers this ONNX Runtime build offers (may still fail
-    to load: see `unavailable_reason`)."""
-    offered = set(ort.get_available_providers())
-    return [short for short, full in PROVIDERS.items() if full in offered]
-
-
-def parse_eps(spec: str) -> list[str]:
-    """'cpu', 'cpu,cuda' or 'all' -> list of short names; unknown names are a usage error.
-    'all' means every provider that really runs here: naming a provider is asking for it (and
-    its absence is exit 3), 'all' is not."""
-    if spec.strip() == "all":
-        return [ep for ep in available_eps() if unavailable_reason(ep) is None]
-    names = [n.strip().lower() for n in spec.split(",") if n.strip()]
-    if not names:
-        raise UsageError(f"--ep {spec!r} names no execution provider (e.g. cpu, cpu,cuda, all)")
-    for n in names:
-        if n not in PROVIDERS:
-            raise UsageError(
-                f"unknown execution provider {n!r}; tconform supports {', '.join(PROVIDERS)} "
-                f"(this ONNX Runtime offers {', '.join(available_eps()) or 'none'}) or 'all'"
-            )
-    return names
-
-
-def parse_provider_options(items: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """['use_tf32=0', 'device_id=1'] -> {'use_tf32': '0', 'device_id': '1'}; a later key wins."""
-    options: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value or any(c.isspace() for c in key):
-            raise UsageError(f"provider option {item!r} is not KEY=VALUE (e.g. use_tf32=0)")
-        options[key] = value
-    return options
-
-
-def _short_name(provider: str) -> str:
-    for short, full in PROVIDERS.items():
-        if full == provider:
-            return short
-    return provider.removesuffix("ExecutionProvider").lower()
-
-
-# ---------------------------------------------------------------------------------------------
-# Why a provider did not load: ONNX Runtime only logs it, from C++, to file descriptor 2.
-
-_ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@contextlib.contextmanager
-def _captured_stderr() -> Iterator[list[str]]:
-    """Redirect file descriptor 2 (where ONNX Runtime's C++ logger writes) into a temp file;
-    the yielded list receives the captured text when the block ends."""
-    captured: list[str] = []
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as sink:
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield captured
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            captured.append(sink.read().decode(errors="replace"))
-
-
-def reason_from_log(log: str) -> str | None:
-    """The line of ONNX Runtime's log that says why a provider did not load, shortened to
-    its cause (the missing library, 'no CUDA-capable device is detected', ...)."""
-    lines = [_ANSI_COLOUR.sub("", ln).strip() for ln in log.splitlines()]
-    lines = [ln for ln in lines if ln]
-    for ln in lines:  # "Failed to load library .../libonnxruntime_providers_cuda.so with error: X"
-        found = re.search(r"with error: (.+)$", ln)
-        if found:
-            return found.group(1).strip()
-    for ln in lines:  # a CUDA runtime error, e.g. "CUDA failure 100: no CUDA-capable device ..."
-        found = re.search(r"(CUDA failure \d+: [^;]+|no CUDA-capable device[^;]*)", ln)
-        if found:
-            return found.group(1).strip()
-    for level in ("[E:", "[W:"):  # otherwise the first error, else warning, without its prefix
-        for ln in lines:
-            if level in ln:
-                message = ln.split("] ", 1)[-1]
-                return message.split(" : ")[-1].strip() if " : " in message else message
-    return None
-
-
-def _probe_model() -> bytes:
-    """A one-node float model, small enough to build in memory for every probe."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "probe", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-    return model.SerializeToString()
-
-
-@functools.cache
-def unavailable_reason(ep: str) -> str | None:
-    """None when provider `ep` really runs here; otherwise ONNX Runtime's own reason.
-
-    Probed once per process with a one-node model, since loading a provider library can take
-    seconds and its outcome does not change while the process lives.
-    """
-    provider = PROVIDERS[ep]
-    if provider not in ort.get_available_providers():
-        return f"this ONNX Runtime build ({ort.get_device()}) has no {provider}"
-    if provider == "CPUExecutionProvider":
-        return None
-    with _captured_stderr() as log:
-        session = ort.InferenceSession(_probe_model(), providers=[provider, "CPUExecutionProvider"])
-    if provider in session.get_providers():
-        return None
-    return reason_from_log(log[0]) or "ONNX Runtime fell back to the CPU and logged no reason"
-
-
-# ---------------------------------------------------------------------------------------------
-# Runtime and session
-
-
 @dataclass
 class OrtRuntime:
     """Creates sessions on one provider with recorded settings."""
+
+    name: ClassVar[str] = "onnxruntime"
+    consumes: ClassVar[str] = "onnx"
+    eps: ClassVar[tuple[str, ...]] = tuple(PROVIDERS)
 
     ep: str = "cpu"
     graph_opt: str = "all"
@@ -200,10 +66,6 @@ class OrtRuntime:
     provider_options: dict[str, str] = field(default_factory=dict)  # raw, from the CLI
     tf32: bool = False  # CUDA only: allow TF32 matrix products
     device_id: int = 0  # CUDA only
-
-    @property
-    def name(self) -> str:
-        return f"onnxruntime-{self.ep}"
 
     @property
     def provider(self) -> str:
@@ -256,7 +118,7 @@ class OrtRuntime:
         providers: list = [(self.provider, self.final_provider_options())]
         if self.provider != "CPUExecutionProvider":
             providers.append("CPUExecutionProvider")
-        with _captured_stderr() as log:
+        with captured_stderr() as log:
             try:
                 session = ort.InferenceSession(
                     str(model_path), self.session_options(), providers=providers
@@ -314,7 +176,7 @@ def assignment(
     fallback_ops: Counter[str] = Counter()
     for subgraph in session.get_provider_graph_assignment_info():
         nodes = subgraph.get_nodes()
-        placement[_short_name(subgraph.ep_name)] += len(nodes)
+        placement[short_name(subgraph.ep_name)] += len(nodes)
         if subgraph.ep_name == "CPUExecutionProvider" and requested != "CPUExecutionProvider":
             fallback_ops.update(n.op_type for n in nodes if n.op_type not in _COPY_OPS)
     return dict(placement), dict(fallback_ops)
@@ -326,14 +188,6 @@ class OrtSession:
     providers: list[str]  # get_providers(): what ONNX Runtime really registered
     placement: dict[str, int] = field(default_factory=dict)  # provider short name -> nodes
     fallback_ops: dict[str, int] = field(default_factory=dict)  # op type -> nodes left on CPU
-
-    @property
-    def input_names(self) -> list[str]:
-        return [i.name for i in self.session.get_inputs()]
-
-    @property
-    def output_names(self) -> list[str]:
-        return [o.name for o in self.session.get_outputs()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(None, feeds)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tconform.commands.doc import doc
 from tconform.doc import cases, checks, properties, report_results, run_document_checks
 from tconform.doc.run import RuntimeOutcome
-from tconform.runtimes.onnxruntime import available_eps, unavailable_reason
+from tconform.runtimes.providers import available_eps, unavailable_reason
 
 FAST = settings(max_examples=25, deadline=None)
 FLOAT32_LIMIT = properties.LIMITS["float32"]

@@ -15,13 +15,8 @@ from tconform.config import PRESETS
 from tconform.errors import ProviderUnavailable, TconformError, UsageError
 from tconform.export import ExportSettings, example_shape, export_cases
 from tconform.runtimes import onnxruntime as onnxruntime_runtime
-from tconform.runtimes.onnxruntime import (
-    KernelMissing,
-    OrtRuntime,
-    parse_provider_options,
-    reason_from_log,
-    unavailable_reason,
-)
+from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
+from tconform.runtimes.providers import parse_provider_options, reason_from_log, unavailable_reason
 
 CUDA_MISSING = unavailable_reason("cuda")
 needs_cuda = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"CUDA EP: {CUDA_MISSING}")
