@@ -14,6 +14,7 @@ import click
 
 from tconform import __version__
 from tconform.commands.bench import bench
+from tconform.commands.check import check
 from tconform.commands.doc import doc
 from tconform.commands.export import export
 from tconform.commands.golden import golden
@@ -31,10 +32,10 @@ from tconform.errors import (
 @click.version_option(__version__, prog_name="tconform")
 def cli() -> None:
     """Export a reference Transformer to ONNX, verify it on ONNX Runtime against exact
-    goldens, and measure its latency."""
+    goldens, and measure its latency; check your own PyTorch module the same way."""
 
 
-for command in (export, golden, verify, doc, bench):
+for command in (export, golden, verify, doc, bench, check):
     cli.add_command(command)
 
 

@@ -198,7 +198,7 @@ def _export_to(case: Case, settings: ExportSettings, path: Path) -> None:
             )
 
 
-def _summary(exc: Exception) -> str:
+def exporter_error_line(exc: BaseException) -> str:
     """The line of an exporter error that says what went wrong (dynamo leads with a banner)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     for ln in lines:
@@ -221,7 +221,7 @@ def _drop_stack_traces(model: onnx.ModelProto) -> None:
             node.metadata_props.extend(kept)
 
 
-def _finish(raw: Path) -> onnx.ModelProto:
+def checked_model(raw: Path) -> onnx.ModelProto:
     """Check the exported model and fix what ONNX Runtime needs (the IR version)."""
     model = onnx.load(str(raw))
     if model.ir_version > MAX_IR_VERSION:
@@ -231,7 +231,8 @@ def _finish(raw: Path) -> onnx.ModelProto:
     try:  # the model must also load where it will run
         onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise UsageError(f"exported model does not load in ONNX Runtime: {_summary(exc)}") from None
+        reason = exporter_error_line(exc)
+        raise UsageError(f"exported model does not load in ONNX Runtime: {reason}") from None
     return model
 
 
@@ -341,9 +342,9 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
             _export_to(case, settings, raw)
         except Exception as exc:
             raise UsageError(
-                f"export of {case.name} with {settings.exporter} failed: {_summary(exc)}"
+                f"export of {case.name} with {settings.exporter} failed: {exporter_error_line(exc)}"
             ) from None
-        model = _finish(raw)
+        model = checked_model(raw)
     atomic_write_bytes(staged / "model.onnx", model.SerializeToString())
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
     return ExportRecord(

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 import numpy as np
@@ -39,12 +40,13 @@ from tconform.files import sha256_file
 from tconform.folders import folder_lock
 from tconform.fp16 import float16_notes
 from tconform.models import ModelUnderTest, given_model
+from tconform.module_check.localise import Localisation
 from tconform.provenance import module_provenance
 from tconform.registry import Case
 from tconform.report import RunReport
 from tconform.results import Result, allow_missing
-from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
-from tconform.runtimes.torch import TorchRuntime
+from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subject, runtime_class
+from tconform.runtimes.onnxruntime import KernelMissing
 
 
 @dataclass
@@ -62,6 +64,8 @@ class VerifyOptions:
     with_doc: bool = True
     models: dict[str, Path] = field(default_factory=dict)  # --model CASE=PATH
     export: bool = True  # False: --no-export, verify what the artifacts folder holds
+    runtimes: tuple[str, ...] = ("onnxruntime", "torch")  # names in tconform.runtimes.RUNTIMES
+    localise: bool = False  # name the first diverging submodule of each failing ORT result
 
 
 Progress = Callable[[str], None]
@@ -196,36 +200,42 @@ def _run_sets(session, case, sets, template: Result, precision: str) -> list[Res
     return results
 
 
-def _ort_results(
-    model: ModelUnderTest, sets, runtime: OrtRuntime, options: VerifyOptions
+def _runtime_results(
+    runtime: Runtime, model: ModelUnderTest, subject: Subject, sets, options: VerifyOptions
 ) -> list[Result]:
+    """One result per input set of `model`'s case on `runtime` (or one `unavailable`/`skip`
+    result saying why it could not run)."""
     case = model.case
-    precision = "float16" if model.precision == "float16" else runtime.precision
+    onnx_file = runtime.consumes == "onnx"
+    precision = "float16" if onnx_file and model.precision == "float16" else runtime.precision
     template = Result(
         case.name,
         case.component,
-        "onnxruntime",
+        runtime.name,
         runtime.ep,
         [],
         "",
         "pass",
         precision=precision,
-        model=model.provenance,
-        notes=list(model.notes),
+        model=model.provenance if onnx_file else None,
+        notes=list(model.notes) if onnx_file else [],
     )
     try:
-        session = runtime.open(model.path)
+        session = open_subject(runtime, subject)
     except (ProviderUnavailable, KernelMissing) as exc:
         # A missing float16 kernel is a fact about the runtime, reported, not a failure.
         status = "unavailable" if isinstance(exc, ProviderUnavailable) else "skip"
         return [
             Result(**{**template.__dict__, "input_set": "*", "status": status, "message": str(exc)})
         ]
-    model.confirm_unchanged()  # the session holds exactly the bytes the provenance names
+    if onnx_file:
+        model.confirm_unchanged()  # the session holds exactly the bytes the provenance names
+    else:
+        template.model = module_provenance(session.module, runtime.precision)
     template.ep_actual = list(session.providers)
     template.placement = dict(session.placement)
     template.fallback_ops = dict(session.fallback_ops)
-    if precision == "float16":
+    if precision == "float16" and runtime.name == "onnxruntime":
         template.notes += float16_notes(model.path, runtime.ep)
     results = _run_sets(session, case, sets, template, precision)
     if template.fallback_ops:
@@ -238,27 +248,62 @@ def _ort_results(
     return results
 
 
-def _torch_results(case: Case, cfg: ModelConfig, seed: int, sets) -> list[Result]:
-    session = TorchRuntime().open(case, cfg, golden.case_params(case, cfg, seed))
-    template = Result(
-        case.name,
-        case.component,
-        "torch",
-        "cpu",
-        session.providers,
-        "",
-        "pass",
-        model=module_provenance(session.module, "float32"),
-    )
-    return _run_sets(session, case, sets, template, "float32")
+def _localise_failures(
+    runtime: Runtime, model: ModelUnderTest, results: list[Result], sets, cfg, seed
+) -> list[Localisation]:
+    """Localise the case's first failing input set on one ONNX Runtime provider (tconform
+    check's machinery, against the case's float64 reference module); the verdict joins each
+    failing result as a note."""
+    from tconform.module_check.localise import localise_case
+
+    failing = [r for r in results if r.status == "fail"]
+    if not failing or runtime.name != "onnxruntime":
+        return []
+    first = failing[0]
+    input_set = next(s for s in sets if s.name == first.input_set)
+    tol = tolerance_for(first.precision, model.case.tolerance)
+    feeds = _feeds(input_set.inputs, first.precision)
+    try:
+        found = localise_case(
+            model.case.name, model.path, feeds, cfg, seed, runtime, tol, model.provenance
+        )
+    except Exception as exc:  # localisation explains a failure; it never replaces one
+        for r in failing:
+            r.notes.append(f"localisation could not run: {type(exc).__name__}: {exc}")
+        return []
+    for r in failing:
+        r.notes.append(f"localisation ({input_set.name}): {found.verdict}")
+        if found.first is not None:
+            r.message += f"; first divergence: {found.first.label} ({found.first.cls})"
+    return [found]
+
+
+def verify_runtimes(options: VerifyOptions) -> list[Runtime]:
+    """Every requested runtime on every requested provider it supports."""
+    names = [n for n in options.runtimes if options.with_torch or n != "torch"]
+    shared = {
+        "tf32": options.tf32,
+        "device_id": options.device_id,
+        "provider_options": options.provider_options,
+    }
+    runtimes = []
+    for name in names:
+        cls = runtime_class(name)
+        accepted = {f.name for f in dataclass_fields(cls)}
+        for ep in options.eps:
+            if ep in cls.eps:
+                runtimes.append(
+                    make_runtime(name, ep, **{k: v for k, v in shared.items() if k in accepted})
+                )
+    return runtimes
 
 
 def verify(options: VerifyOptions, report: RunReport, progress: Progress = lambda _: None) -> None:
     """Fill `report` with one result per case, runtime and input set (and the settings that
     produced them). Results land in `report` as they come, so an error that stops the run
     midway leaves the results so far in place for the reports."""
-    if not options.eps and not options.with_torch:
-        raise UsageError("nothing to run: no execution provider (--ep) and --no-torch")
+    if not verify_runtimes(options):
+        raise UsageError("nothing to run: no runtime runs on the requested providers")
     with ExitStack() as locks:
         # The goldens are read under a shared lock (a `golden --force` waits); the artifacts
         # folder is locked exclusively while models are exported, shared while they run.
@@ -274,15 +319,7 @@ def _verify_locked(
     cases = select_cases(options, manifest, options.golden_dir)
     settings = _artifact_settings(options, cfg, seed)
     with_doc = options.with_doc and options.export
-    runtimes = [
-        OrtRuntime(
-            ep,
-            tf32=options.tf32,
-            device_id=options.device_id,
-            provider_options=options.provider_options,
-        )
-        for ep in options.eps
-    ]
+    runtimes = verify_runtimes(options)
     report.settings = {
         "golden": str(options.golden_dir),
         "golden_manifest_sha256": sha256_file(options.golden_dir / golden.MANIFEST),
@@ -299,7 +336,8 @@ def _verify_locked(
         "opset": settings.opset,
         "eps": options.eps,
         "allow_missing_ep": options.allow_missing_ep,
-        "runtimes": {r.name: r.settings() for r in runtimes},
+        "runtimes": {label(r): r.settings() for r in runtimes},
+        "localise": options.localise,
     }
     if options.with_doc and not options.export:
         progress("document checks: not run (--no-export exports nothing; `tconform doc` runs them)")
@@ -310,15 +348,28 @@ def _verify_locked(
     models, doc_records = models_under_test(options, cases, settings, doc_jobs, progress)
     if options.artifacts_dir.is_dir():
         locks.enter_context(folder_lock(options.artifacts_dir, shared=True))
+    localisations: list[Localisation] = []
     for n, case in enumerate(cases, 1):
         progress(f"[{n}/{len(cases)}] {case.name}")
         sets = golden.read_case(options.golden_dir, manifest, case, cfg)
+        model = models[case.name]
+        subject = Subject(model.path, case.module_target(cfg, golden.case_params(case, cfg, seed)))
         for runtime in runtimes:
-            report.results += _ort_results(models[case.name], sets, runtime, options)
-        if options.with_torch:
-            report.results += _torch_results(case, cfg, seed, sets)
+            results = _runtime_results(runtime, model, subject, sets, options)
+            if options.localise:
+                localisations += _localise_failures(runtime, model, results, sets, cfg, seed)
+            report.results += results
+    if localisations:
+        report.details["localisation"] = [found.to_dict() for found in localisations]
     if with_doc:
         progress("document checks")
-        report.results += doc.verify_results(options.eps, options.artifacts_dir, doc_records)
+        report.results += doc.verify_results(
+            options.eps,
+            options.artifacts_dir,
+            doc_records,
+            tf32=options.tf32,
+            device_id=options.device_id,
+            provider_options=options.provider_options,
+        )
     if options.allow_missing_ep:
         report.results = allow_missing(report.results)

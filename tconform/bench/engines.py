@@ -5,7 +5,6 @@ that its peak memory is its own."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +15,8 @@ import torch
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.registry import Case
+from tconform.runtimes import Subject, make_runtime, open_subject
 from tconform.runtimes.onnxruntime import OrtRuntime
-from tconform.runtimes.torch import TorchRuntime
 
 ENGINES = ("onnxruntime", "onnxruntime-fused", "torch", "torch-compile")
 # onnxruntime-fused (the onnxruntime.transformers optimizer's graph) is an experiment: opt-in.
@@ -111,34 +110,21 @@ def open_torch(
     cfg: ModelConfig,
     params: dict[str, np.ndarray],
     feeds: dict[str, np.ndarray],
-    device: str,
+    ep: str,
     compiled: bool,
 ) -> OpenedEngine:
-    """The reference module in eager mode (or through torch.compile) on `device`, inputs
-    already on the device; CUDA runs end with torch.cuda.synchronize()."""
-    module = TorchRuntime(torch.float32, device).open(case, cfg, params).module.eval()
-    args = [
-        torch.from_numpy(np.ascontiguousarray(feeds[spec.name])).to(device)
-        for spec in case.inputs(cfg)
-    ]
-    details: dict[str, object] = {"device": device}
-    forward: Callable = module
+    """The reference module on the torch runtime (eager, or torch.compile) on `ep`, inputs
+    already on the device; every run ends synchronised with the device."""
+    runtime = make_runtime("torch-compile" if compiled else "torch", ep)
+    session = open_subject(runtime, Subject(module=case.module_target(cfg, params)))
+    args = session.arguments(feeds)
+    details: dict[str, object] = {"device": runtime.device}
     if compiled:
-        forward = torch.compile(module)
-        started = time.perf_counter()
-        with torch.inference_mode():
-            forward(*args)  # the first call compiles; timed here so the report can show it
-        details["compile_s"] = round(time.perf_counter() - started, 1)
-    on_cuda = device.startswith("cuda")
+        session.call(args)  # the first call compiles; timed, so the report can show it
+        details["compile_s"] = session.compile_seconds
+    on_cuda = ep == "cuda"
     if on_cuda:
         torch.cuda.reset_peak_memory_stats()
-
-    def run() -> object:
-        with torch.inference_mode():
-            out = forward(*args)
-        if on_cuda:
-            torch.cuda.synchronize()
-        return out
 
     def close() -> None:
         if compiled:
@@ -147,4 +133,4 @@ def open_torch(
     def device_memory_mb() -> float | None:
         return torch.cuda.max_memory_allocated() / 2**20 if on_cuda else None
 
-    return OpenedEngine(run, close, device_memory_mb, details)
+    return OpenedEngine(lambda: session.call(args), close, device_memory_mb, details)

@@ -34,6 +34,7 @@ from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
 from tconform.runtimes.onnxruntime import OrtRuntime
 from tconform.runtimes.providers import parse_eps, unavailable_reason
+from tconform.runtimes.torch import TorchRuntime
 
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
 DEFAULT_SHAPES = ((1, 32), (8, 128))
@@ -249,7 +250,8 @@ def _engines(settings, case, params, feeds, paths, ceilings):
                     lambda r=runtime, m=model: open_ort(r, m, feeds, True),
                 )
 
-    devices = [ep for ep in ceilings if ep == "cpu" or torch.cuda.is_available()]
+    # torch on every provider it has a device for (CUDA only where torch sees one).
+    devices = [ep for ep in ceilings if ep in TorchRuntime.eps]
     for device in devices:
         for engine, compiled in (("torch", False), ("torch-compile", True)):
             if engine in settings.engines:
@@ -287,9 +289,7 @@ def _measure(settings, case, batch, seq, engine, ep, opener, ceilings, log) -> d
     try:
         opened: OpenedEngine = opener()
         times = timed_runs(opened.run, settings.warmup, settings.runs, settings.seconds)
-    except ProviderUnavailable:
-        raise
-    except Exception as exc:  # torch.compile and friends: report why, keep benchmarking
+    except Exception as exc:  # torch.compile, torch without CUDA, ...: say why, keep timing
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         log(f"  {case.name} {batch}x{seq} {engine}/{ep}: skipped: {reason}")
         return {**row, "status": "skip", "reason": reason}

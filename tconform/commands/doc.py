@@ -31,9 +31,7 @@ def format_doc_table(report) -> str:
     for case in report.cases:
         source = case.source.split("_")[0] if case.source[0].isdigit() else "paper"
         outcomes = report.case_runtimes.get(case.id, {})
-        runtimes = " ".join(
-            f"{name.removeprefix('onnxruntime-')}:{SHORT[o.status]}" for name, o in outcomes.items()
-        )
+        runtimes = " ".join(f"{name}:{SHORT[o.status]}" for name, o in outcomes.items())
         case_rows.append(
             (case.id, source, case.verdict, f"{case.worst_deviation:.3g}", runtimes or "-")
         )

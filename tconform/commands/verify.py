@@ -15,6 +15,7 @@ from tconform.commands.options import (
     report_options,
 )
 from tconform.commands.run import run_and_report
+from tconform.runtimes import RUNTIMES
 
 
 @click.command("verify")
@@ -59,7 +60,21 @@ from tconform.commands.run import run_and_report
     metavar="KEY=VALUE",
     help="Passed to the provider (repeatable), e.g. cudnn_conv_algo_search=DEFAULT.",
 )
+@click.option(
+    "--runtime",
+    "runtime_names",
+    multiple=True,
+    type=click.Choice(list(RUNTIMES)),
+    help="Runtimes to verify on (repeatable) [onnxruntime, torch]; e.g. onnx-reference adds "
+    "ONNX's own reference evaluator, a second implementation of the ONNX operators.",
+)
 @click.option("--no-torch", is_flag=True, help="Skip the PyTorch float32 rows.")
+@click.option(
+    "--localise",
+    "--localize",
+    is_flag=True,
+    help="On a failure, name the first submodule whose output leaves tolerance (docs/check.md).",
+)
 @click.option("--no-doc", is_flag=True, help="Skip the documents' checks.")
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
@@ -75,7 +90,9 @@ def verify(
     tf32,
     device_id,
     provider_options,
+    runtime_names,
     no_torch,
+    localise,
     no_doc,
     json_path,
     junit_path,
@@ -108,6 +125,8 @@ def verify(
             with_doc=not no_doc,
             models=parse_model_options(models),
             export=not no_export,
+            runtimes=tuple(runtime_names) or VerifyOptions.runtimes,
+            localise=localise,
         )
         run_verify(options, report, progress)
 

@@ -24,16 +24,17 @@ from tconform.doc.checks import (
     PropertyOutcome,
     property_outcomes,
 )
-from tconform.doc.run import ComponentRunner, RuntimeOutcome, runtime_names
+from tconform.doc.run import ComponentRunner, RuntimeOutcome, doc_runtimes
 from tconform.export import ExportJob, ExportRecord, export_jobs
 from tconform.results import Result
+from tconform.runtimes import Runtime
 
 COMPONENT = "document check"
 
 
 @dataclass
 class DocReport:
-    runtimes: list[str]
+    runtimes: dict[str, Runtime]  # label -> runtime
     cases: list[DocCase]
     case_runtimes: dict[str, dict[str, RuntimeOutcome]] = field(default_factory=dict)
     properties: list[PropertyOutcome] = field(default_factory=list)
@@ -47,7 +48,7 @@ class DocReport:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "runtimes": self.runtimes,
+            "runtimes": list(self.runtimes),
             "cases": [
                 {
                     **case.to_dict(),
@@ -83,33 +84,36 @@ def run_document_checks(
     artifacts_dir: Path,
     progress: Callable[[str], None] = lambda _: None,
     records: list[ExportRecord] | None = None,
+    **runtime_options,
 ) -> DocReport:
     """Evaluate every document case, run the ones with numbers for a component on every
     runtime (exports cached under artifacts_dir/doc/), and check every stated property.
-    `records`: the document models, when the caller has exported them already."""
-    runtimes = runtime_names(eps)
+    `records`: the document models, when the caller has exported them already;
+    `runtime_options`: ONNX Runtime's options (tf32, device_id, provider_options)."""
+    runtimes = doc_runtimes(eps, **runtime_options)
     if records is None:
         jobs = required_exports(artifacts_dir)
         progress(
             f"document checks: {len(jobs)} models (cached where current) in {artifacts_dir}/doc"
         )
         records = export_jobs(jobs)
-    runner = ComponentRunner(artifacts_dir, records)
+    runner = ComponentRunner(artifacts_dir, records, runtimes)
     report = DocReport(runtimes, document_cases())
     for case in report.cases:
         if case.runtime is not None:
             report.case_runtimes[case.id] = {
                 name: runner.run_check(name, case.runtime) for name in runtimes
             }
-    report.properties = property_outcomes(runner, runtimes)
+    report.properties = property_outcomes(runner, list(runtimes))
     return report
 
 
-def _split(runtime: str) -> tuple[str, str]:
-    """ "onnxruntime-cuda" -> ("onnxruntime", "cuda"); "torch" -> ("torch", "cpu")."""
-    if runtime.startswith("onnxruntime-"):
-        return "onnxruntime", runtime.removeprefix("onnxruntime-")
-    return runtime, "cpu"
+def _describe(report: DocReport, name: str) -> tuple[str, str, str]:
+    """(runtime, ep, precision) of a label, or of the oracle."""
+    if name == "oracle":
+        return "oracle", "cpu", "float64"
+    runtime = report.runtimes[name]
+    return runtime.name, runtime.ep, runtime.precision
 
 
 def report_results(report: DocReport) -> list[Result]:
@@ -132,7 +136,7 @@ def report_results(report: DocReport) -> list[Result]:
             )
         )
         for name, outcome in report.case_runtimes.get(case.id, {}).items():
-            runtime, ep = _split(name)
+            runtime, ep, precision = _describe(report, name)
             results.append(
                 Result(
                     f"doc:{case.id}",
@@ -143,13 +147,14 @@ def report_results(report: DocReport) -> list[Result]:
                     "document",
                     outcome.status,
                     outcome.message or f"max abs err {outcome.max_abs_err:.3g} vs exact",
+                    precision=precision,
                     outputs=[outcome.comparison] if outcome.comparison else [],
                     placement=outcome.placement,
                     model=outcome.model,
                 )
             )
     for prop in report.properties:
-        runtime, ep = _split(prop.runtime)
+        runtime, ep, precision = _describe(report, prop.runtime)
         message = (
             prop.message
             or f"{prop.statement}: worst violation {prop.violation:.3g} (limit {prop.limit:g})"
@@ -164,7 +169,7 @@ def report_results(report: DocReport) -> list[Result]:
                 "property",
                 prop.status,
                 message,
-                "float64" if runtime == "oracle" else "float32",
+                precision,
                 outputs=_violation(prop),
                 model=prop.models[0] if prop.models else None,
                 notes=[f"also ran {m.short}" for m in prop.models[1:]],
@@ -187,10 +192,15 @@ def _violation(prop: PropertyOutcome) -> list[OutputComparison]:
 
 
 def verify_results(
-    eps: list[str], artifacts_dir: Path, records: list[ExportRecord] | None = None
+    eps: list[str],
+    artifacts_dir: Path,
+    records: list[ExportRecord] | None = None,
+    **runtime_options,
 ) -> list[Result]:
     """For `tconform verify`: every document case and property as Results."""
-    return report_results(run_document_checks(eps, artifacts_dir, records=records))
+    return report_results(
+        run_document_checks(eps, artifacts_dir, records=records, **runtime_options)
+    )
 
 
 __all__ = [

@@ -41,10 +41,6 @@ class PropertyOutcome:
         return data
 
 
-def _precision(runtime: str) -> str:
-    return "float64" if runtime == "oracle" else "float32"
-
-
 def _zeros(seq: int) -> dict[str, np.ndarray]:
     return {"x": np.zeros((1, seq, PROPERTY_CONFIG.d_model), dtype=np.float32)}
 
@@ -182,7 +178,7 @@ def property_outcomes(runner: ComponentRunner, runtimes: list[str]) -> list[Prop
     outcomes = []
     for m in MEASUREMENTS:
         for runtime in ["oracle", *runtimes]:
-            limit = properties.LIMITS[_precision(runtime)]
+            limit = properties.LIMITS[runner.precision(runtime)]
             try:
                 violation = m.measure(runner, runtime)
             except ProviderUnavailable as exc:

@@ -20,8 +20,7 @@ from tconform.doc.cases import RuntimeCheck
 from tconform.errors import ProviderUnavailable, TconformError
 from tconform.export import ExportJob, ExportRecord, ExportSettings, build_module, export_cases
 from tconform.provenance import ModelProvenance, module_provenance
-from tconform.runtimes.onnxruntime import OrtRuntime
-from tconform.runtimes.torch import TorchRuntime
+from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subject
 
 DOC_ARTIFACTS = "doc"  # subfolder of the artifacts dir
 
@@ -40,16 +39,25 @@ class RuntimeOutcome:
         return {"status": self.status, "max_abs_err": self.max_abs_err, "message": self.message}
 
 
-def runtime_names(eps: list[str]) -> list[str]:
-    """Column names: one per ONNX Runtime provider, then torch (float32, CPU)."""
-    return [f"onnxruntime-{ep}" for ep in eps] + ["torch"]
+def doc_runtimes(eps: list[str], **options) -> dict[str, Runtime]:
+    """The runtimes the documents' numbers go through, by label: ONNX Runtime on each provider
+    (with verify's options: tf32, device_id, provider_options), then torch float32 on the CPU."""
+    runtimes = [make_runtime("onnxruntime", ep, **options) for ep in eps]
+    runtimes.append(make_runtime("torch", "cpu"))
+    return {label(runtime): runtime for runtime in runtimes}
 
 
 class ComponentRunner:
     """Opens each (component, config, runtime) once and reuses it for every check."""
 
-    def __init__(self, artifacts_dir: Path, records: list[ExportRecord] = ()) -> None:
+    def __init__(
+        self,
+        artifacts_dir: Path,
+        records: list[ExportRecord] = (),
+        runtimes: dict[str, Runtime] | None = None,
+    ) -> None:
         self.artifacts_dir = artifacts_dir
+        self.runtimes = runtimes if runtimes is not None else doc_runtimes(["cpu"])
         # Models settled by the caller's export pool, keyed by their location: their origin
         # (exported in this run, or cached) is theirs, not that of a second, cached lookup.
         self._records: dict[str, ExportRecord] = {r.location: r for r in records}
@@ -73,28 +81,33 @@ class ComponentRunner:
             self._models[key] = path
         return self._models[key]
 
+    def precision(self, runtime: str) -> str:
+        """The precision a runtime label computes in ("float64" for the oracle)."""
+        return "float64" if runtime == "oracle" else self.runtimes[runtime].precision
+
     def provenance(
         self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str
     ) -> ModelProvenance | None:
-        """The model `runtime` ran for this check: the ONNX file, torch's module, or None."""
+        """The model `runtime` (a label, or "oracle") ran for this check: the ONNX file, the
+        torch module, or None for the oracle."""
         if runtime == "oracle":
             return None
-        if runtime == "torch":
+        if self.runtimes[runtime].consumes == "module":
             return module_provenance(self.session(runtime, case_name, cfg, config_name).module)
         return self._records[str(self.model_path(case_name, cfg, config_name))].provenance()
 
     def session(self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str):
-        """A session with .run(feeds) and .providers; raises ProviderUnavailable."""
+        """A session of the component on the runtime labelled `runtime`; raises
+        ProviderUnavailable."""
         key = (runtime, case_name, config_name)
         if key not in self._sessions:
-            if runtime == "torch":
-                case = registry.get_case(case_name)
-                params = self.params(case_name, cfg)
-                self._sessions[key] = TorchRuntime().open(case, cfg, params)
-            else:
-                ep = runtime.removeprefix("onnxruntime-")
-                path = self.model_path(case_name, cfg, config_name)
-                self._sessions[key] = OrtRuntime(ep=ep).open(path)
+            case = registry.get_case(case_name)
+            opened = self.runtimes[runtime]
+            subject = Subject(
+                self.model_path(case_name, cfg, config_name) if opened.consumes == "onnx" else None,
+                case.module_target(cfg, self.params(case_name, cfg)),
+            )
+            self._sessions[key] = open_subject(opened, subject)
         return self._sessions[key]
 
     def params(self, case_name: str, cfg: ModelConfig) -> dict[str, np.ndarray]:
@@ -107,7 +120,7 @@ class ComponentRunner:
     def outputs(
         self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str, feeds: dict
     ) -> list[np.ndarray]:
-        """The case's outputs on `runtime`: "oracle" (float64), "torch" or "onnxruntime-<ep>"."""
+        """The case's outputs on `runtime`: "oracle" (float64) or a runtime's label."""
         if runtime == "oracle":
             case = registry.get_case(case_name)
             return list(registry.run_oracle(case, cfg, self.params(case_name, cfg), feeds))
@@ -124,7 +137,7 @@ class ComponentRunner:
         exact: np.ndarray,
     ) -> RuntimeOutcome:
         """Run one check; an unusable provider is `unavailable`, never a pass."""
-        tolerance = tolerance_for("float32", registry.get_case(case_name).tolerance)
+        tolerance = tolerance_for(self.precision(runtime), registry.get_case(case_name).tolerance)
         try:
             session = self.session(runtime, case_name, cfg, config_name)
             actual = session.run(feeds)[output]

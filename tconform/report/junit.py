@@ -41,10 +41,15 @@ def build(report: RunReport) -> ET.Element:
             name=r.input_set,
             time=f"{r.seconds:.4f}",
         )
-        if r.model:
-            _properties(
-                case, {f"model.{k}": getattr(r.model, k) for k in ("path", "sha256", "origin")}
-            )
+        facts = (
+            {f"model.{k}": getattr(r.model, k) for k in ("path", "sha256", "origin")}
+            if r.model
+            else {}
+        )
+        if r.reference != "float64":  # judged against a weaker reference: say which
+            facts["reference"] = r.reference
+        if facts:
+            _properties(case, facts)
         if r.status == "fail":
             ET.SubElement(case, "failure", message=r.message or r.status).text = r.message
         elif r.status == "error":

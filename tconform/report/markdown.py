@@ -42,6 +42,15 @@ def build(report: RunReport) -> str:
             f"| {case} | {runtime} | {r.precision} | {', '.join(r.ep_actual) or '-'} | {used} "
             f"| {r.status} | {model} |"
         )
+    # A result judged against anything but the float64 reference says so (tconform check's
+    # float32 fallback).
+    weaker = dict.fromkeys(
+        f"{r.case} ({r.runtime}): reference {r.reference}"
+        for r in report.results
+        if r.reference != "float64"
+    )
+    if weaker:
+        lines += ["", *(f"- {line}" for line in weaker)]
     return "\n".join(lines) + "\n"
 
 

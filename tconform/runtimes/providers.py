@@ -46,6 +46,7 @@ RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 # cudnn_conv_algo_search: ONNX Runtime's default, written down so that a run states it.
 CUDA_DEFAULT_OPTIONS: dict[str, str] = {"use_tf32": "0", "cudnn_conv_algo_search": "EXHAUSTIVE"}
 
+
 def available_eps() -> list[str]:
     """Short names of the supported providers this ONNX Runtime build offers (may still fail
     to load: see `unavailable_reason`)."""
@@ -161,5 +162,3 @@ def unavailable_reason(ep: str) -> str | None:
     if provider in session.get_providers():
         return None
     return reason_from_log(log[0]) or "ONNX Runtime fell back to the CPU and logged no reason"
-
-

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from tconform.commands.doc import doc
 from tconform.doc import cases, checks, properties, report_results, run_document_checks
-from tconform.doc.run import RuntimeOutcome
+from tconform.doc.run import ComponentRunner, RuntimeOutcome, doc_runtimes
 from tconform.runtimes.providers import available_eps, unavailable_reason
 
 FAST = settings(max_examples=25, deadline=None)
 FLOAT32_LIMIT = properties.LIMITS["float32"]
-RUNTIMES = ["onnxruntime-cpu", "torch"]
+RUNTIMES = ["ort-cpu", "torch"]
 WITH_RUNTIME = [c for c in cases.document_cases() if c.runtime is not None]
 
 
@@ -29,7 +29,8 @@ def test_document_numbers_through_the_components_match_the_oracle(runner, case, 
 
 @pytest.mark.parametrize("ep", [ep for ep in available_eps() if ep != "cpu"])
 def test_a_provider_that_cannot_run_is_unavailable_never_pass(runner, ep):
-    outcome = runner.run_check(f"onnxruntime-{ep}", WITH_RUNTIME[0].runtime)
+    on_ep = ComponentRunner(runner.artifacts_dir, runtimes=doc_runtimes([ep]))
+    outcome = on_ep.run_check(f"ort-{ep}", WITH_RUNTIME[0].runtime)
     expected = "unavailable" if unavailable_reason(ep) else "pass"
     assert outcome.status == expected, outcome.message
 
@@ -39,9 +40,7 @@ def test_a_provider_that_cannot_run_is_unavailable_never_pass(runner, ep):
 def test_ort_attention_rows_sum_to_one(runner, seed, tgt, src):
     feeds = checks.draw_inputs("attention", 1, src, tgt, seed)
     feeds["mask"][:] = True  # every key visible, so every column has weight for the broken check
-    weights = checks.run_component(runner, "onnxruntime-cpu", "attention", feeds)[1].astype(
-        np.float64
-    )
+    weights = checks.run_component(runner, "ort-cpu", "attention", feeds)[1].astype(np.float64)
     assert properties.softmax_row_violation(weights) <= FLOAT32_LIMIT
     if tgt > 1:  # the same check catches weights normalised along the wrong axis
         wrong = weights / weights.sum(axis=-2, keepdims=True)
@@ -52,7 +51,7 @@ def test_ort_attention_rows_sum_to_one(runner, seed, tgt, src):
 @given(ids=st.lists(st.integers(0, checks.PROPERTY_CONFIG.tgt_vocab - 1), min_size=2, max_size=6))
 def test_exported_transformer_hides_the_future(runner, ids):
     src = np.arange(4)[None] % checks.PROPERTY_CONFIG.src_vocab
-    run = checks.transformer_run(runner, "onnxruntime-cpu", src)
+    run = checks.transformer_run(runner, "ort-cpu", src)
     tgt = np.array([ids])
     assert properties.causal_violation(run, tgt, checks.PROPERTY_CONFIG.tgt_vocab) <= FLOAT32_LIMIT
 
@@ -91,7 +90,7 @@ def test_cli_table_json_and_exit_code(runner, tmp_path):
         "runtimes",
     } <= set(scores)
     weights = next(c for c in data["details"]["cases"] if c["id"] == "000-attention-weights")
-    assert weights["runtimes"]["onnxruntime-cpu"]["status"] == "pass"
+    assert weights["runtimes"]["ort-cpu"]["status"] == "pass"
 
 
 def test_cli_exits_1_when_a_runtime_disagrees(runner, monkeypatch):

@@ -14,6 +14,7 @@ from tconform import registry
 from tconform.config import PRESETS
 from tconform.errors import ProviderUnavailable, TconformError, UsageError
 from tconform.export import ExportSettings, example_shape, export_cases
+from tconform.runtimes import label
 from tconform.runtimes import onnxruntime as onnxruntime_runtime
 from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
 from tconform.runtimes.providers import parse_provider_options, reason_from_log, unavailable_reason
@@ -168,7 +169,7 @@ def test_tf32_flag_sets_option_and_precision():
     assert runtime.precision == "tf32"
     assert runtime.settings()["provider_options"]["use_tf32"] == "1"
     assert runtime.settings()["provider_options"]["device_id"] == "1"
-    assert runtime.name == "onnxruntime-cuda"
+    assert runtime.name == "onnxruntime" and label(runtime) == "ort-cuda (tf32)"
 
 
 def test_raw_options_win_and_are_recorded():

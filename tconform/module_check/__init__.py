@@ -1,0 +1,11 @@
+"""Check your own PyTorch module: export it (or take an ONNX file made elsewhere), run it on
+ONNX Runtime's providers, judge every output against the module's own float64 copy, and name
+the first submodule that diverges (docs/check.md).
+
+    report = tconform.check(module, example_inputs)   # -> Report; report.exit_code as the CLI
+"""
+
+from tconform.module_check.localise import Localisation, localise, localise_case
+from tconform.module_check.runner import Report, check
+
+__all__ = ["Localisation", "Report", "check", "localise", "localise_case"]

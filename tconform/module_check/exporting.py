@@ -1,0 +1,146 @@
+"""Export a user's module to ONNX with torch.onnx (dynamo or TorchScript), quietly.
+
+Everything the exporter prints or logs goes to a log; when the export fails, the log and the
+traceback are written to a file beside the model and the error names it, with the exporter's
+own first error line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tconform import export as project_export
+from tconform.errors import UsageError
+from tconform.files import atomic_write_bytes
+from tconform.module_check.inputs import ModuleInputs
+from tconform.module_check.oracle import eval_mode
+
+EXPORTERS = project_export.EXPORTERS
+DEFAULT_OPSET = project_export.DEFAULT_OPSET
+
+
+def check_opset(exporter: str, opset: int) -> None:
+    """The opsets tconform exports with (the same range as `tconform export`)."""
+    top = 20 if exporter == "torchscript" else 23
+    if not 17 <= opset <= top:
+        raise UsageError(f"--opset {opset} out of range for {exporter}: 17..{top}")
+
+
+@contextlib.contextmanager
+def _captured(log: io.StringIO) -> Iterator[None]:
+    """Send the exporter's prints, warnings, torch log records and C++ output to `log`."""
+    torch_logger = logging.getLogger("torch")
+    handlers, propagate = torch_logger.handlers[:], torch_logger.propagate
+    handler = logging.StreamHandler(log)
+    torch_logger.handlers = [handler]
+    torch_logger.propagate = False
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as sink:
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            with (
+                warnings.catch_warnings(record=True) as caught,
+                contextlib.redirect_stdout(log),
+                contextlib.redirect_stderr(log),
+            ):
+                warnings.simplefilter("always")
+                yield
+        finally:
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
+            torch_logger.handlers, torch_logger.propagate = handlers, propagate
+            sink.seek(0)
+            log.write(sink.read().decode(errors="replace"))
+            for w in caught:
+                log.write(f"{w.category.__name__}: {w.message}\n")
+
+
+def _export(
+    module: nn.Module,
+    inputs: ModuleInputs,
+    output_names: list[str],
+    path: Path,
+    exporter: str,
+    opset: int,
+    dynamic: dict[str, dict[int, str]],
+) -> None:
+    if exporter == "dynamo":
+        shapes = {name: dynamic.get(name) for name in inputs.names} if dynamic else None
+        torch.onnx.export(
+            module,
+            inputs.args,
+            str(path),
+            kwargs=inputs.kwargs or None,
+            dynamo=True,
+            output_names=output_names,
+            dynamic_shapes=shapes,
+            opset_version=opset,
+            external_data=False,
+            verbose=False,
+        )
+    else:
+        torch.onnx.export(
+            module,
+            inputs.args,
+            str(path),
+            kwargs=inputs.kwargs or None,
+            dynamo=False,
+            input_names=inputs.names,
+            output_names=output_names,
+            dynamic_axes=dynamic or None,
+            opset_version=opset,
+        )
+
+
+def export_module(
+    module: nn.Module,
+    inputs: ModuleInputs,
+    output_names: list[str],
+    path: Path,
+    exporter: str = "dynamo",
+    opset: int = DEFAULT_OPSET,
+    dynamic: dict[str, dict[int, str]] | None = None,
+    label: str = "",
+) -> None:
+    """Export `module` (in eval mode) at `inputs` to `path`, atomically.
+
+    On failure: UsageError (starting with `label`) with the exporter's first error line, the
+    full log written to `path`'s folder as export.log.
+    """
+    check_opset(exporter, opset)
+    log = io.StringIO()
+    log_path = path.parent / "export.log"
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "model.onnx"
+        try:
+            with _captured(log), eval_mode(module):
+                _export(module, inputs, output_names, raw, exporter, opset, dynamic or {})
+            model = project_export.checked_model(raw)
+        except Exception as exc:
+            log.write("\n" + "".join(traceback.format_exception(exc)))
+            atomic_write_bytes(log_path, log.getvalue().encode())
+            summary = (
+                exc if isinstance(exc, UsageError) else project_export.exporter_error_line(exc)
+            )
+            raise UsageError(
+                f"{label + ': ' if label else ''}export with {exporter} failed: {summary} "
+                f"(full log: {log_path})"
+            ) from None
+    atomic_write_bytes(path, model.SerializeToString())
+    atomic_write_bytes(log_path, log.getvalue().encode())

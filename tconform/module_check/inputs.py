@@ -1,0 +1,221 @@
+"""A user's module and its inputs: loading PACKAGE.MODULE:FACTORY, reading --inputs FILE.npz,
+naming the inputs after forward's parameters, and parsing --dynamic NAME=AXES.
+
+Inputs are kept as positional arguments and keyword arguments, exactly as the module is called;
+each has a name, which becomes the ONNX input name (forward's parameter name for a positional
+argument, the key for a keyword argument).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from tconform.errors import UsageError
+
+
+@dataclass
+class ModuleInputs:
+    """The tensors a module is called with: module(*args, **kwargs)."""
+
+    args: tuple[torch.Tensor, ...]
+    kwargs: dict[str, torch.Tensor]
+    arg_names: tuple[str, ...]  # forward's parameter names for the positional arguments
+
+    @property
+    def names(self) -> list[str]:
+        return [*self.arg_names, *self.kwargs]
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        return [*self.args, *self.kwargs.values()]
+
+    def named(self) -> dict[str, torch.Tensor]:
+        return dict(zip(self.names, self.tensors, strict=True))
+
+    def converted(self, dtype: torch.dtype | None, device: torch.device | None) -> ModuleInputs:
+        """A copy with floating-point tensors cast to `dtype` (integers and booleans unchanged),
+        all on `device`."""
+
+        def convert(t: torch.Tensor) -> torch.Tensor:
+            if dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            return t.to(device) if device is not None else t.clone()
+
+        return ModuleInputs(
+            tuple(convert(t) for t in self.args),
+            {k: convert(t) for k, t in self.kwargs.items()},
+            self.arg_names,
+        )
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        return {name: t.detach().cpu().numpy() for name, t in self.named().items()}
+
+
+def _positional_names(module: nn.Module, count: int) -> tuple[str, ...]:
+    """forward's first `count` parameter names (input_N where forward takes *args)."""
+    names = []
+    for p in inspect.signature(module.forward).parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL:
+            break
+    names += [f"input_{i}" for i in range(len(names), count)]
+    return tuple(names[:count])
+
+
+def _forward_parameters(module: nn.Module) -> list[str]:
+    return [
+        p.name
+        for p in inspect.signature(module.forward).parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+def as_inputs(module: nn.Module, example_inputs: object, origin: str) -> ModuleInputs:
+    """A tensor, a tuple or list of tensors (positional) or a dict of tensors (keyword
+    arguments) -> ModuleInputs. `origin` names where they came from in error messages."""
+    if isinstance(example_inputs, ModuleInputs):
+        return example_inputs
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if isinstance(example_inputs, dict):
+        args: tuple = ()
+        kwargs = dict(example_inputs)
+    elif isinstance(example_inputs, (tuple, list)):
+        args, kwargs = tuple(example_inputs), {}
+    else:
+        raise UsageError(
+            f"{origin}: example inputs must be a tensor, a tuple of tensors or a dict of "
+            f"tensors, not {type(example_inputs).__name__}"
+        )
+    for name, value in [*enumerate(args), *kwargs.items()]:
+        if not isinstance(value, torch.Tensor):
+            raise UsageError(
+                f"{origin}: input {name!r} is a {type(value).__name__}, not a torch.Tensor"
+            )
+    known = _forward_parameters(module)
+    takes_any = any(
+        p.kind == p.VAR_KEYWORD for p in inspect.signature(module.forward).parameters.values()
+    )
+    for name in kwargs:
+        if name not in known and not takes_any:
+            raise UsageError(
+                f"{origin}: {type(module).__name__}.forward has no parameter {name!r} "
+                f"(it takes {', '.join(known) or 'no named parameters'})"
+            )
+    return ModuleInputs(args, kwargs, _positional_names(module, len(args)))
+
+
+def read_npz(path: Path, module: nn.Module) -> ModuleInputs:
+    """--inputs FILE.npz: arrays named after forward's parameters (keyword arguments), or
+    arr_0, arr_1, ... as `np.savez(path, a, b)` writes them (positional)."""
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file (--inputs)")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise UsageError(f"{path}: not a .npz archive ({type(exc).__name__}: {exc})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise UsageError(f"{path}: a single .npy array, not a .npz archive; use np.savez")
+    with archive:
+        try:
+            arrays = {name: archive[name] for name in archive.files}
+        except Exception as exc:
+            raise UsageError(f"{path}: unreadable array in the archive: {exc}") from None
+    if not arrays:
+        raise UsageError(f"{path}: the archive holds no arrays")
+    origin = str(path)
+    positional = [f"arr_{i}" for i in range(len(arrays))]
+    if sorted(arrays) == sorted(positional):
+        return as_inputs(module, tuple(torch.from_numpy(arrays[n]) for n in positional), origin)
+    return as_inputs(module, {n: torch.from_numpy(a) for n, a in arrays.items()}, origin)
+
+
+def parse_dynamic(
+    specs: list[str] | tuple[str, ...], inputs: ModuleInputs
+) -> dict[str, dict[int, str]]:
+    """--dynamic NAME=AXES, AXES a comma list of axis indices, each optionally named
+    (`ids=0,1` or `ids=0:batch,1:seq`; equal names mark equal sizes). -> {input: {axis: name}}"""
+    named = inputs.named()
+    dynamic: dict[str, dict[int, str]] = {}
+    for spec in specs:
+        name, sep, axes = spec.partition("=")
+        name = name.strip()
+        if not sep or not name or not axes.strip():
+            raise UsageError(f"--dynamic {spec!r}: expected NAME=AXES, e.g. ids=0:batch,1:seq")
+        if name not in named:
+            raise UsageError(
+                f"--dynamic {spec!r}: the module has no input {name!r} "
+                f"(its inputs: {', '.join(named)})"
+            )
+        rank = named[name].dim()
+        for item in axes.split(","):
+            index, _, label = item.strip().partition(":")
+            try:
+                axis = int(index)
+            except ValueError:
+                raise UsageError(f"--dynamic {spec!r}: {index!r} is not an axis index") from None
+            if not -rank <= axis < rank:
+                raise UsageError(
+                    f"--dynamic {spec!r}: axis {axis} out of range for {name} (rank {rank})"
+                )
+            axis %= rank
+            dynamic.setdefault(name, {})[axis] = label.strip() or f"{name}_dim{axis}"
+    return dynamic
+
+
+def _import_target(target: str):
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"{target!r}: expected PACKAGE.MODULE:FACTORY, e.g. examples.gpt:make")
+    # Like `python -m`, the current folder is importable, so a user's own package is found.
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    importlib.invalidate_caches()  # files written since the interpreter started are found
+    try:
+        python_module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"{target}: cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the user's module raised while importing
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UsageError(
+            f"{target}: importing {module_name!r} raised {type(exc).__name__}: {first}"
+        ) from None
+    try:
+        factory = getattr(python_module, attribute)
+    except AttributeError:
+        raise UsageError(f"{target}: {module_name!r} has no attribute {attribute!r}") from None
+    if isinstance(factory, nn.Module):
+        raise UsageError(
+            f"{target}: is a module instance, not a factory; name a function that returns "
+            "(module, example_inputs)"
+        )
+    if not callable(factory):
+        raise UsageError(f"{target}: {type(factory).__name__} is not callable")
+    return factory
+
+
+def load_factory(target: str) -> tuple[nn.Module, object | None]:
+    """Call PACKAGE.MODULE:FACTORY; it returns (module, example_inputs) or just the module."""
+    factory = _import_target(target)
+    try:
+        made = factory()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UsageError(f"{target}: the factory raised {type(exc).__name__}: {first}") from None
+    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
+        return made[0], made[1]
+    if isinstance(made, nn.Module):
+        return made, None
+    raise UsageError(
+        f"{target}: the factory returned {type(made).__name__}, not a torch.nn.Module or "
+        "(module, example_inputs)"
+    )

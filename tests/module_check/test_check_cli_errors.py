@@ -1,0 +1,123 @@
+"""Bad input to `tconform check`: one line on stderr naming the file or option, exit 2, never a
+traceback; an export failure names the log that holds the exporter's full output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.integration
+
+# A user's package in the current folder, with one factory per way of going wrong.
+FACTORIES = '''
+import torch
+from torch import nn
+
+class Branchy(nn.Module):
+    """Data-dependent control flow: torch.export cannot trace it."""
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+def good():
+    return nn.Linear(4, 3), torch.randn(2, 4)
+
+def module_only():
+    return nn.Linear(4, 3)
+
+def wrong_shape():
+    return nn.Linear(4, 3), torch.randn(2, 5)
+
+def not_a_module():
+    return "a string"
+
+def unexportable():
+    return Branchy(), torch.randn(3)
+
+not_callable = 7
+'''
+
+
+@pytest.fixture
+def user_package(tmp_path, monkeypatch):
+    (tmp_path / "user_models_for_check.py").write_text(FACTORIES)
+    monkeypatch.chdir(tmp_path)
+    return "user_models_for_check"
+
+
+def _one_line_exit_2(code: int, out: str, err: str, *needles: str) -> None:
+    assert code == 2, out + err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in out + err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.mark.parametrize(
+    ("factory", "needles"),
+    [
+        ("missing", ["has no attribute 'missing'"]),
+        ("not_callable", ["int is not callable"]),
+        ("not_a_module", ["returned str, not a torch.nn.Module"]),
+        ("module_only", ["returned only a module; pass --inputs"]),
+        ("wrong_shape", ["the module rejects its inputs: RuntimeError: mat1 and mat2 shapes"]),
+    ],
+)
+def test_bad_factories(cli, user_package, factory, needles):
+    code, out, err = cli("check", f"{user_package}:{factory}", "-q")
+    _one_line_exit_2(code, out, err, *needles)
+
+
+def test_a_factory_that_does_not_import(cli, user_package):
+    code, out, err = cli("check", "no_such_user_package.models:make", "-q")
+    _one_line_exit_2(code, out, err, "cannot import 'no_such_user_package.models'")
+
+
+def test_inputs_file_missing_or_not_npz(cli, user_package, tmp_path):
+    target = f"{user_package}:module_only"
+    missing = tmp_path / "missing.npz"
+    _one_line_exit_2(*cli("check", target, "--inputs", str(missing), "-q"), str(missing))
+    text = tmp_path / "inputs.npz"
+    text.write_text("0.5, 0.25")
+    _one_line_exit_2(*cli("check", target, "--inputs", str(text), "-q"), str(text), "not a .npz")
+
+
+def test_inputs_file_the_module_rejects(cli, user_package, tmp_path):
+    path = tmp_path / "inputs.npz"
+    np.savez(path, input=np.zeros((2, 9), np.float32))
+    code, out, err = cli("check", f"{user_package}:module_only", "--inputs", str(path), "-q")
+    _one_line_exit_2(code, out, err, "the module rejects its inputs")
+
+
+def test_a_module_that_cannot_be_exported_names_the_log(cli, user_package, tmp_path):
+    code, out, err = cli("check", f"{user_package}:unexportable", "--out", str(tmp_path), "-q")
+    log = tmp_path / "export.log"
+    _one_line_exit_2(code, out, err, "export with dynamo failed", str(log))
+    assert "data-dependent" in err  # the exporter's own first error line
+    assert "Traceback" in log.read_text() and not (tmp_path / "model.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("--dynamic", "tokens=0"), ["--dynamic 'tokens=0'", "no input 'tokens'", "input"]),
+        (("--dynamic", "input=5"), ["axis 5 out of range"]),
+        (("--tolerance", "logits=1e-4,1e-4"), ["no output 'logits'"]),
+        (("--tolerance", "output=1e-4"), ["OUTPUT=ATOL,RTOL"]),
+        (("--ep", "tpu"), ["unknown execution provider 'tpu'"]),
+        (("--opset", "12"), ["'--opset': 12 is not in the range"]),
+        (("--model", "no_such_model.onnx"), ["no_such_model.onnx: No such file"]),
+    ],
+)
+def test_bad_options(cli, user_package, args, needles):
+    code, out, err = cli("check", f"{user_package}:good", *args, "-q")
+    _one_line_exit_2(code, out, err, *needles)
+
+
+def test_a_model_file_that_is_not_onnx(cli, user_package, tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"not a model")
+    code, out, err = cli("check", f"{user_package}:good", "--model", str(path), "-q")
+    _one_line_exit_2(code, out, err, str(path))
+    assert path.read_bytes() == b"not a model"

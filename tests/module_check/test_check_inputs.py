@@ -1,0 +1,164 @@
+"""Inputs of `tconform check`: naming, --inputs FILE.npz, --dynamic, tolerances, factories."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tconform.compare import TOLERANCES
+from tconform.errors import UsageError
+from tconform.module_check.inputs import as_inputs, load_factory, parse_dynamic, read_npz
+from tconform.module_check.runner import Tolerances, parse_tolerance
+
+pytestmark = pytest.mark.unit
+
+
+class TwoInputs(nn.Module):
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return ids.float() if mask is None else ids.float() * mask
+
+
+IDS = torch.arange(6).reshape(2, 3)
+MASK = torch.ones(2, 3)
+
+
+def test_positional_inputs_take_forwards_parameter_names():
+    inputs = as_inputs(TwoInputs(), (IDS, MASK), "t")
+    assert inputs.names == ["ids", "mask"] and inputs.kwargs == {}
+
+
+def test_keyword_inputs_keep_their_names_and_an_unknown_one_is_refused():
+    inputs = as_inputs(TwoInputs(), {"mask": MASK, "ids": IDS}, "t")
+    assert inputs.names == ["mask", "ids"] and inputs.args == ()
+    with pytest.raises(UsageError, match="no parameter 'tokens'"):
+        as_inputs(TwoInputs(), {"tokens": IDS}, "t")
+
+
+def test_a_non_tensor_input_is_refused():
+    with pytest.raises(UsageError, match="input 1 is a list"):
+        as_inputs(TwoInputs(), (IDS, [1, 2]), "t")
+
+
+def test_converted_casts_floats_only():
+    inputs = as_inputs(TwoInputs(), (IDS, MASK), "t").converted(torch.float64, None)
+    assert inputs.args[0].dtype == torch.int64 and inputs.args[1].dtype == torch.float64
+
+
+def test_npz_positional_and_named(tmp_path):
+    np.savez(tmp_path / "pos.npz", IDS.numpy(), MASK.numpy())
+    assert read_npz(tmp_path / "pos.npz", TwoInputs()).names == ["ids", "mask"]
+    np.savez(tmp_path / "named.npz", mask=MASK.numpy(), ids=IDS.numpy())
+    inputs = read_npz(tmp_path / "named.npz", TwoInputs())
+    assert set(inputs.kwargs) == {"ids", "mask"}
+
+
+def _write_npy(path):
+    with path.open("wb") as f:  # np.save(path) would append .npy to the name
+        np.save(f, np.zeros(3))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.write_text("not an archive"), "not a .npz archive"),
+        (lambda p: _write_npy(p), "not a .npz archive"),
+    ],
+)
+def test_bad_npz_files_are_usage_errors(tmp_path, make, message):
+    path = tmp_path / "inputs.npz"
+    make(path)
+    with pytest.raises(UsageError, match=re.escape(message)) as info:
+        read_npz(path, TwoInputs())
+    assert str(path) in str(info.value)
+
+
+def test_dynamic_axes_with_and_without_names():
+    inputs = as_inputs(TwoInputs(), (IDS, MASK), "t")
+    assert parse_dynamic(["ids=0:batch,1:seq", "mask=-1"], inputs) == {
+        "ids": {0: "batch", 1: "seq"},
+        "mask": {1: "mask_dim1"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("tokens=0", "no input 'tokens' (its inputs: ids, mask)"),
+        ("ids=2", "axis 2 out of range for ids (rank 2)"),
+        ("ids=x", "'x' is not an axis index"),
+        ("ids", "expected NAME=AXES"),
+    ],
+)
+def test_bad_dynamic_specs(spec, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        parse_dynamic([spec], as_inputs(TwoInputs(), (IDS, MASK), "t"))
+
+
+def test_default_tolerance_is_the_model_row_with_overrides():
+    row, tf32 = TOLERANCES[("float32", "model")], TOLERANCES[("tf32", "model")]
+    tols = Tolerances(("a", "b"), rtol=2e-4, per_output=(("b", (1.0, 0.5)),))
+    assert (tols.module("float32").atol, tols.module("float32").rtol) == (row.atol, 2e-4)
+    assert (tols.module("tf32").atol, tols.module("tf32").rtol) == (tf32.atol, 2e-4)
+    per_output = tols.by_output("float32")
+    assert (per_output["a"].atol, per_output["a"].rtol) == (row.atol, 2e-4)
+    assert (per_output["b"].atol, per_output["b"].rtol) == (1.0, 0.5)
+    assert Tolerances(("a",)).module("float16") == TOLERANCES[("float16", "model")]
+    with pytest.raises(UsageError, match="no output 'c'"):
+        Tolerances(("a",), per_output=(("c", (1.0, 1.0)),))
+
+
+@pytest.mark.parametrize("item", ["out", "out=1e-4", "out=a,b", "=1,1", "out=-1,1"])
+def test_bad_tolerance_specs(item):
+    with pytest.raises(UsageError, match=re.escape("OUTPUT=ATOL,RTOL")):
+        parse_tolerance([item])
+
+
+def _package(tmp_path, monkeypatch, name: str, source: str) -> str:
+    """A throwaway importable module in the current folder, as a user's own code would be."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    return name
+
+
+@pytest.mark.parametrize(
+    ("source", "attribute", "message"),
+    [
+        ("x = 1\n", "missing", "has no attribute 'missing'"),
+        ("make = 3\n", "make", "int is not callable"),
+        ("def make():\n    return 42\n", "make", "returned int, not a torch.nn.Module"),
+        ("def make():\n    raise ValueError('no weights')\n", "make", "raised ValueError"),
+        ("raise RuntimeError('broken at import')\n", "make", "raised RuntimeError"),
+        (
+            "from torch import nn\nmake = nn.Linear(2, 2)\n",
+            "make",
+            "a module instance, not a factory",
+        ),
+    ],
+)
+def test_bad_factories(tmp_path, monkeypatch, source, attribute, message):
+    name = _package(tmp_path, monkeypatch, f"user_factory_{abs(hash(source))}", source)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        load_factory(f"{name}:{attribute}")
+
+
+def test_a_factory_is_found_in_the_current_folder(tmp_path, monkeypatch):
+    source = "import torch\nfrom torch import nn\ndef make():\n    return nn.Linear(3, 2)\n"
+    name = _package(tmp_path, monkeypatch, "user_factory_ok", source)
+    module, example = load_factory(f"{name}:make")
+    assert isinstance(module, nn.Linear) and example is None
+
+
+@pytest.mark.parametrize("target", ["no_colon", "pkg:", ":make"])
+def test_malformed_targets(target):
+    with pytest.raises(UsageError, match=re.escape("PACKAGE.MODULE:FACTORY")):
+        load_factory(target)
+
+
+def test_a_module_that_does_not_import():
+    with pytest.raises(UsageError, match=re.escape("cannot import 'no_such_package_xyz.mod'")):
+        load_factory("no_such_package_xyz.mod:make")

@@ -1,0 +1,101 @@
+"""The float64 oracle for any module: exact where float64 runs, float32 where it cannot,
+and refused where the module is not deterministic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tconform.errors import UsageError
+from tconform.module_check.inputs import as_inputs
+from tconform.module_check.oracle import build_reference, eval_mode, flatten_outputs
+
+pytestmark = pytest.mark.unit
+
+
+class Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.drop(self.linear(x)), ids + 1
+
+
+class CastsToFloat32(nn.Module):
+    """Creates a float32 tensor in forward: its float64 copy mixes dtypes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ torch.ones(4, 2, dtype=torch.float32)
+
+
+class Noisy(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand_like(x)
+
+
+def _linear64(linear: nn.Linear, x: torch.Tensor):
+    w, b = linear.weight.detach().double(), linear.bias.detach().double()
+    return torch.nn.functional.linear(x.double(), w, b).numpy()
+
+
+def _inputs(module, *tensors):
+    return as_inputs(module, tensors, "test")
+
+
+def test_the_reference_is_the_module_in_float64():
+    torch.manual_seed(0)
+    module = Scaled().eval()
+    x, ids = torch.randn(2, 4), torch.tensor([1, 2])
+    ref = build_reference(module, _inputs(module, x, ids), "test")
+    assert ref.kind == "float64" and ref.notes == []
+    assert (ref.outputs["output_0"] == _linear64(module.linear, x)).all()
+    assert ref.outputs["output_1"].dtype.kind == "i"  # integers stay integers
+    assert module.linear.weight.dtype == torch.float32  # the user's module is not converted
+
+
+def test_a_module_in_training_mode_is_checked_in_eval_mode_and_left_as_it_was():
+    torch.manual_seed(0)
+    module = Scaled().train()
+    x, ids = torch.randn(2, 4), torch.tensor([1, 2])
+    ref = build_reference(module, _inputs(module, x, ids), "test")
+    assert any("training mode" in n for n in ref.notes)
+    assert module.training and module.drop.training  # the user's module is not changed
+    assert (ref.outputs["output_0"] == _linear64(module.linear, x)).all()  # no dropout
+
+
+def test_where_float64_cannot_run_the_reference_is_float32_and_says_so():
+    module = CastsToFloat32()
+    ref = build_reference(module, _inputs(module, torch.randn(3, 4)), "test")
+    assert ref.kind == "float32"
+    assert "reference: float32" in ref.notes[0] and "could not run" in ref.notes[0]
+
+
+def test_a_module_that_draws_random_numbers_in_eval_mode_has_no_reference():
+    module = Noisy()
+    with pytest.raises(UsageError, match="not deterministic"):
+        build_reference(module, _inputs(module, torch.randn(3, 4)), "test")
+
+
+def test_eval_mode_restores_each_submodules_own_mode():
+    module = Scaled().train()
+    module.drop.eval()
+    with eval_mode(module):
+        assert not module.training and not module.linear.training
+    assert module.training and module.linear.training and not module.drop.training
+
+
+def test_outputs_flatten_like_the_exporters():
+    t = torch.zeros(1)
+    assert [n for n, _ in flatten_outputs(t)] == ["output"]
+    assert [n for n, _ in flatten_outputs((t, None, (t, t)))] == [
+        "output_0",
+        "output_2_0",
+        "output_2_1",
+    ]
+    assert [n for n, _ in flatten_outputs({"logits": t, "extra": {"h": t}})] == [
+        "logits",
+        "extra.h",
+    ]

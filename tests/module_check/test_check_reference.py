@@ -1,0 +1,46 @@
+"""A module whose float64 copy cannot run is judged against float32 PyTorch, and every report
+says `reference: float32`."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SOURCE = '''
+import torch
+from torch import nn
+
+class FixedDtype(nn.Module):
+    """Builds a float32 tensor in forward: in float64 the product mixes dtypes and raises."""
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(x) @ torch.ones(4, 2, dtype=torch.float32)
+
+def make():
+    torch.manual_seed(0)
+    return FixedDtype(), torch.randn(3, 4)
+'''
+
+
+def test_a_float32_reference_is_marked_in_every_report(cli, tmp_path, monkeypatch):
+    (tmp_path / "fixed_dtype_module.py").write_text(SOURCE)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(
+        "check", "fixed_dtype_module:make", "--out", "export", "-q",
+        "--json", "r.json", "--junit", "r.xml", "--markdown", "r.md",
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert "reference: float32" in out and "could not run" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert {r["reference"] for r in report["results"]} == {"float32"}
+    assert report["settings"]["reference"] == "float32"
+    properties = ET.parse(tmp_path / "r.xml").getroot().iter("property")
+    assert ("reference", "float32") in {(p.get("name"), p.get("value")) for p in properties}
+    assert "reference float32" in (tmp_path / "r.md").read_text()

@@ -1,0 +1,168 @@
+"""Localisation on hand-built ONNX graphs whose node scopes mirror a small PyTorch module, so
+that the verdict is known in advance: a fault in a submodule names that submodule, a fault in
+the parent's own op names the parent, and the model file is never touched."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+from torch import nn
+
+from tconform.compare import Tolerance
+from tconform.files import sha256_file
+from tconform.module_check.inputs import ModuleInputs
+from tconform.module_check.localise import (
+    Graph,
+    _pair,
+    dynamo_scope,
+    localise,
+    render,
+    torchscript_scope,
+)
+from tconform.runtimes.onnxruntime import OrtRuntime
+
+pytestmark = pytest.mark.unit
+
+TOL = Tolerance(1e-5, 1e-5, "test")
+
+
+class Scale(nn.Module):
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+
+class Net(nn.Module):
+    """y = b(a(x) + 1), a: x*2, b: h*3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = Scale(2.0)
+        self.b = Scale(3.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x) + 1.0)
+
+
+def _node(op, inputs, outputs, scope, style):
+    """A node with the dynamo exporter's `namespace` metadata or TorchScript's node name."""
+    node = helper.make_node(op, inputs, outputs, name=f"node_{outputs[0]}")
+    if scope is None:  # made by an optimiser: no scope recorded
+        return node
+    if style == "dynamo":
+        parts = [": test.Net", *(f"{p}: test.Scale" for p in scope)]
+        entry = node.metadata_props.add()
+        entry.key, entry.value = "namespace", "/".join([*parts, f"{op.lower()}: aten.op"])
+    else:
+        node.name = "/" + "/".join([*scope, f"{op}_{outputs[0]}"])
+    return node
+
+
+def _model(path, style="dynamo", two=2.0, one=1.0, three=3.0):
+    consts = {"two": two, "one": one, "three": three, "unit": 1.0}
+    nodes = [
+        _node("Mul", ["x", "two"], ["t"], ["a"], style),
+        _node("Identity", ["t"], ["t2"], None, style),  # no scope: inferred to sit in a
+        _node("Mul", ["t2", "unit"], ["h1"], ["a"], style),
+        _node("Add", ["h1", "one"], ["h2"], [], style),  # the parent's own op
+        _node("Mul", ["h2", "three"], ["y"], ["b"], style),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def _localise(path):
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    inputs = ModuleInputs((torch.from_numpy(x).double(),), {}, ("x",))
+    return localise(path, Net().double(), inputs, {"x": x}, OrtRuntime("cpu"), TOL)
+
+
+def test_scopes_from_dynamo_metadata_and_torchscript_names():
+    namespace = ": m.Net/layers.0: m.Block/layers.0.ln: torch.nn.LayerNorm/layer_norm: aten.x"
+    assert dynamo_scope(namespace) == ("", "layers.0", "layers.0.ln")
+    assert dynamo_scope("_empty_nn_module_stack_from_metadata_hook: x/sym: aten.y") is None
+    assert torchscript_scope("/layers.0/ln/LayerNormalization") == ("", "layers.0", "layers.0.ln")
+    assert torchscript_scope("/Add") == ("",)
+    assert torchscript_scope("Identity_3") is None
+
+
+def test_regions_and_boundary_tensors(tmp_path):
+    graph = Graph.read(onnx.load(str(_model(tmp_path / "m.onnx"))))
+    assert graph.scope_source == "dynamo metadata"
+    region = graph.region("a")
+    assert len(region) == 3  # the unscoped Identity joins the scope around it
+    assert graph.leaving(region) == ["h1"]
+    assert graph.entering(region) == ["x"]  # initializers are not inputs
+    assert graph.op_types(graph.region("")) == {"Mul": 3, "Identity": 1, "Add": 1}
+    assert graph.op_types(graph.region(""), "") == {"Add": 1}
+
+
+@pytest.mark.parametrize("style", ["dynamo", "torchscript"])
+def test_a_clean_model_has_no_divergence(tmp_path, style):
+    path = _model(tmp_path / "m.onnx", style)
+    before = sha256_file(path)
+    loc = _localise(path)
+    assert loc.first is None and "within tolerance" in loc.verdict
+    assert [b.path for b in loc.boundaries] == ["a", "b", ""]  # the order calls finish
+    assert all(b.status == "pass" for b in loc.boundaries)
+    assert sha256_file(path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_a_fault_in_a_submodule_names_it(tmp_path):
+    loc = _localise(_model(tmp_path / "m.onnx", three=3.5))
+    assert loc.first is not None and loc.first.path == "b"
+    assert loc.first.inputs_status == "pass" and loc.first.ops == {"Mul": 1}
+    assert loc.verdict.startswith("first divergence: b (")
+    assert "<- first divergence" in render(loc)
+
+
+def test_a_fault_in_the_parents_own_op_names_the_parent(tmp_path):
+    loc = _localise(_model(tmp_path / "m.onnx", one=1.25))
+    statuses = {b.path: (b.status, b.inputs_status) for b in loc.boundaries}
+    assert statuses["a"] == ("pass", "pass")
+    assert statuses["b"] == ("fail", "fail")  # b only passed the error on
+    assert loc.first is not None and loc.first.path == ""
+    assert "own ops (Add x1)" in loc.verdict
+
+
+def test_a_model_without_scopes_lists_every_submodule_as_unmatched(tmp_path):
+    path = _model(tmp_path / "m.onnx", style="torchscript")
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        node.name = ""
+    onnx.save(model, str(path))
+    loc = _localise(path)
+    assert loc.scope_source == "none"
+    assert [b.status for b in loc.boundaries] == ["unmatched", "unmatched", "pass"]
+    assert "records no module scopes" in loc.boundaries[0].reason
+
+
+def test_pairing_by_shape():
+    a, b = np.zeros((2, 3)), np.zeros((4,))
+    values = {"t1": np.ones((2, 3), np.float32), "t2": np.ones((4,), np.float32)}
+    paired, why = _pair([[a, b]], ["t1", "t2"], values)
+    assert paired == {(0, 0): "t1", (0, 1): "t2"} and why == {}
+    # two outputs of one call with the same shape: never guessed
+    values["t3"] = np.ones((2, 3), np.float32)
+    paired, why = _pair([[a, a]], ["t1", "t3"], values)
+    assert paired == {} and "2 ONNX tensors of shape [2, 3]" in why[(0, 0)]
+    # one output in each of two calls of one module: paired in execution order
+    paired, _ = _pair([[a], [a]], ["t1", "t3"], values)
+    assert paired == {(0, 0): "t1", (1, 0): "t3"}
+    paired, why = _pair([[np.zeros((5,))]], ["t1"], values)
+    assert paired == {} and "no ONNX tensor of shape [5]" in why[(0, 0)]
