@@ -127,7 +127,7 @@ def example_shape(cfg: ModelConfig) -> Shape:
 
 def build_module(case: Case, settings: ExportSettings) -> tuple[torch.nn.Module, dict]:
     module = case.build(settings.cfg)
-    params = make_params(module, settings.seed)
+    params = make_params(module, settings.seed, case.weight_init)
     return load_params(module.to(DTYPES[settings.dtype]), params), params
 
 
@@ -471,8 +471,13 @@ def _describe(settings: dict[str, object]) -> str:
     return f"{settings['exporter']} opset {settings['opset']} {settings['dtype']}"
 
 
-# Biggest graphs first (by the case's size class), so that the longest export never starts last.
+# Biggest graphs first (by the case's size class), so that the longest export never starts last;
+# a class not listed here goes last.
 _SIZE_ORDER = ("model", "stack", "layer", "component")
+
+
+def _size_rank(case: Case) -> int:
+    return _SIZE_ORDER.index(case.tolerance) if case.tolerance in _SIZE_ORDER else len(_SIZE_ORDER)
 
 
 def export_jobs(
@@ -540,7 +545,7 @@ def _settle_jobs(jobs, folders, on_done, force, workers) -> list[ExportRecord]:
             settle(key, current[key])
         else:
             to_export.append(key)
-    to_export.sort(key=lambda k: _SIZE_ORDER.index(jobs[todo[k][0]].case.tolerance))
+    to_export.sort(key=lambda k: _size_rank(jobs[todo[k][0]].case))
     first = {key: jobs[todo[key][0]] for key in to_export}
     # A model needed in several folders is exported into the first; the others copy it.
     for key in to_export:

@@ -40,7 +40,6 @@ from tconform.folders import (
 from tconform.registry import Case, Shape
 from tconform.schema import check_golden_manifest
 from tconform.versions import library_versions, tool_version
-from tconform.weights import make_params
 
 STORED_DTYPE = np.float32
 
@@ -59,13 +58,9 @@ class InputSet:
     outputs: dict[str, np.ndarray]  # float32, the oracle's value correctly rounded
 
 
-def case_params(case: Case, cfg: ModelConfig, seed: int) -> dict[str, np.ndarray]:
-    return make_params(case.build(cfg), seed)
-
-
 def generate_case(case: Case, cfg: ModelConfig, seed: int) -> list[InputSet]:
     """The case's input sets and exact outputs, in memory."""
-    params = case_params(case, cfg, seed)
+    params = case.make_params(cfg, seed)
     sets = []
     for n, shape in enumerate(input_shapes(cfg)):
         rng = np.random.default_rng([seed, zlib.crc32(case.name.encode()), n])

@@ -2,19 +2,21 @@
 
 Each case names a torch module factory, the oracle function that computes the same thing in
 float64, its inputs and outputs (with symbolic axes, from which dynamic ONNX axes and example
-inputs are derived) and its tolerance class. export, golden, verify, bench and the tests all
-iterate over `CASES`; adding a component is one entry here.
+inputs are derived), its tolerance class, its matrix-multiply FLOP count (bench's ceiling share)
+and any weight-initialisation rule of its own. export, golden, verify, bench and the tests all
+iterate over `CASES`; adding a component is one entry here (docs/design.md has the checklist).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from torch import nn
 
-from tconform import oracle, reference
+from tconform import costs, oracle, reference
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.oracle import Params, scope
@@ -62,6 +64,14 @@ class Case:
     inputs: Callable[[ModelConfig], tuple[TensorSpec, ...]]
     outputs: Callable[[ModelConfig], tuple[TensorSpec, ...]]
     tolerance: str  # a row of tconform.compare.TOLERANCES
+    # Matrix-multiply FLOP of one forward pass, from the config (tconform/costs.py); None: torch's
+    # FlopCounterMode counts them on the reference module.
+    flops: Callable[[ModelConfig, Shape], int] | None = None
+    # Initialisation rules for this case's own parameters, by the parameter's last name part,
+    # ahead of the defaults in tconform/weights.py: leaf -> (shape, rng) -> float64 array.
+    weight_init: Mapping[str, Callable[[tuple[int, ...], np.random.Generator], np.ndarray]] = field(
+        default_factory=dict
+    )
 
     def module_target(self, cfg: ModelConfig, params: dict[str, np.ndarray]):
         """The reference module with these weights, as the torch runtimes open it."""
@@ -69,6 +79,51 @@ class Case:
         from tconform.weights import load_params
 
         return ModuleTarget(lambda: load_params(self.build(cfg), params), self.inputs(cfg))
+
+    def make_params(self, cfg: ModelConfig, seed: int) -> dict[str, np.ndarray]:
+        """The case's deterministic float32-representable weights (tconform/weights.py)."""
+        from tconform.weights import make_params
+
+        return make_params(self.build(cfg), seed, self.weight_init)
+
+    def flop_count(self, cfg: ModelConfig, shape: Shape) -> int:
+        """Matrix-multiply FLOP of one forward pass at `shape`."""
+        if self.flops is not None:
+            return self.flops(cfg, shape)
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with torch.device("meta"):  # counts shapes only: no memory, no arithmetic
+            module = self.build(cfg).eval()
+            args = [
+                torch.empty(shape.resolve(s.axes, cfg), dtype=_META_DTYPES.get(s.kind, torch.bool))
+                for s in self.inputs(cfg)
+            ]
+            with torch.no_grad(), FlopCounterMode(display=False) as counter:
+                module(*args)
+        return counter.get_total_flops()
+
+    def parameter_shapes(self, cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+        """Name -> shape of every learned parameter, from the module built without memory."""
+        with torch.device("meta"):
+            return {n: tuple(p.shape) for n, p in self.build(cfg).named_parameters()}
+
+    def weight_bytes_read(self, cfg: ModelConfig, shape: Shape) -> int:
+        """float32 weight bytes one forward pass must read from memory (the memory floor): every
+        parameter, except that of an embedding table (leaf `table`) only the gathered rows,
+        at most one per token."""
+        tokens = shape.batch * max(shape.src_seq, shape.tgt_seq)
+        count = 0
+        for name, dims in self.parameter_shapes(cfg).items():
+            if name.rsplit(".", 1)[-1] == "table":
+                rows, width = dims
+                count += min(rows, tokens) * width
+            else:
+                count += int(np.prod(dims, dtype=np.int64))
+        return count * FLOAT32_BYTES
+
+
+FLOAT32_BYTES = 4
+_META_DTYPES = {"float": torch.float32, "src_ids": torch.int64, "tgt_ids": torch.int64}
 
 
 def _fixed(*specs: TensorSpec) -> Callable[[ModelConfig], tuple[TensorSpec, ...]]:
@@ -100,6 +155,10 @@ def _transformer_outputs(cfg: ModelConfig) -> tuple[TensorSpec, ...]:
     return (LOGITS, PROBS)
 
 
+def _no_matmuls(cfg: ModelConfig, shape: Shape) -> int:
+    return 0
+
+
 CASES: tuple[Case, ...] = (
     Case(
         "embedding",
@@ -109,6 +168,7 @@ CASES: tuple[Case, ...] = (
         _fixed(SRC_IDS),
         _fixed(OUT_SRC),
         "component",
+        flops=_no_matmuls,
     ),
     Case(
         "positional_encoding",
@@ -118,6 +178,7 @@ CASES: tuple[Case, ...] = (
         _fixed(X_SRC),
         _fixed(OUT_SRC),
         "component",
+        flops=_no_matmuls,
     ),
     Case(
         "attention",
@@ -137,6 +198,7 @@ CASES: tuple[Case, ...] = (
             TensorSpec("weights", ("batch", "heads", "tgt_seq", "src_seq")),
         ),
         "component",
+        flops=lambda cfg, s: 2 * (2 * s.batch * s.tgt_seq * s.src_seq * cfg.d_model),
     ),
     Case(
         "mha_self",
@@ -146,6 +208,7 @@ CASES: tuple[Case, ...] = (
         _fixed(X_SRC, SRC_KEEP),
         _fixed(OUT_SRC),
         "component",
+        flops=lambda cfg, s: costs.attention_flops(cfg, s.batch, s.src_seq, s.src_seq),
     ),
     Case(
         "mha_causal",
@@ -157,6 +220,7 @@ CASES: tuple[Case, ...] = (
         _fixed(Y_TGT, TGT_KEEP),
         _fixed(OUT_TGT),
         "component",
+        flops=lambda cfg, s: costs.attention_flops(cfg, s.batch, s.tgt_seq, s.tgt_seq),
     ),
     Case(
         "mha_cross",
@@ -166,6 +230,7 @@ CASES: tuple[Case, ...] = (
         _fixed(Y_TGT, MEMORY, SRC_KEEP),
         _fixed(OUT_TGT),
         "component",
+        flops=lambda cfg, s: costs.attention_flops(cfg, s.batch, s.tgt_seq, s.src_seq),
     ),
     Case(
         "feed_forward",
@@ -175,6 +240,7 @@ CASES: tuple[Case, ...] = (
         _fixed(X_SRC),
         _fixed(OUT_SRC),
         "component",
+        flops=lambda cfg, s: costs.feed_forward_flops(cfg, s.batch, s.src_seq),
     ),
     Case(
         "norm",
@@ -184,6 +250,7 @@ CASES: tuple[Case, ...] = (
         _fixed(X_SRC),
         _fixed(OUT_SRC),
         "component",
+        flops=_no_matmuls,
     ),
     Case(
         "encoder_layer",
@@ -193,6 +260,7 @@ CASES: tuple[Case, ...] = (
         _fixed(X_SRC, SRC_KEEP),
         _fixed(OUT_SRC),
         "layer",
+        flops=lambda cfg, s: costs.encoder_layer_flops(cfg, s.batch, s.src_seq),
     ),
     Case(
         "decoder_layer",
@@ -204,6 +272,7 @@ CASES: tuple[Case, ...] = (
         _fixed(Y_TGT, MEMORY, SRC_KEEP, TGT_KEEP),
         _fixed(OUT_TGT),
         "layer",
+        flops=lambda cfg, s: costs.decoder_layer_flops(cfg, s.batch, s.src_seq, s.tgt_seq),
     ),
     Case(
         "encoder",
@@ -213,6 +282,7 @@ CASES: tuple[Case, ...] = (
         _fixed(X_SRC, SRC_KEEP),
         _fixed(OUT_SRC),
         "stack",
+        flops=lambda cfg, s: cfg.n_layers * costs.encoder_layer_flops(cfg, s.batch, s.src_seq),
     ),
     Case(
         "decoder",
@@ -224,6 +294,9 @@ CASES: tuple[Case, ...] = (
         _fixed(Y_TGT, MEMORY, SRC_KEEP, TGT_KEEP),
         _fixed(OUT_TGT),
         "stack",
+        flops=lambda cfg, s: (
+            cfg.n_layers * costs.decoder_layer_flops(cfg, s.batch, s.src_seq, s.tgt_seq)
+        ),
     ),
     Case(
         "output_head",
@@ -233,6 +306,7 @@ CASES: tuple[Case, ...] = (
         _fixed(Y_TGT),
         _fixed(LOGITS, PROBS),
         "component",
+        flops=lambda cfg, s: costs.head_flops(cfg, s.batch, s.tgt_seq),
     ),
     Case(
         "transformer",
@@ -242,17 +316,20 @@ CASES: tuple[Case, ...] = (
         _transformer_inputs,
         _transformer_outputs,
         "model",
+        flops=lambda cfg, s: costs.transformer_flops(cfg, s.batch, s.src_seq, s.tgt_seq),
     ),
 )
 
-CASE_NAMES = tuple(c.name for c in CASES)
+
+def case_names() -> tuple[str, ...]:
+    return tuple(c.name for c in CASES)
 
 
 def get_case(name: str) -> Case:
     for case in CASES:
         if case.name == name:
             return case
-    raise UsageError(f"unknown case {name!r}; choose from {', '.join(CASE_NAMES)}")
+    raise UsageError(f"unknown case {name!r}; choose from {', '.join(case_names())}")
 
 
 def select_cases(names: tuple[str, ...] | list[str] | None) -> tuple[Case, ...]:

@@ -59,14 +59,14 @@ def config_of(data: dict, path: Path) -> ModelConfig:
 def check_golden_manifest(data: dict, path: Path) -> None:
     """The golden manifest: config, seed and, per case, sets of tensor shapes and a sha256 for
     every tensor file (listed under a valid set name, never a path of its own)."""
-    from tconform.registry import CASE_NAMES
+    from tconform.registry import case_names
 
     config_of(data, path)
     expect_int(data.get("seed"), path, "'seed'", 0, MAX_SEED)
     cases = expect_object(data.get("cases"), path, "'cases'")
     for name, entry in cases.items():
         where = f"case {name!r}"
-        if name not in CASE_NAMES:
+        if name not in case_names():
             raise _fail(path, where, "is not a case this tconform knows")
         entry = expect_object(entry, path, where)
         sets = expect_object(entry.get("sets"), path, f"{where} 'sets'")
@@ -88,7 +88,7 @@ def check_golden_manifest(data: dict, path: Path) -> None:
 def check_artifacts_manifest(data: dict, path: Path) -> None:
     """The artifacts manifest: per model its file (always CASE/model.onnx), sha256 and settings."""
     from tconform.export import DTYPES, EXPORTERS
-    from tconform.registry import CASE_NAMES
+    from tconform.registry import case_names
 
     models = expect_object(data.get("models", {}), path, "'models'")
     if "exporter" in data and not _one_of(data["exporter"], EXPORTERS):
@@ -99,7 +99,7 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
         expect_int(data["opset"], path, "'opset'", 1, 100)
     for name, entry in models.items():
         where = f"model {name!r}"
-        if name not in CASE_NAMES:
+        if name not in case_names():
             raise _fail(path, where, "is not a case this tconform knows")
         entry = expect_object(entry, path, where)
         if entry.get("path") != f"{name}/model.onnx":

@@ -81,7 +81,7 @@ def select_cases(options: VerifyOptions, manifest: dict, golden_dir: Path) -> tu
             if case.name not in manifest["cases"]:
                 raise UsageError(f"{golden_dir}: no goldens for case {case.name!r}")
         return cases
-    missing = [name for name in registry.CASE_NAMES if name not in manifest["cases"]]
+    missing = [name for name in registry.case_names() if name not in manifest["cases"]]
     if missing:
         raise UsageError(
             f"{golden_dir}: no goldens for case {missing[0]!r} (a plain verify checks every "
@@ -353,7 +353,7 @@ def _verify_locked(
         progress(f"[{n}/{len(cases)}] {case.name}")
         sets = golden.read_case(options.golden_dir, manifest, case, cfg)
         model = models[case.name]
-        subject = Subject(model.path, case.module_target(cfg, golden.case_params(case, cfg, seed)))
+        subject = Subject(model.path, case.module_target(cfg, case.make_params(cfg, seed)))
         for runtime in runtimes:
             results = _runtime_results(runtime, model, subject, sets, options)
             if options.localise:

@@ -52,3 +52,15 @@ def cli(capsys):
         return code, out, err
 
     return run
+
+
+TIERS = ("unit", "integration")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test belongs to exactly one tier, so `pytest -m unit` is the fast suite."""
+    untiered = [
+        i.nodeid for i in items if sum(i.get_closest_marker(t) is not None for t in TIERS) != 1
+    ]
+    if untiered:
+        raise pytest.UsageError(f"tests without exactly one of {TIERS} markers: {untiered[:5]}")

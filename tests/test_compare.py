@@ -1,6 +1,9 @@
 import numpy as np
+import pytest
 
 from tconform.compare import Tolerance, compare_output
+
+pytestmark = pytest.mark.unit
 
 TOL = Tolerance(1e-5, 1e-4, "test")
 

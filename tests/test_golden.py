@@ -5,6 +5,8 @@ from tconform import golden, registry
 from tconform.config import PRESETS
 from tconform.errors import UsageError
 
+pytestmark = pytest.mark.unit
+
 TINY = PRESETS["tiny"]
 CASES = (registry.get_case("feed_forward"), registry.get_case("transformer"))
 
@@ -31,7 +33,7 @@ def test_round_trip_and_input_sets_cover_dynamic_axes(tmp_path):
     assert sets[2].inputs["tgt_ids"].shape == (3, TINY.max_seq_len)
     assert not sets[2].inputs["src_keep"].all()  # padding masks really mask positions
     assert sets[1].outputs["probs"].dtype == np.float32
-    params = golden.case_params(CASES[1], TINY, 1)
+    params = CASES[1].make_params(TINY, 1)
     exact = registry.run_oracle(CASES[1], TINY, params, sets[1].inputs)
     assert np.array_equal(sets[1].outputs["logits"], exact[0].astype(np.float32))
 
@@ -64,7 +66,7 @@ def test_check_passes_on_a_fresh_folder_and_catches_a_changed_value(tmp_path):
     assert golden.check(tmp_path / "g", CASES)[0] == []
     # A plain check expects every registry case: the others are missing, not fine.
     missing = {d.path.rsplit("/", 1)[-1] for d in golden.check(tmp_path / "g")[0]}
-    assert missing == set(registry.CASE_NAMES) - {c.name for c in CASES}
+    assert missing == set(registry.case_names()) - {c.name for c in CASES}
     # Rewrite one output 3 ulp away and fix its sha256, so only regeneration can tell.
     path = tmp_path / "g" / "feed_forward" / "test_data_set_1" / "output_0.pb"
     rel = "test_data_set_1/output_0.pb"

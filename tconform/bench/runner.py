@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from tconform import registry
-from tconform.bench import flops
 from tconform.bench.ceiling import measure_ceiling
 from tconform.bench.engines import OpenedEngine, open_ort, open_torch, parse_engines
 from tconform.bench.fusions import fused_model, fused_op_counts
@@ -294,7 +293,7 @@ def _measure(settings, case, batch, seq, engine, ep, opener, ceilings, log) -> d
         log(f"  {case.name} {batch}x{seq} {engine}/{ep}: skipped: {reason}")
         return {**row, "status": "skip", "reason": reason}
     stats = latency_stats(times)
-    flop = flops.case_flops(case.name, settings.cfg, batch, seq, seq)
+    flop = case.flop_count(settings.cfg, Shape(batch, seq, seq))
     gflops = flop / (stats.p50_ms / 1e3) / 1e9
     ceiling = ceilings.get(ep, {})
     row.update(
@@ -316,7 +315,7 @@ def _measure(settings, case, batch, seq, engine, ep, opener, ceilings, log) -> d
         details=opened.details,
     )
     if ep == "cpu" and batch == 1 and "copy_bandwidth_gbs" in ceiling:
-        weight_bytes = flops.streamed_weight_bytes(case.name, settings.cfg, batch, seq)
+        weight_bytes = case.weight_bytes_read(settings.cfg, Shape(batch, seq, seq))
         row["weight_bytes"] = weight_bytes
         row["memory_floor_ms"] = round_sig(weight_bytes / (ceiling["copy_bandwidth_gbs"] * 1e6))
     opened.close()

@@ -10,6 +10,8 @@ import pytest
 from tconform.bench.runner import profile_by_op_type, progress_bar
 from tconform.bench.timing import latency_stats, peak_rss_mb, timed_runs
 
+pytestmark = pytest.mark.unit
+
 
 def test_percentiles_mean_and_std_of_a_known_series():
     seconds = [ms / 1e3 for ms in range(1, 101)]  # 1 ms .. 100 ms

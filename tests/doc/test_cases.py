@@ -7,6 +7,8 @@ import pytest
 
 from tconform.doc import cases, verdict
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def by_id() -> dict[str, cases.DocCase]:

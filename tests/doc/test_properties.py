@@ -1,6 +1,7 @@
 """Each stated property holds on the oracle for drawn inputs and FAILS on a broken variant."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -8,6 +9,8 @@ from tconform import oracle, reference
 from tconform.config import PRESETS
 from tconform.doc import properties
 from tconform.weights import make_params
+
+pytestmark = pytest.mark.unit
 
 FAST = settings(max_examples=25, deadline=None)
 LIMIT = properties.LIMITS["float64"]

@@ -13,6 +13,8 @@ from tconform.doc import cases, checks, properties, report_results, run_document
 from tconform.doc.run import ComponentRunner, RuntimeOutcome, doc_runtimes
 from tconform.runtimes.providers import available_eps, unavailable_reason
 
+pytestmark = pytest.mark.integration
+
 FAST = settings(max_examples=25, deadline=None)
 FLOAT32_LIMIT = properties.LIMITS["float32"]
 RUNTIMES = ["ort-cpu", "torch"]

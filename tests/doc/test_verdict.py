@@ -3,6 +3,8 @@ import pytest
 
 from tconform.doc import verdict
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("printed", "unit"),

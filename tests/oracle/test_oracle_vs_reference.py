@@ -11,6 +11,8 @@ from tconform import registry
 from tconform.config import PRESETS
 from tconform.weights import load_params, make_params
 
+pytestmark = pytest.mark.unit
+
 TINY = PRESETS["tiny"]
 
 # The tiny preset, each variant option flipped on its own, and the documents' full variants.
@@ -34,7 +36,7 @@ VARIANT_CONFIGS = {
 
 
 @pytest.mark.parametrize("variant", list(VARIANT_CONFIGS))
-@pytest.mark.parametrize("case", registry.CASES, ids=registry.CASE_NAMES)
+@pytest.mark.parametrize("case", registry.CASES, ids=registry.case_names())
 def test_reference_float64_matches_oracle(case, variant):
     cfg = VARIANT_CONFIGS[variant]
     module = case.build(cfg).double()

@@ -18,6 +18,8 @@ from tconform.fp16 import (
 )
 from tconform.runtimes.onnxruntime import OrtRuntime
 
+pytestmark = pytest.mark.integration
+
 DOC002 = PRESETS["tiny-doc002"]  # masked_fill(-1e9), std-based norm
 CASE_NAMES = ("attention", "norm", "feed_forward")
 

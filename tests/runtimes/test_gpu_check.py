@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 GPU_CHECK = SCRIPTS / "gpu_check.sh"
 WHEEL = "onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_27_x86_64.whl"

@@ -19,6 +19,8 @@ from tconform.runtimes import onnxruntime as onnxruntime_runtime
 from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
 from tconform.runtimes.providers import parse_provider_options, reason_from_log, unavailable_reason
 
+pytestmark = pytest.mark.integration
+
 CUDA_MISSING = unavailable_reason("cuda")
 needs_cuda = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"CUDA EP: {CUDA_MISSING}")
 TINY = PRESETS["tiny"]
