@@ -26,6 +26,7 @@ import torch
 
 from tconform import oracle, reference
 from tconform.config import PRESETS, ModelConfig
+from tconform.doc.data import paper
 
 # Worst violation allowed: float64 evaluation noise, or float32 rounding of O(1) values after a
 # few operations (PE angles up to ~12 rad lose ~1e-6 in float32's sin/cos).
@@ -133,22 +134,8 @@ def shape_violation(output: np.ndarray, expected: tuple[int, ...]) -> float:
     return 0.0 if tuple(output.shape) == tuple(expected) else 1.0
 
 
-# --- "Attention Is All You Need", Table 3 ----------------------------------------------------
+# --- "Attention Is All You Need", Table 3 (the rows: tconform/doc/data/paper.py) ----------
 
-PAPER_VOCAB = 37000  # the shared source/target BPE vocabulary of the paper's EN-DE model
-# Table 3 rows: (name, changes to the base model, parameters in millions as printed).
-PAPER_TABLE_3 = (
-    ("base", {}, 65),
-    ("big", {"d_model": 1024, "n_heads": 16, "ffn_mult": 4}, 213),
-    ("N=2", {"n_layers": 2}, 36),
-    ("N=4", {"n_layers": 4}, 50),
-    ("N=8", {"n_layers": 8}, 80),
-    # Row (C) changes d_model with d_ff kept at 2048: ffn_mult = 2048 / d_model.
-    ("d_model=256", {"d_model": 256, "n_heads": 8, "ffn_mult": 8}, 28),
-    ("d_model=1024", {"d_model": 1024, "n_heads": 8, "ffn_mult": 2}, 168),
-    ("d_ff=1024", {"ffn_mult": 2}, 53),
-    ("d_ff=4096", {"ffn_mult": 8}, 90),
-)
 PAPER_COUNT_TOLERANCE = 0.05
 
 
@@ -169,22 +156,24 @@ def reference_parameter_count(cfg: ModelConfig, shared_embedding: bool = True) -
 
 def paper_counts(shared_embedding: bool = True) -> dict[str, int]:
     """Row -> our reference's parameter count for every Table 3 row (d_ff = ffn_mult·d_model)."""
-    base = PRESETS["base"].replace(src_vocab=PAPER_VOCAB, tgt_vocab=PAPER_VOCAB)
+    base = PRESETS["base"].replace(src_vocab=paper.VOCAB, tgt_vocab=paper.VOCAB)
     return {
         name: reference_parameter_count(base.replace(**changes), shared_embedding)
-        for name, changes, _ in PAPER_TABLE_3
+        for name, changes, _ in paper.TABLE_3
     }
 
 
 def paper_count_violations(counts: Mapping[str, int]) -> dict[str, float]:
     """Row -> |count / printed - 1|."""
-    return {name: abs(counts[name] / (millions * 1e6) - 1.0) for name, _, millions in PAPER_TABLE_3}
+    return {
+        name: abs(counts[name] / (float(millions) * 1e6) - 1.0)
+        for name, _, millions in paper.TABLE_3
+    }
 
 
 __all__ = [
     "LIMITS",
     "PAPER_COUNT_TOLERANCE",
-    "PAPER_TABLE_3",
     "causal_violation",
     "concat_of_heads",
     "multi_head_violation",
