@@ -40,7 +40,7 @@ ORT_VARIANTS = {
 BASELINE = "onnxruntime"
 ENGINES = (*ORT_VARIANTS, "torch", "torch-compile")
 # onnxruntime-fused is opt-in: ONNX Runtime's own session-time fusions already do what the
-# optimizer adds on these graphs (docs/performance.md), and its graph is not verified.
+# optimizer adds on these graphs (docs/performance.md).
 DEFAULT_ENGINES = ("onnxruntime", "onnxruntime-sdpa", "torch", "torch-compile")
 
 

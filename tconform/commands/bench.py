@@ -41,7 +41,7 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     help="Restrict to these engines (repeatable): onnxruntime (the plain export), "
     "onnxruntime-sdpa (the --attention sdpa export: one fused ONNX Attention node per "
     "attention), onnxruntime-fused (the plain export through the onnxruntime.transformers "
-    "optimizer; unverified, opt-in), torch, torch-compile [all but onnxruntime-fused]. "
+    "optimizer; opt-in), torch, torch-compile [all but onnxruntime-fused]. "
     "The report names the fastest ONNX Runtime variant per case and shape.",
 )
 @ep_option("all")
