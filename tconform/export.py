@@ -496,10 +496,8 @@ class _Folder:
 
 
 def _describe(settings: dict[str, object]) -> str:
-    return (
-        f"{settings['exporter']} opset {settings['opset']} {settings['dtype']} "
-        f"{settings['attention']}-attention"
-    )
+    kernel = "" if settings["attention"] == "plain" else f" {settings['attention']}-attention"
+    return f"{settings['exporter']} opset {settings['opset']} {settings['dtype']}{kernel}"
 
 
 # Biggest graphs first (by the case's size class), so that the longest export never starts last.
