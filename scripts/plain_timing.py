@@ -1,30 +1,37 @@
-"""Re-time the whole model at base dimensions with plain onnxruntime and torch calls, outside
-`tconform bench`, as a cross-check of its p50s (docs/performance.md).
+"""Re-time what `tconform bench` reported with plain onnxruntime and torch calls, outside
+tconform's timing code, as a cross-check of its p50s (docs/performance.md).
 
-    python scripts/plain_timing.py [--model artifacts/bench/base/transformer/model.onnx]
-        [--batch 1] [--seq 32] [--runs 30] [--rounds 2] [--threads 2]
+    python scripts/plain_timing.py BENCH.json [--runs 20] [--json OUT.json]
 
-The model must be the bench's export (`tconform bench --case transformer` writes it). Each round
-times ONNX Runtime with intra-op spinning on and off, and the torch reference in eager mode, on
-the same inputs; it prints the median of `--runs` timed calls after 3 warm-up calls.
+For every "best" entry of the bench report (the fastest ONNX Runtime variant per case, shape
+and provider; CPU only), it loads the same model file with the same threads and session config
+and times it on the same inputs, with intra-op spinning as the bench had it, the other way,
+and with the worker threads pinned to cores (session.intra_op_thread_affinities); then the
+torch reference in eager mode. Each figure is the median of --runs calls after 2 warm-ups. It
+prints whether the plain p50 agrees with the bench's within 35 %.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import torch
 
 from tconform import registry
-from tconform.config import PRESETS
+from tconform.config import get_preset
 from tconform.export import ExportSettings, build_module
 from tconform.runtimes.torch import TorchRuntime
 
+AGREEMENT = 0.35
+SPINNING = "session.intra_op.allow_spinning"
 
-def median_ms(run, runs: int, warmup: int = 3) -> float:
+
+def median_ms(run, runs: int, warmup: int = 2) -> float:
     for _ in range(warmup):
         run()
     times = []
@@ -35,44 +42,75 @@ def median_ms(run, runs: int, warmup: int = 3) -> float:
     return float(np.median(times) * 1e3)
 
 
+def ort_session(model: str, threads: int, config: dict[str, str]) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    for key, value in config.items():
+        options.add_session_config_entry(key, value)
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def session_configs(bench_config: dict[str, str], threads: int) -> dict[str, dict[str, str]]:
+    """The bench's own session config, spinning the other way, and pinned worker threads (one
+    logical processor each, 1-based, after the first, which the calling thread shares)."""
+    flipped = "0" if bench_config.get(SPINNING, "1") == "1" else "1"
+    pinned = ";".join(str(cpu) for cpu in range(2, threads + 1))
+    configs = {
+        "as bench": dict(bench_config),
+        f"spinning={flipped}": {**bench_config, SPINNING: flipped},
+    }
+    if pinned:
+        configs["pinned"] = {**bench_config, "session.intra_op_thread_affinities": pinned}
+    return configs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="artifacts/bench/base/transformer/model.onnx")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, default=32)
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("bench", type=Path, help="a tconform bench JSON report")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args()
 
-    cfg, case = PRESETS["base"], registry.get_case("transformer")
-    shape = registry.Shape(args.batch, args.seq, args.seq)
-    feeds = registry.make_inputs(case, cfg, shape, np.random.default_rng(0))  # as bench does
-
-    engines = {}
-    for spinning in ("1", "0"):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = args.threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
-        session = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
-        engines[f"onnxruntime spinning={spinning}"] = lambda s=session: s.run(None, feeds)
-
-    torch.set_num_threads(args.threads)
-    _, params = build_module(case, ExportSettings(cfg))  # the export's weights
-    module = TorchRuntime().open(case, cfg, params).module
-    tensors = [torch.from_numpy(feeds[spec.name]) for spec in case.inputs(cfg)]
-
-    def torch_run() -> None:
+    report = json.loads(args.bench.read_text())
+    settings = report["settings"]
+    cfg, threads = get_preset(settings["preset"]), settings["intra_op_threads"]
+    torch.set_num_threads(threads)
+    checks = []
+    for best in (b for b in report["best"] if b["ep"] == "cpu"):
+        row = next(
+            r
+            for r in report["results"]
+            if (r["case"], r["batch"], r["seq"], r["ep"], r["engine"])
+            == (best["case"], best["batch"], best["seq"], "cpu", best["best_engine"])
+        )
+        case = registry.get_case(best["case"])
+        shape = registry.Shape(best["batch"], best["seq"], best["seq"])
+        feeds = registry.make_inputs(case, cfg, shape, np.random.default_rng(0))  # as bench
+        runs = max(3, args.runs if best["batch"] * best["seq"] <= 256 else args.runs // 4)
+        figures = {}
+        for name, config in session_configs(settings.get("session_config", {}), threads).items():
+            session = ort_session(row["details"]["model"], threads, config)
+            run = lambda s=session, f=feeds: s.run(None, f)  # noqa: E731
+            figures[f"onnxruntime {name}"] = median_ms(run, runs)
+            del session
+        _, params = build_module(case, ExportSettings(cfg))  # the export's weights
+        module = TorchRuntime().open(case.module_target(cfg, params)).module
+        tensors = [torch.from_numpy(feeds[spec.name]) for spec in case.inputs(cfg)]
         with torch.inference_mode():
-            module(*tensors)
-
-    engines["torch eager"] = torch_run
-    for round_ in range(1, args.rounds + 1):
-        medians = {name: median_ms(run, args.runs) for name, run in engines.items()}
-        for name, ms in medians.items():
-            print(f"round {round_}  {name:28s} p50 {ms:8.2f} ms")
-        ratio = medians["onnxruntime spinning=1"] / medians["torch eager"]
-        print(f"round {round_}  onnxruntime / torch = {ratio:.2f}")
+            figures["torch eager"] = median_ms(lambda m=module, t=tensors: m(*t), runs)
+        plain = figures["onnxruntime as bench"]
+        agrees = abs(plain / best["p50_ms"] - 1) <= AGREEMENT
+        what = f"{best['case']} {best['batch']}x{best['seq']} {best['best_engine']}"
+        for name, ms in figures.items():
+            print(f"{what}: {name:28s} p50 {ms:9.2f} ms")
+        verdict = "yes" if agrees else "NO"
+        print(
+            f"{what}: bench p50 {best['p50_ms']} ms, plain {plain:.2f} ms "
+            f"(ratio {plain / best['p50_ms']:.2f}; within {AGREEMENT:.0%}: {verdict})"
+        )
+        checks.append({**best, "plain_timing_ms": figures, "runs": runs, "agrees": agrees})
+    if args.json:
+        args.json.write_text(json.dumps({"bench": str(args.bench), "checks": checks}, indent=2))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ Placement = Literal["post", "pre"]
 MaskFill = Literal["-inf", "-1e9"]
 PositionalFormula = Literal["formula", "doc002_listing"]
 DecoderInput = Literal["target", "source"]
+# How the exported graph computes attention: an export setting, not a model option, since both
+# compute the same function (reference/attention.py; docs/performance.md).
+AttentionKernel = Literal["plain", "sdpa"]
+ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 
 # Where each option comes from; used in --help, the README table and `tconform presets`.
 OPTION_SOURCES: dict[str, str] = {

@@ -2,15 +2,17 @@
 
 `DIR/<case>/model.onnx` uses the same case names as golden/, so a model and its goldens form one
 standard ONNX test case. `DIR/manifest.json` records per model the component, config, seed,
-exporter, opset, IR version, inputs/outputs with dynamic axes, sha256 and the cache key.
+exporter, opset, attention kernel, IR version, inputs/outputs with dynamic axes, sha256 and the
+cache key.
 
 The cache only ever replaces its own, unchanged files. A model is re-exported when its key
-(config, seed, case, exporter, opset, dtype, library versions, and the source of the code that
-defines the model) changes, but only if the manifest records the file and the file's sha256
-still equals the recorded one. A file with no manifest entry, in a folder with no manifest, or
-changed since tconform wrote it is somebody else's model: it is never replaced, only refused
-(`--model CASE=PATH` verifies it as it is; `tconform export --force` replaces it). A folder holds
-models of one exporter, opset and dtype, so that nothing switches a folder's precision silently.
+(config, seed, case, exporter, opset, dtype, attention kernel, library versions, and the source
+of the code that defines the model) changes, but only if the manifest records the file and the
+file's sha256 still equals the recorded one. A file with no manifest entry, in a folder with no
+manifest, or changed since tconform wrote it is somebody else's model: it is never replaced,
+only refused (`--model CASE=PATH` verifies it as it is; `tconform export --force` replaces it).
+A folder holds models of one exporter, opset, dtype and attention kernel, so that nothing
+switches a folder's precision or graph silently.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import onnxruntime
 import torch
 
 from tconform import registry
-from tconform.config import ModelConfig
+from tconform.config import ATTENTION_KERNELS, ModelConfig
 from tconform.errors import UsageError
 from tconform.files import atomic_write_bytes, atomic_write_json, sha256_file
 from tconform.folders import (
@@ -51,6 +53,7 @@ from tconform.folders import (
     require_artifacts_folder,
 )
 from tconform.provenance import ModelProvenance
+from tconform.reference.attention import use_attention_kernel
 from tconform.registry import Case, Shape
 from tconform.schema import check_artifacts_manifest
 from tconform.versions import library_versions
@@ -59,6 +62,15 @@ from tconform.weights import DEFAULT_SEED, load_params, make_params
 EXPORTERS = ("dynamo", "torchscript")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 DEFAULT_OPSET = 18
+# ONNX's Attention op, which the "sdpa" kernel exports to, exists from opset 23 on; below it
+# the exporter spells the fused call out as MatMul, Softmax, Where, ... again.
+ATTENTION_OPSET = 23
+
+
+def default_opset(attention: str) -> int:
+    return ATTENTION_OPSET if attention == "sdpa" else DEFAULT_OPSET
+
+
 MAX_IR_VERSION = 10  # ONNX Runtime 1.30/1.31 refuse IR > 13; the exporters write <= 10
 
 # The source files whose text decides what a case exports.
@@ -81,6 +93,7 @@ class ExportSettings:
     exporter: str = "dynamo"
     opset: int = DEFAULT_OPSET
     dtype: str = "float32"
+    attention: str = "plain"  # one of ATTENTION_KERNELS (reference/attention.py)
 
     def __post_init__(self) -> None:
         if self.exporter not in EXPORTERS:
@@ -89,6 +102,13 @@ class ExportSettings:
             )
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
+        if self.attention not in ATTENTION_KERNELS:
+            raise UsageError(
+                f"unknown attention kernel {self.attention!r}; "
+                f"choose from {', '.join(ATTENTION_KERNELS)}"
+            )
+        if self.attention == "sdpa" and self.exporter != "dynamo":
+            raise UsageError("--attention sdpa needs the dynamo exporter (ONNX Attention op)")
         top = 20 if self.exporter == "torchscript" else 23
         if not 17 <= self.opset <= top:
             raise UsageError(f"opset {self.opset} out of range for {self.exporter}: 17..{top}")
@@ -111,6 +131,7 @@ def cache_key(case: Case, settings: ExportSettings) -> str:
             "exporter": settings.exporter,
             "opset": settings.opset,
             "dtype": settings.dtype,
+            "attention": settings.attention,
             "versions": {k: v for k, v in library_versions().items() if k != "python"},
             "source": _source_digest(),
         },
@@ -126,7 +147,7 @@ def example_shape(cfg: ModelConfig) -> Shape:
 
 
 def build_module(case: Case, settings: ExportSettings) -> tuple[torch.nn.Module, dict]:
-    module = case.build(settings.cfg)
+    module = use_attention_kernel(case.build(settings.cfg), settings.attention)
     params = make_params(module, settings.seed, case.weight_init)
     return load_params(module.to(DTYPES[settings.dtype]), params), params
 
@@ -253,6 +274,8 @@ class ExportRecord:
     dynamic_axes: dict[str, dict[int, str]]
     producer: str = ""
     opsets: dict[str, int] = field(default_factory=dict)
+    attention: str = "plain"
+    attention_nodes: int = 0  # ONNX Attention nodes in the graph (the fused kernel's)
     folder: str = ""  # the artifacts folder it lives in (not part of the manifest entry)
     staged: str = ""  # where a new export waits to be placed (not part of the manifest entry)
 
@@ -363,6 +386,8 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
         dynamic_axes=dynamic_axes(case, settings.cfg),
         producer=producer,
         opsets={o.domain or "ai.onnx": o.version for o in model.opset_import},
+        attention=settings.attention,
+        attention_nodes=sum(node.op_type == "Attention" for node in model.graph.node),
         folder=str(out_dir),
         staged=str(staged / "model.onnx"),
     )
@@ -387,21 +412,23 @@ class ExportJob:
 
 
 # What a folder's models have in common; a folder never mixes them.
-FOLDER_SETTINGS = ("exporter", "opset", "dtype")
+FOLDER_SETTINGS = ("exporter", "opset", "dtype", "attention")
 
 
 def folder_settings(out_dir: Path) -> dict[str, object] | None:
-    """The exporter, opset and dtype of the models an artifacts folder holds (None: a new or
-    empty folder, whose settings the first export decides)."""
+    """The exporter, opset, dtype and attention kernel of the models an artifacts folder holds
+    (None: a new or empty folder, whose settings the first export decides)."""
     manifest = read_manifest(out_dir)
     if not manifest.get("models"):
         return None
-    # Manifests written before "opset" was recorded at the top: every model says its own.
+    # Manifests written before "opset" was recorded at the top: every model says its own;
+    # before "attention" was recorded, every model was plain.
     first = next(iter(manifest["models"].values()))
     found = {
         k: manifest.get(k, first.get(k) if isinstance(first, dict) else None)
         for k in FOLDER_SETTINGS
     }
+    found["attention"] = found["attention"] or "plain"
     return found
 
 
@@ -453,6 +480,7 @@ class _Folder:
                 "exporter": self.settings.exporter,
                 "opset": self.settings.opset,
                 "dtype": self.settings.dtype,
+                "attention": self.settings.attention,
                 "versions": library_versions(),
                 "models": self.models,
             },
@@ -468,7 +496,8 @@ class _Folder:
 
 
 def _describe(settings: dict[str, object]) -> str:
-    return f"{settings['exporter']} opset {settings['opset']} {settings['dtype']}"
+    kernel = "" if settings["attention"] == "plain" else f" {settings['attention']}-attention"
+    return f"{settings['exporter']} opset {settings['opset']} {settings['dtype']}{kernel}"
 
 
 # Biggest graphs first (by the case's size class), so that the longest export never starts last;

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tconform.config import MAX_SEED, ModelConfig
+from tconform.config import ATTENTION_KERNELS, MAX_SEED, ModelConfig
 from tconform.errors import UsageError
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -97,6 +97,8 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
         raise _fail(path, "'dtype'", f"is not one of {', '.join(DTYPES)}")
     if "opset" in data:
         expect_int(data["opset"], path, "'opset'", 1, 100)
+    if "attention" in data and not _one_of(data["attention"], ATTENTION_KERNELS):
+        raise _fail(path, "'attention'", f"is not one of {', '.join(ATTENTION_KERNELS)}")
     for name, entry in models.items():
         where = f"model {name!r}"
         if name not in case_names():

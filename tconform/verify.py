@@ -32,6 +32,7 @@ from tconform.export import (
     ExportRecord,
     ExportSettings,
     cache_key,
+    default_opset,
     export_jobs,
     folder_settings,
     read_manifest,
@@ -66,6 +67,7 @@ class VerifyOptions:
     export: bool = True  # False: --no-export, verify what the artifacts folder holds
     runtimes: tuple[str, ...] = ("onnxruntime", "torch")  # names in tconform.runtimes.RUNTIMES
     localise: bool = False  # name the first diverging submodule of each failing ORT result
+    attention: str | None = None  # --attention: the kernel the models must use [folder's own]
 
 
 Progress = Callable[[str], None]
@@ -92,20 +94,31 @@ def select_cases(options: VerifyOptions, manifest: dict, golden_dir: Path) -> tu
 
 def _artifact_settings(options: VerifyOptions, cfg: ModelConfig, seed: int) -> ExportSettings:
     """Export settings for the artifacts folder: the folder's own (a float16 folder stays
-    float16, a TorchScript folder TorchScript), or tconform's defaults for a new folder."""
+    float16, a TorchScript folder TorchScript), or tconform's defaults for a new folder. An
+    --attention kernel other than the folder's is refused: a folder holds one kernel's graphs."""
     held = folder_settings(options.artifacts_dir) or {}
+    attention = options.attention or str(held.get("attention", "plain"))
+    if held and held["attention"] != attention:
+        raise UsageError(
+            f"{options.artifacts_dir} holds {held['attention']}-attention models; verify "
+            f"--attention {attention} with an --artifacts folder of its own"
+        )
     return ExportSettings(
         cfg,
         seed,
         exporter=str(held.get("exporter", "dynamo")),
-        opset=int(held["opset"]) if held.get("opset") else ExportSettings(cfg).opset,
+        opset=int(held["opset"]) if held.get("opset") else default_opset(attention),
         dtype=str(held.get("dtype", "float32")),
+        attention=attention,
     )
 
 
 def _from_record(case: Case, record: ExportRecord, note: str = "") -> ModelUnderTest:
     path = Path(record.location)
-    return ModelUnderTest(case, path, record.provenance(), (note,) if note else ())
+    notes = (note,) if note else ()
+    if record.attention_nodes:  # the variant is part of what was checked
+        notes += (f"{record.attention} attention: {record.attention_nodes} ONNX Attention nodes",)
+    return ModelUnderTest(case, path, record.provenance(), notes)
 
 
 def _held_model(
@@ -334,6 +347,7 @@ def _verify_locked(
         "dtype": settings.dtype,
         "exporter": settings.exporter,
         "opset": settings.opset,
+        "attention": settings.attention,
         "eps": options.eps,
         "allow_missing_ep": options.allow_missing_ep,
         "runtimes": {label(r): r.settings() for r in runtimes},

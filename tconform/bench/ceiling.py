@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from tconform.bench.timing import timed_runs
+from tconform.bench.timing import round_sig, timed_runs
 from tconform.runtimes.onnxruntime import OrtRuntime
 from tconform.versions import cpu_name
 
@@ -106,3 +106,29 @@ def measure_ceiling(runtime: OrtRuntime) -> dict[str, object]:
         )
     ceiling["seconds"] = round(time.perf_counter() - started, 2)
     return ceiling
+
+
+def remeasure_ceiling(runtime: OrtRuntime, ceiling: dict, rows: list[dict]) -> None:
+    """Measure `runtime`'s GEMM ceiling again after the timings and keep the higher: on a
+    shared machine one measurement can land on someone else's burst of work, and a ceiling that
+    is too low would flatter every fraction. The rows' fractions and memory floors on that
+    provider are recomputed against the result."""
+    again = measure_ceiling(runtime)
+    ceiling["gemm_gflops_runs"] = [ceiling["gemm_gflops"], again["gemm_gflops"]]
+    ceiling["gemm_gflops"] = max(ceiling["gemm_gflops_runs"])
+    for key in ("numpy_gemm_gflops", "copy_bandwidth_gbs"):
+        if key in again:
+            ceiling[key] = max(ceiling[key], again[key])
+    for row in rows:
+        if row["ep"] != runtime.ep:
+            continue
+        if row.get("peak_fraction") is not None:
+            row["peak_fraction"] = round(row["gflops"] / ceiling["gemm_gflops"], 3)
+        if "weight_bytes" in row:
+            row["memory_floor_ms"] = memory_floor_ms(row["weight_bytes"], ceiling)
+
+
+def memory_floor_ms(weight_bytes: int, ceiling: dict) -> float:
+    """The time to stream `weight_bytes` once at the measured copy bandwidth: no forward pass
+    that reads every weight can be faster (the bound that matters at batch 1)."""
+    return round_sig(weight_bytes / (ceiling["copy_bandwidth_gbs"] * 1e6))

@@ -1,26 +1,47 @@
-"""The engines a bench run times: ONNX Runtime on one provider (on CUDA with and without IO
-binding), PyTorch eager and torch.compile on the same device. Each engine is opened once, gives
-back one call that runs a forward pass on fixed inputs, and is closed before the next opens, so
-that its peak memory is its own."""
+"""The engines a bench run times: ONNX Runtime on one provider, once per graph variant (on CUDA
+also with IO binding), PyTorch eager and torch.compile on the same device. Each engine is opened
+once, gives back one call that runs a forward pass on fixed inputs, and is closed before the
+next opens, so that its peak memory is its own."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from tconform.bench.fusions import fused_model, fused_op_counts
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.registry import Case
 from tconform.runtimes import Subject, make_runtime, open_subject
 from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.runtimes.torch import TorchRuntime
 
-ENGINES = ("onnxruntime", "onnxruntime-fused", "torch", "torch-compile")
-# onnxruntime-fused (the onnxruntime.transformers optimizer's graph) is an experiment: opt-in.
-DEFAULT_ENGINES = ("onnxruntime", "torch", "torch-compile")
+
+@dataclass(frozen=True)
+class OrtVariant:
+    """One graph ONNX Runtime is timed on: the export's attention kernel, and whether the
+    onnxruntime.transformers optimizer rewrote it (bench/fusions.py)."""
+
+    attention: str
+    optimizer: bool = False
+
+
+# The plain export is the baseline every variant's gain is measured against.
+ORT_VARIANTS = {
+    "onnxruntime": OrtVariant("plain"),
+    "onnxruntime-sdpa": OrtVariant("sdpa"),
+    "onnxruntime-fused": OrtVariant("plain", optimizer=True),
+}
+BASELINE = "onnxruntime"
+ENGINES = (*ORT_VARIANTS, "torch", "torch-compile")
+# onnxruntime-fused is opt-in: ONNX Runtime's own session-time fusions already do what the
+# optimizer adds on these graphs (docs/performance.md).
+DEFAULT_ENGINES = ("onnxruntime", "onnxruntime-sdpa", "torch", "torch-compile")
 
 
 def parse_engines(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -41,7 +62,74 @@ class OpenedEngine:
     details: dict[str, object] = field(default_factory=dict)
 
 
+Opener = Callable[[], OpenedEngine]
+
+
+def engine_openers(
+    engines: tuple[str, ...],
+    eps: tuple[str, ...],
+    case: Case,
+    cfg: ModelConfig,
+    params: dict[str, np.ndarray],
+    feeds: dict[str, np.ndarray],
+    models: dict[str, Path],
+    ort_runtime: Callable[[str], OrtRuntime],
+) -> list[tuple[str, str, Opener]]:
+    """(engine, provider, opener) for each of `engines` on each of `eps`, in report order.
+    `models` maps an attention kernel to `case`'s model exported with it; `ort_runtime(ep)` is
+    the ONNX Runtime the run times on `ep`."""
+    openers: list[tuple[str, str, Opener]] = []
+    for ep in eps:
+        runtime = ort_runtime(ep)
+        for engine, variant in ORT_VARIANTS.items():
+            if engine in engines:
+                model = models[variant.attention]
+                openers.append(
+                    (engine, ep, partial(_open_variant, runtime, model, variant, cfg, feeds))
+                )
+        if ep == "cuda" and BASELINE in engines:
+            openers.append(
+                (
+                    "onnxruntime-iobinding",
+                    ep,
+                    partial(open_ort, runtime, models["plain"], feeds, True),
+                )
+            )
+    # torch on every provider it has a device for (CUDA only where torch sees one).
+    for device in (ep for ep in eps if ep in TorchRuntime.eps):
+        for engine, compiled in (("torch", False), ("torch-compile", True)):
+            if engine in engines:
+                openers.append(
+                    (
+                        engine,
+                        device,
+                        partial(open_torch, case, cfg, params, feeds, device, compiled),
+                    )
+                )
+    return openers
+
+
 # --- ONNX Runtime -------------------------------------------------------------------------------
+
+
+def _open_variant(
+    runtime: OrtRuntime,
+    model: Path,
+    variant: OrtVariant,
+    cfg: ModelConfig,
+    feeds: dict[str, np.ndarray],
+) -> OpenedEngine:
+    """An ONNX Runtime session on `variant`'s graph of `model`."""
+    if not variant.optimizer:
+        opened = open_ort(runtime, model, feeds, False)
+        opened.details.update(attention=variant.attention, model=str(model))
+        return opened
+    fused = fused_model(model, cfg)
+    opened = open_ort(runtime, fused, feeds, False)
+    opened.details.update(
+        attention=variant.attention, model=str(fused), fused_ops=fused_op_counts(fused)
+    )
+    return opened
 
 
 def open_ort(

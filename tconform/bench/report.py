@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from tconform.bench.summary import summary_lines as best_lines
 from tconform.files import atomic_write_bytes, atomic_write_json
 from tconform.report.text import format_table
+from tconform.results import Status
 
 COLUMNS = (
     "case",
@@ -35,7 +37,7 @@ HEADERS = {
 def _cell(row: dict, key: str) -> str:
     if key == "shape":
         return f"{row['batch']}x{row['seq']}"
-    if row.get("status") != "pass" and key not in _TEXT_COLUMNS:
+    if row.get("status") != Status.PASS and key not in _TEXT_COLUMNS:
         return "-"
     value = row.get(key)
     if value is None:
@@ -55,7 +57,7 @@ def table(report: dict) -> str:
     right = [i for i, key in enumerate(COLUMNS) if key not in _TEXT_COLUMNS]
     lines = [format_table([HEADERS.get(k, k) for k in COLUMNS], rows, right)]
     for row in report["results"]:
-        if row.get("status") != "pass":
+        if row.get("status") != Status.PASS:
             lines.append(f"  {row['case']} {row['engine']}/{row['ep']}: skip: {row.get('reason')}")
         for op, share in list(row.get("profile", {}).items())[:8]:
             lines.append(
@@ -83,7 +85,7 @@ def ratio_lines(report: dict) -> list[str]:
     """Each ONNX Runtime engine's p50 over torch eager's, per case and shape, on each device
     (on CUDA with and without IO binding: the bound run is the like-for-like one, since torch's
     inputs and outputs stay on the device)."""
-    rows = [r for r in report["results"] if r.get("status") == "pass"]
+    rows = [r for r in report["results"] if r.get("status") == Status.PASS]
     by_key = {(r["case"], r["batch"], r["seq"], r["ep"], r["engine"]): r for r in rows}
     lines = []
     for (case, batch, seq, ep, engine), row in by_key.items():
@@ -92,6 +94,11 @@ def ratio_lines(report: dict) -> list[str]:
             ratio = row["p50_ms"] / torch_row["p50_ms"]
             lines.append(f"{case} {batch}x{seq} {ep}: {engine} p50 / torch p50 = {ratio:.2f}")
     return lines
+
+
+def summary_lines(report: dict) -> list[str]:
+    """What the terminal shows after the table: ceilings, ratios to torch, the best variants."""
+    return ceiling_lines(report) + ratio_lines(report) + best_lines(report.get("best", []))
 
 
 def markdown(report: dict) -> str:
@@ -111,9 +118,9 @@ def markdown(report: dict) -> str:
     out.write("|" + "---|" * len(keys) + "\n")
     for row in report["results"]:
         out.write("| " + " | ".join(_cell(row, k) for k in keys) + " |\n")
-    ratios = ratio_lines(report)
-    if ratios:
-        out.write("\n" + "".join(f"- {line}\n" for line in ratios))
+    lines = ratio_lines(report) + best_lines(report.get("best", []))
+    if lines:
+        out.write("\n" + "".join(f"- {line}\n" for line in lines))
     return out.getvalue()
 
 
@@ -133,7 +140,7 @@ def write_plot(path: Path, report: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in report["results"] if r.get("status") == "pass"]
+    rows = [r for r in report["results"] if r.get("status") == Status.PASS]
     groups = list(dict.fromkeys(f"{r['case']}\n{r['batch']}x{r['seq']}" for r in rows))
     engines = list(dict.fromkeys(f"{r['engine']}/{r['ep']}" for r in rows))
     width = 0.8 / max(1, len(engines))

@@ -1,13 +1,13 @@
-"""One bench run: export (cached), measure the ceiling per provider, then time every engine on
-every case and shape with the same inputs, one row per measurement."""
+"""One bench run, top to bottom: validate the settings, export every graph variant (cached),
+measure each provider's ceiling, time every engine on every case and shape with the same
+inputs (bench/measure.py, one row per measurement), profile ONNX Runtime's rows on request,
+measure the ceiling again, and sum up the best variant per case and shape (bench/summary.py)."""
 
 from __future__ import annotations
 
-import gc
 import os
-import tempfile
-from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,29 +15,28 @@ import numpy as np
 import torch
 
 from tconform import registry
-from tconform.bench.ceiling import measure_ceiling
-from tconform.bench.engines import OpenedEngine, open_ort, open_torch, parse_engines
-from tconform.bench.fusions import fused_model, fused_op_counts
-from tconform.bench.timing import (
-    current_rss_mb,
-    latency_stats,
-    peak_rss_mb,
-    reset_peak_rss,
-    round_sig,
-    timed_runs,
-)
+from tconform.bench.ceiling import measure_ceiling, remeasure_ceiling
+from tconform.bench.engines import ORT_VARIANTS, engine_openers, parse_engines
+from tconform.bench.measure import measure
+from tconform.bench.profile import ort_op_profile, outside_matmul_share
+from tconform.bench.summary import best_variants
 from tconform.config import ModelConfig, get_preset
 from tconform.errors import ProviderUnavailable, UsageError
-from tconform.export import ExportSettings, build_module, export_cases
+from tconform.export import ExportJob, ExportSettings, build_module, default_opset, export_jobs
 from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
+from tconform.results import Status
 from tconform.runtimes.onnxruntime import OrtRuntime
 from tconform.runtimes.providers import parse_eps, unavailable_reason
-from tconform.runtimes.torch import TorchRuntime
 
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
 DEFAULT_SHAPES = ((1, 32), (8, 128))
-SCHEMA = "tconform-bench/2"  # /2: status pass/skip (was ok/skipped), environment block
+# /2: status pass/skip (was ok/skipped), environment block; /3: graph variants as engines
+# (details.attention), session_config, a "best" summary per case and shape.
+SCHEMA = "tconform-bench/3"
+# Busy-waiting intra-op threads win a little on an idle machine and lose a lot where other
+# jobs share the cores (a spinning thread holds a core another process needs; docs/performance.md).
+SPINNING_KEY = "session.intra_op.allow_spinning"
 
 
 def default_threads() -> int:
@@ -72,7 +71,7 @@ def check_shape(shape: tuple[int, int], cases: tuple[Case, ...], cfg: ModelConfi
 
 def bench_settings(
     preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
-    artifacts, profile=False,
+    artifacts, profile=False, spinning=False,
 ) -> BenchSettings:  # fmt: skip
     """Validate every option before anything slow starts."""
     cfg = get_preset(preset)
@@ -93,6 +92,7 @@ def bench_settings(
         seconds=seconds,
         artifacts=artifacts or Path("artifacts") / "bench" / preset,
         profile=profile,
+        spinning=spinning,
     )
 
 
@@ -111,6 +111,27 @@ class BenchSettings:
     seconds: float
     artifacts: Path
     profile: bool = False
+    spinning: bool = False
+
+    @property
+    def attentions(self) -> tuple[str, ...]:
+        """The attention kernels whose exports the chosen engines run."""
+        used = [v.attention for e, v in ORT_VARIANTS.items() if e in self.engines]
+        return tuple(dict.fromkeys(used or ["plain"]))
+
+    def artifacts_for(self, attention: str) -> Path:
+        """A folder holds one kernel's graphs: the plain ones in --artifacts, the rest beside."""
+        if attention == "plain":
+            return self.artifacts
+        return self.artifacts.with_name(f"{self.artifacts.name}-{attention}")
+
+    def ort_runtime(self, ep: str) -> OrtRuntime:
+        return OrtRuntime(
+            ep=ep,
+            graph_opt=self.graph_opt,
+            intra_op_threads=self.threads,
+            session_config={SPINNING_KEY: "1" if self.spinning else "0"},
+        )
 
     def record(self) -> dict[str, object]:
         return {
@@ -122,6 +143,7 @@ class BenchSettings:
             "intra_op_threads": self.threads,
             "torch_threads": self.threads,
             "graph_optimization": self.graph_opt,
+            "session_config": self.ort_runtime("cpu").session_config,
             "warmup": self.warmup,
             "runs": self.runs,
             "seconds": self.seconds,
@@ -129,49 +151,49 @@ class BenchSettings:
 
 
 Log = Callable[[str], None]
+# A progress bar over `length` measurements (the command passes click.progressbar).
+ProgressBar = Callable[[int], AbstractContextManager]
 
 
-def run_bench(settings: BenchSettings, log: Log) -> dict:
-    """The whole report: environment, ceilings, unavailable providers, one row per timing."""
+def run_bench(settings: BenchSettings, log: Log, progress_bar: ProgressBar) -> dict:
+    """The whole report: environment, ceilings, unavailable providers, one row per timing, and
+    the best variant per case and shape."""
     started = utc_now()
     torch.set_num_threads(settings.threads)
-    paths = _export(settings, log)
-    ceilings: dict[str, dict] = {}
-    unavailable: list[dict[str, str]] = []
-    for ep in settings.eps:
-        reason = unavailable_reason(ep)
-        if reason is None:
-            try:
-                log(f"measuring the {ep} GEMM ceiling and memory bandwidth ...")
-                ceilings[ep] = measure_ceiling(_ort_runtime(settings, ep))
-                continue
-            except ProviderUnavailable as exc:
-                reason = str(exc)
-        log(f"provider {ep} unavailable, not timed: {reason}")
-        unavailable.append({"ep": ep, "reason": reason})
+    models = _export(settings, log)
+    ceilings, unavailable = _ceilings(settings, log)
     rows: list[dict] = []
-    # The engines depend on the settings and the providers that run, not on the case.
-    per_shape = sum(1 for _ in _engines(settings, settings.cases[0], {}, {}, paths, ceilings))
-    total = per_shape * len(settings.cases) * len(settings.shapes)
-    for case in settings.cases:
-        _, params = build_module(case, ExportSettings(settings.cfg))
-        for batch, seq in settings.shapes:
-            feeds = registry.make_inputs(
-                case, settings.cfg, Shape(batch, seq, seq), np.random.default_rng(0)
-            )
-            for label, ep, opener in _engines(settings, case, params, feeds, paths, ceilings):
-                what = f"{case.name} {label}/{ep} {batch}x{seq}"
-                log(f"{progress_bar(len(rows), total)} timing {what} ...")
-                row = _measure(settings, case, batch, seq, label, ep, opener, ceilings, log)
-                if settings.profile and label == "onnxruntime" and row["status"] == "pass":
-                    log(f"  profiling {case.name} {batch}x{seq} on {ep} ...")
-                    runtime = _ort_runtime(settings, ep)
-                    row["profile"] = ort_op_profile(runtime, paths[case.name], feeds)
-                if row["status"] == "pass":
-                    log(f"  p50 {row['p50_ms']} ms, p90 {row['p90_ms']} ms ({row['runs']} runs)")
-                rows.append(row)
+    timing = {"warmup": settings.warmup, "runs": settings.runs, "seconds": settings.seconds}
+    measurements = _measurement_count(settings, list(ceilings))
+    with progress_bar(measurements) as bar:
+        for case in settings.cases:
+            _, params = build_module(case, ExportSettings(settings.cfg))
+            for batch, seq in settings.shapes:
+                feeds = registry.make_inputs(
+                    case, settings.cfg, Shape(batch, seq, seq), np.random.default_rng(0)
+                )
+                of_case = {attention: paths[case.name] for attention, paths in models.items()}
+                openers = engine_openers(
+                    settings.engines, tuple(ceilings), case, settings.cfg, params, feeds,
+                    of_case, settings.ort_runtime,
+                )  # fmt: skip
+                for engine, ep, opener in openers:
+                    row = measure(
+                        case, settings.cfg, batch, seq, engine, ep, opener, ceilings[ep], timing
+                    )
+                    row.update(threads=settings.threads, graph_opt=_graph_opt(settings, engine))
+                    rows.append(row)
+                    bar.update(1)
+                    what = f"{case.name} {batch}x{seq} {engine}/{ep}"
+                    if row["status"] == Status.SKIP:
+                        log(f"  {what}: skipped: {row['reason']}")
+                        continue
+                    log(f"  {what}: p50 {row['p50_ms']} ms, p90 {row['p90_ms']} ms")
+                    if settings.profile and engine in ORT_VARIANTS:
+                        _profile(settings, row, feeds, log)
     for ep, ceiling in ceilings.items():
-        _remeasure_ceiling(settings, ep, ceiling, rows, log)
+        log(f"measuring the {ep} GEMM ceiling again ...")
+        remeasure_ceiling(settings.ort_runtime(ep), ceiling, rows)
     return {
         "tool": "tconform bench",
         "schema": SCHEMA,
@@ -181,198 +203,71 @@ def run_bench(settings: BenchSettings, log: Log) -> dict:
         "ceilings": ceilings,
         "unavailable": unavailable,
         "results": rows,
+        "best": best_variants(rows),
     }
 
 
-def progress_bar(done: int, total: int, width: int = 20) -> str:
-    """'[###.......] 3/10': how many of the run's measurements are finished."""
-    filled = width * done // max(total, 1)
-    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
-
-
-def _remeasure_ceiling(
-    settings: BenchSettings, ep: str, ceiling: dict, rows: list[dict], log: Log
-) -> None:
-    """Measure the GEMM ceiling again after the timings and keep the higher: on a shared
-    machine one measurement can land on someone else's burst of work, and a ceiling that is too
-    low would flatter every fraction. The rows' fractions are recomputed against the result."""
-    log(f"measuring the {ep} GEMM ceiling again ...")
-    again = measure_ceiling(_ort_runtime(settings, ep))
-    ceiling["gemm_gflops_runs"] = [ceiling["gemm_gflops"], again["gemm_gflops"]]
-    ceiling["gemm_gflops"] = max(ceiling["gemm_gflops_runs"])
-    for key in ("numpy_gemm_gflops", "copy_bandwidth_gbs"):
-        if key in again:
-            ceiling[key] = max(ceiling[key], again[key])
-    for row in rows:
-        if row["ep"] == ep and row.get("peak_fraction") is not None:
-            row["peak_fraction"] = round(row["gflops"] / ceiling["gemm_gflops"], 3)
-        if row["ep"] == ep and "weight_bytes" in row:
-            bandwidth = ceiling["copy_bandwidth_gbs"] * 1e9
-            row["memory_floor_ms"] = round_sig(row["weight_bytes"] / bandwidth * 1e3)
-
-
-def _export(settings: BenchSettings, log: Log) -> dict[str, Path]:
+def _export(settings: BenchSettings, log: Log) -> dict[str, dict[str, Path]]:
+    """{attention kernel: {case: model path}} for every kernel the engines need."""
     log(
-        f"exporting {len(settings.cases)} models at preset {settings.preset} to "
-        f"{settings.artifacts} (cached; the base whole model is ~400 MB and takes a minute) ..."
+        f"exporting {len(settings.cases)} models x {len(settings.attentions)} attention kernels "
+        f"at preset {settings.preset} (cached; the base whole model is ~400 MB and takes a "
+        "minute per kernel) ..."
     )
-    records = export_cases(
-        settings.cases,
-        ExportSettings(settings.cfg),
-        settings.artifacts,
-        on_done=lambda r: log(f"  {r.location}: {'reused' if r.cached else 'exported'}"),
-    )
-    return {r.case: settings.artifacts / r.path for r in records}
-
-
-def _ort_runtime(settings: BenchSettings, ep: str) -> OrtRuntime:
-    return OrtRuntime(ep=ep, graph_opt=settings.graph_opt, intra_op_threads=settings.threads)
-
-
-def _engines(settings, case, params, feeds, paths, ceilings):
-    """(engine label, device, opener) for every engine that runs here, in report order."""
-    for ep in ceilings:  # only providers that really run have a ceiling
-        if "onnxruntime" in settings.engines:
-            runtime = _ort_runtime(settings, ep)
-            model = paths[case.name]
-            yield "onnxruntime", ep, lambda r=runtime, m=model: open_ort(r, m, feeds, False)
-            if "onnxruntime-fused" in settings.engines:
-                yield (
-                    "onnxruntime-fused",
-                    ep,
-                    lambda r=runtime, m=model: _open_fused(r, m, settings.cfg, feeds),
-                )
-            if ep == "cuda":
-                yield (
-                    "onnxruntime-iobinding",
-                    ep,
-                    lambda r=runtime, m=model: open_ort(r, m, feeds, True),
-                )
-
-    # torch on every provider it has a device for (CUDA only where torch sees one).
-    devices = [ep for ep in ceilings if ep in TorchRuntime.eps]
-    for device in devices:
-        for engine, compiled in (("torch", False), ("torch-compile", True)):
-            if engine in settings.engines:
-                yield (
-                    engine,
-                    device,
-                    lambda d=device, c=compiled: open_torch(
-                        case, settings.cfg, params, feeds, d, c
-                    ),
-                )
-
-
-def _open_fused(
-    runtime: OrtRuntime, model: Path, cfg: ModelConfig, feeds: dict[str, np.ndarray]
-) -> OpenedEngine:
-    fused = fused_model(model, cfg)
-    opened = open_ort(runtime, fused, feeds, False)
-    opened.details["fused_ops"] = fused_op_counts(fused)
-    return opened
-
-
-def _measure(settings, case, batch, seq, engine, ep, opener, ceilings, log) -> dict:
-    row: dict[str, object] = {
-        "case": case.name,
-        "engine": engine,
-        "ep": ep,
-        "batch": batch,
-        "seq": seq,
-        "threads": settings.threads,
-        "graph_opt": settings.graph_opt if engine.startswith("onnxruntime") else None,
-    }
-    gc.collect()
-    rss_before = current_rss_mb()
-    peak_is_own = reset_peak_rss()
-    try:
-        opened: OpenedEngine = opener()
-        times = timed_runs(opened.run, settings.warmup, settings.runs, settings.seconds)
-    except Exception as exc:  # torch.compile, torch without CUDA, ...: say why, keep timing
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        log(f"  {case.name} {batch}x{seq} {engine}/{ep}: skipped: {reason}")
-        return {**row, "status": "skip", "reason": reason}
-    stats = latency_stats(times)
-    flop = case.flop_count(settings.cfg, Shape(batch, seq, seq))
-    gflops = flop / (stats.p50_ms / 1e3) / 1e9
-    ceiling = ceilings.get(ep, {})
-    row.update(
-        status="pass",
-        p50_ms=round_sig(stats.p50_ms),
-        p90_ms=round_sig(stats.p90_ms),
-        p99_ms=round_sig(stats.p99_ms),
-        mean_ms=round_sig(stats.mean_ms),
-        std_ms=round_sig(stats.std_ms),
-        runs=stats.runs,
-        tokens_per_s=round_sig(batch * seq / (stats.p50_ms / 1e3)),
-        gflop=round_sig(flop / 1e9),
-        gflops=round_sig(gflops),
-        peak_fraction=round(gflops / ceiling["gemm_gflops"], 3) if flop else None,
-        peak_mem_mb=round(peak_rss_mb(), 1),
-        peak_mem_delta_mb=round(peak_rss_mb() - rss_before, 1),
-        peak_mem_method="VmHWM reset per engine" if peak_is_own else "process lifetime maxrss",
-        device_mem_mb=opened.device_memory_mb(),
-        details=opened.details,
-    )
-    if ep == "cpu" and batch == 1 and "copy_bandwidth_gbs" in ceiling:
-        weight_bytes = case.weight_bytes_read(settings.cfg, Shape(batch, seq, seq))
-        row["weight_bytes"] = weight_bytes
-        row["memory_floor_ms"] = round_sig(weight_bytes / (ceiling["copy_bandwidth_gbs"] * 1e6))
-    opened.close()
-    del opened
-    return row
-
-
-# --- per-op profile ------------------------------------------------------------------------------
-
-
-@dataclass
-class ProfilingOrtRuntime(OrtRuntime):
-    """OrtRuntime whose sessions write ONNX Runtime's profile (enable_profiling)."""
-
-    profile_prefix: str = "ort_profile"
-
-    def session_options(self):
-        options = super().session_options()
-        options.enable_profiling = True
-        options.profile_file_prefix = self.profile_prefix
-        return options
-
-
-def profile_by_op_type(events: list[dict], skip_runs: int = 0) -> dict[str, float]:
-    """Total kernel microseconds per op type from ONNX Runtime's profile events, leaving out
-    the kernels of the first `skip_runs` runs (the warm-up, which allocates and is slower)."""
-    starts = sorted(e["ts"] for e in events if e.get("name") == "model_run")
-    since = starts[skip_runs] if 0 < skip_runs < len(starts) else float("-inf")
-    totals: Counter[str] = Counter()
-    for event in events:
-        if event.get("cat") != "Node" or not event.get("name", "").endswith("_kernel_time"):
-            continue
-        if event.get("ts", 0) >= since:
-            totals[event.get("args", {}).get("op_name", "?")] += float(event.get("dur", 0))
-    return dict(totals)
-
-
-def ort_op_profile(
-    runtime: OrtRuntime, model: Path, feeds: dict[str, np.ndarray], runs: int = 3
-) -> dict[str, dict[str, float]]:
-    """{op type: {"ms_per_run", "share"}} over `runs` profiled runs, biggest first."""
-    import json
-
-    with tempfile.TemporaryDirectory() as tmp:
-        profiling = ProfilingOrtRuntime(
-            runtime.ep,
-            runtime.graph_opt,
-            runtime.intra_op_threads,
-            profile_prefix=str(Path(tmp) / "profile"),
+    jobs = [
+        ExportJob(
+            case,
+            ExportSettings(settings.cfg, opset=default_opset(attention), attention=attention),
+            settings.artifacts_for(attention),
         )
-        session = profiling.open(model).session
-        for _ in range(1 + runs):  # one warm-up, left out of the totals
-            session.run(None, feeds)
-        events = json.loads(Path(session.end_profiling()).read_text())
-    totals = profile_by_op_type(events, skip_runs=1)
-    grand = sum(totals.values()) or 1.0
-    return {
-        op: {"ms_per_run": round(us / runs / 1e3, 3), "share": round(us / grand, 3)}
-        for op, us in sorted(totals.items(), key=lambda kv: -kv[1])
-    }
+        for attention in settings.attentions
+        for case in settings.cases
+    ]
+    records = export_jobs(
+        jobs, on_done=lambda r: log(f"  {r.location}: {'reused' if r.cached else 'exported'}")
+    )
+    models: dict[str, dict[str, Path]] = {}
+    for job, record in zip(jobs, records, strict=True):
+        models.setdefault(job.settings.attention, {})[job.case.name] = Path(record.location)
+    return models
+
+
+def _ceilings(settings: BenchSettings, log: Log) -> tuple[dict[str, dict], list[dict[str, str]]]:
+    """The measured ceiling of every provider that runs; the reason for each that does not."""
+    ceilings: dict[str, dict] = {}
+    unavailable: list[dict[str, str]] = []
+    for ep in settings.eps:
+        reason = unavailable_reason(ep)
+        if reason is None:
+            try:
+                log(f"measuring the {ep} GEMM ceiling and memory bandwidth ...")
+                ceilings[ep] = measure_ceiling(settings.ort_runtime(ep))
+                continue
+            except ProviderUnavailable as exc:
+                reason = str(exc)
+        log(f"provider {ep} unavailable, not timed: {reason}")
+        unavailable.append({"ep": ep, "reason": reason})
+    return ceilings, unavailable
+
+
+def _measurement_count(settings: BenchSettings, eps: list[str]) -> int:
+    """How many rows the run times (the engines depend on the providers, not on the case)."""
+    case = settings.cases[0]
+    openers = engine_openers(
+        settings.engines, tuple(eps), case, settings.cfg, {}, {},
+        dict.fromkeys(settings.attentions, Path()),
+        settings.ort_runtime,
+    )  # fmt: skip
+    return len(openers) * len(settings.cases) * len(settings.shapes)
+
+
+def _graph_opt(settings: BenchSettings, engine: str) -> str | None:
+    return settings.graph_opt if engine.startswith("onnxruntime") else None
+
+
+def _profile(settings: BenchSettings, row: dict, feeds: dict[str, np.ndarray], log: Log) -> None:
+    """ONNX Runtime's per-op profile of the row's graph, and its share outside matrix products."""
+    log(f"  profiling {row['case']} {row['batch']}x{row['seq']} {row['engine']}/{row['ep']} ...")
+    model = Path(row["details"]["model"])
+    row["profile"] = ort_op_profile(settings.ort_runtime(row["ep"]), model, feeds)
+    row["outside_matmul_share"] = outside_matmul_share(row["profile"])

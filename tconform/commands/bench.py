@@ -38,8 +38,11 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     "--engine",
     "engines",
     multiple=True,
-    help="Restrict to these engines (repeatable): onnxruntime, onnxruntime-fused, torch, "
-    "torch-compile [all but onnxruntime-fused].",
+    help="Restrict to these engines (repeatable): onnxruntime (the plain export), "
+    "onnxruntime-sdpa (the --attention sdpa export: one fused ONNX Attention node per "
+    "attention), onnxruntime-fused (the plain export through the onnxruntime.transformers "
+    "optimizer; opt-in), torch, torch-compile [all but onnxruntime-fused]. "
+    "The report names the fastest ONNX Runtime variant per case and shape.",
 )
 @ep_option("all")
 @allow_missing_ep_option()
@@ -72,7 +75,18 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     default=None,
     help="Export cache [artifacts/bench/<preset>].",
 )
-@click.option("--profile", is_flag=True, help="Add ONNX Runtime's per-op-type time per row.")
+@click.option(
+    "--spinning/--no-spinning",
+    default=False,
+    show_default=True,
+    help="Let ONNX Runtime's intra-op threads busy-wait between kernels "
+    "(session.intra_op.allow_spinning); off by default for shared machines.",
+)
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="Add ONNX Runtime's per-op-type time and the share outside matrix products per row.",
+)
 @report_options("json", "markdown", "plot")
 @click.option(
     "--compare",
@@ -94,6 +108,7 @@ def bench(
     runs,
     seconds,
     artifacts,
+    spinning,
     profile,
     json_path,
     markdown_path,
@@ -113,13 +128,16 @@ def bench(
 
     settings = bench_settings(
         preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
-        artifacts, profile,
+        artifacts, profile, spinning,
     )  # fmt: skip
+    stderr = click.get_text_stream("stderr")
     log = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr
-    result = run_bench(settings, log)
+    result = run_bench(
+        settings, log, lambda length: click.progressbar(length=length, label="timing", file=stderr)
+    )
     # The table is printed once the ceiling is final, so stdout, JSON and markdown agree.
     click.echo(bench_report.table(result))
-    for line in bench_report.ceiling_lines(result) + bench_report.ratio_lines(result):
+    for line in bench_report.summary_lines(result):
         click.echo(line)
     if json_path:
         bench_report.write_json(json_path, result)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tconform.commands.options import case_option, preset_option, seed_option
+from tconform.commands.options import attention_option, case_option, preset_option, seed_option
 
 
 @click.command("export")
@@ -25,13 +25,13 @@ from tconform.commands.options import case_option, preset_option, seed_option
 @click.option(
     "--opset",
     type=click.IntRange(17, 23),
-    default=18,
-    show_default=True,
-    help="ONNX opset (17..23 for dynamo, 17..20 for torchscript).",
+    default=None,
+    help="ONNX opset (17..23 for dynamo, 17..20 for torchscript) [18; 23 with --attention sdpa].",
 )
 @click.option(
     "--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True
 )
+@attention_option("[plain]")
 @seed_option()
 @click.option(
     "--jobs", type=click.IntRange(1, 64), default=None, help="Export processes [cores, max 2]."
@@ -41,19 +41,21 @@ from tconform.commands.options import case_option, preset_option, seed_option
     is_flag=True,
     help="Replace model files tconform did not write or that changed since (never otherwise).",
 )
-def export(out, preset, cases, exporter, opset, dtype, seed, jobs, force) -> None:
+def export(out, preset, cases, exporter, opset, dtype, attention, seed, jobs, force) -> None:
     """Export every case (or --case) to ONNX, reusing cached models that are still current.
 
     Only tconform's own unchanged files are replaced; a folder holds models of one exporter,
-    opset and dtype (float16 goes to artifacts-fp16 by default)."""
+    opset, dtype and attention kernel (float16 goes to artifacts-fp16 by default)."""
     from tconform import registry
     from tconform.config import get_preset
-    from tconform.export import ExportSettings, export_cases
+    from tconform.export import ExportSettings, default_opset, export_cases
 
     cfg = get_preset(preset)
     out = out or Path("artifacts" if dtype == "float32" else "artifacts-fp16")
     selected = registry.select_cases(cases)
-    settings = ExportSettings(cfg, seed, exporter, opset, dtype)
+    attention = attention or "plain"
+    opset = opset or default_opset(attention)
+    settings = ExportSettings(cfg, seed, exporter, opset, dtype, attention)
     started = time.perf_counter()
     with click.progressbar(
         length=len(selected), label=f"exporting to {out}", file=click.get_text_stream("stderr")
@@ -70,5 +72,6 @@ def export(out, preset, cases, exporter, opset, dtype, seed, jobs, force) -> Non
     fresh = sum(not r.cached for r in records)
     click.echo(
         f"{len(records)} models in {out} ({fresh} exported, {len(records) - fresh} cached) "
-        f"with {exporter}, opset {opset}, {dtype}, in {time.perf_counter() - started:.1f}s"
+        f"with {exporter}, opset {opset}, {dtype}, {attention} attention, "
+        f"in {time.perf_counter() - started:.1f}s"
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from tconform.config import DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
+from tconform.config import ATTENTION_KERNELS, DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
 
 SHAPE = re.compile(r"\s*(\d{1,9})\s*[xX]\s*(\d{1,9})\s*")
 MAX_BATCH = 65536  # far beyond anything a bench or a check runs; memory is checked separately
@@ -73,6 +73,18 @@ def preset_option(default: str = DEFAULT_PRESET):
         default=default,
         show_default=True,
         help="Model dimensions and variant options.",
+    )
+
+
+def attention_option(help: str):
+    """--attention plain|sdpa: how the exported graphs compute attention."""
+    return click.option(
+        "--attention",
+        type=click.Choice(ATTENTION_KERNELS),
+        default=None,
+        help="Attention kernel of the exported graphs: plain (MatMul, Softmax, ... written out) "
+        "or sdpa (torch's scaled_dot_product_attention, one ONNX Attention node at opset 23 that "
+        "ONNX Runtime runs fused; same function, docs/performance.md). " + help,
     )
 
 

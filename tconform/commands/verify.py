@@ -9,6 +9,7 @@ import click
 from tconform.commands.options import (
     allow_missing_ep_option,
     artifacts_option,
+    attention_option,
     case_option,
     ep_option,
     quiet_option,
@@ -43,6 +44,7 @@ from tconform.runtimes import RUNTIMES
     help="Verify exactly what --artifacts holds; export nothing (a missing model is an error; "
     "the document checks, which need their own exports, are left out).",
 )
+@attention_option("[the --artifacts folder's own; plain for a new folder]")
 @allow_missing_ep_option()
 @click.option(
     "--strict-placement",
@@ -85,6 +87,7 @@ def verify(
     cases,
     models,
     no_export,
+    attention,
     allow_missing_ep,
     strict_placement,
     tf32,
@@ -127,6 +130,7 @@ def verify(
             export=not no_export,
             runtimes=tuple(runtime_names) or VerifyOptions.runtimes,
             localise=localise,
+            attention=attention,
         )
         run_verify(options, report, progress)
 

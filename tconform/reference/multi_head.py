@@ -45,7 +45,7 @@ class MultiHeadAttention(nn.Module):
         mask = key_keep[:, None, None, :]  # (B, 1, 1, S_kv): the same for every head and query
         if self.causal:
             mask = mask & causal_keep(query.shape[1], query.device)
-        context, _ = self.attention(q, k, v, mask)
+        context = self.attention.context(q, k, v, mask)
         batch, _, seq, _ = context.shape
         return self.w_o(context.transpose(1, 2).reshape(batch, seq, -1))
 

@@ -66,6 +66,9 @@ class OrtRuntime:
     provider_options: dict[str, str] = field(default_factory=dict)  # raw, from the CLI
     tf32: bool = False  # CUDA only: allow TF32 matrix products
     device_id: int = 0  # CUDA only
+    # Session config entries (SessionOptions.add_session_config_entry), e.g. bench's
+    # "session.intra_op.allow_spinning"; recorded with the settings.
+    session_config: dict[str, str] = field(default_factory=dict)
 
     @property
     def provider(self) -> str:
@@ -98,6 +101,7 @@ class OrtRuntime:
             "precision": self.precision,
             "graph_optimization": self.graph_opt,
             "intra_op_threads": self.intra_op_threads,
+            "session_config": dict(self.session_config),
             "onnxruntime": ort.__version__,
         }
 
@@ -107,6 +111,8 @@ class OrtRuntime:
         opts.intra_op_num_threads = self.intra_op_threads
         opts.log_severity_level = 3  # errors only; fallbacks are detected from get_providers()
         opts.add_session_config_entry(RECORD_ASSIGNMENT, "1")
+        for key, value in self.session_config.items():
+            opts.add_session_config_entry(key, value)
         return opts
 
     def open(self, model_path: Path) -> OrtSession:

@@ -105,3 +105,31 @@ def test_short_run_writes_the_documented_reports(tmp_path, monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 + len(rows)  # header, rule, one line per row
     assert all(line.endswith("noise") and " 1.000 " in line for line in lines[2:])
+
+
+def test_graph_variants_are_engines_and_the_report_names_the_best(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ceiling, "GEMM_SIZE", 128)
+    monkeypatch.setattr(ceiling, "COPY_BYTES", 2**20)
+    out = tmp_path / "bench.json"
+    run_bench(
+        "--preset", "tiny", "--case", "mha_self", "--shape", "1x4",
+        "--engine", "onnxruntime", "--engine", "onnxruntime-sdpa", "--engine", "torch",
+        "--ep", "cpu", "--threads", "1", "--warmup", "1", "--runs", "3", "--profile",
+        "--artifacts", str(tmp_path / "bench"), "--json", str(out),
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert report["settings"]["session_config"] == {"session.intra_op.allow_spinning": "0"}
+    rows = {r["engine"]: r for r in report["results"]}
+    assert rows["onnxruntime"]["details"]["attention"] == "plain"
+    sdpa = rows["onnxruntime-sdpa"]
+    assert sdpa["details"]["attention"] == "sdpa"
+    assert sdpa["details"]["model"] == str(tmp_path / "bench-sdpa" / "mha_self" / "model.onnx")
+    assert "Attention" in sdpa["profile"] and "Softmax" not in sdpa["profile"]
+    assert 0 < sdpa["outside_matmul_share"] < 1
+    (best,) = report["best"]
+    fastest = min(("onnxruntime", "onnxruntime-sdpa"), key=lambda e: rows[e]["p50_ms"])
+    assert best["best_engine"] == fastest
+    assert best["gain_over_plain"] == pytest.approx(
+        rows["onnxruntime"]["p50_ms"] / rows[fastest]["p50_ms"], abs=1e-3
+    )
+    assert f"best {fastest} p50" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from tconform.bench.runner import profile_by_op_type, progress_bar
+from tconform.bench.profile import MATRIX_OPS, outside_matmul_share, profile_by_op_type
 from tconform.bench.timing import latency_stats, peak_rss_mb, timed_runs
 
 pytestmark = pytest.mark.unit
@@ -65,7 +65,12 @@ def test_profile_sums_kernel_time_per_op_type_after_the_warmup():
     assert profile_by_op_type(events)["MatMul"] == 542.0
 
 
-def test_progress_bar_fills_with_the_finished_share():
-    assert progress_bar(0, 4, width=8) == "[........] 0/4"
-    assert progress_bar(3, 4, width=8) == "[######..] 3/4"
-    assert progress_bar(4, 4, width=8) == "[########] 4/4"
+def test_share_outside_matrix_products_counts_every_other_op():
+    profile = {
+        "MatMul": {"share": 0.6},
+        "Attention": {"share": 0.1},
+        "Softmax": {"share": 0.2},
+        "Transpose": {"share": 0.1},
+    }
+    assert "Attention" in MATRIX_OPS and "Softmax" not in MATRIX_OPS
+    assert outside_matmul_share(profile) == pytest.approx(0.3)

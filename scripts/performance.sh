@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Re-measure docs/performance.md in one command: the machine (lscpu, load), `tconform bench` on
+# the whole model at 1x32 and 8x128 with 2 threads (both ONNX Runtime graph variants and torch
+# eager, 4 s per measurement) and ONNX Runtime's per-op profile (JSON,
+# markdown, plot), and the plain-onnxruntime cross-check of the best variants' p50s.
+# Usage: scripts/performance.sh [OUT_DIR]   (default results/performance)
+set -euo pipefail
+
+out=${1:-results/performance}
+mkdir -p "$out"
+{
+    lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|Flags)'
+    echo "load before: $(uptime)"
+} >"$out/machine.txt"
+tconform bench --case transformer --shape 1x32 --shape 8x128 --threads 2 --ep cpu --profile \
+    --engine onnxruntime --engine onnxruntime-sdpa --engine torch --seconds 4 \
+    --json "$out/bench-transformer.json" --markdown "$out/bench-transformer.md" \
+    --plot "$out/bench-transformer.png" | tee "$out/bench-transformer.txt"
+python scripts/plain_timing.py "$out/bench-transformer.json" \
+    --json "$out/plain-timing.json" | tee "$out/plain-timing.txt"
+echo "load after: $(uptime)" >>"$out/machine.txt"

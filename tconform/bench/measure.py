@@ -1,0 +1,80 @@
+"""One measurement: open an engine, time it, and turn the times into one report row (latency
+percentiles, throughput, achieved FLOP/s against the ceiling, memory, the memory floor)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+from tconform.bench.ceiling import memory_floor_ms
+from tconform.bench.engines import OpenedEngine
+from tconform.bench.timing import (
+    current_rss_mb,
+    latency_stats,
+    peak_rss_mb,
+    reset_peak_rss,
+    round_sig,
+    timed_runs,
+)
+from tconform.config import ModelConfig
+from tconform.registry import Case, Shape
+from tconform.results import Status
+
+
+def measure(
+    case: Case,
+    cfg: ModelConfig,
+    batch: int,
+    seq: int,
+    engine: str,
+    ep: str,
+    opener: Callable[[], OpenedEngine],
+    ceiling: dict,
+    timing: dict,
+) -> dict:
+    """The row of `engine` on `ep` at batch x seq: `pass` with its figures, or `skip` with the
+    reason it could not run (torch.compile without a compiler, ...). `timing` holds warmup,
+    runs and seconds; `ceiling` is the provider's measured ceiling."""
+    row: dict[str, object] = {
+        "case": case.name,
+        "engine": engine,
+        "ep": ep,
+        "batch": batch,
+        "seq": seq,
+    }
+    gc.collect()
+    rss_before = current_rss_mb()
+    peak_is_own = reset_peak_rss()
+    try:
+        opened = opener()
+        times = timed_runs(opened.run, timing["warmup"], timing["runs"], timing["seconds"])
+    except Exception as exc:  # torch.compile, torch without CUDA, ...: say why, keep timing
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return {**row, "status": Status.SKIP.value, "reason": reason}
+    stats = latency_stats(times)
+    flop = case.flop_count(cfg, Shape(batch, seq, seq))
+    gflops = flop / (stats.p50_ms / 1e3) / 1e9
+    row.update(
+        status=Status.PASS.value,
+        p50_ms=round_sig(stats.p50_ms),
+        p90_ms=round_sig(stats.p90_ms),
+        p99_ms=round_sig(stats.p99_ms),
+        mean_ms=round_sig(stats.mean_ms),
+        std_ms=round_sig(stats.std_ms),
+        runs=stats.runs,
+        tokens_per_s=round_sig(batch * seq / (stats.p50_ms / 1e3)),
+        gflop=round_sig(flop / 1e9),
+        gflops=round_sig(gflops),
+        peak_fraction=round(gflops / ceiling["gemm_gflops"], 3) if flop else None,
+        peak_mem_mb=round(peak_rss_mb(), 1),
+        peak_mem_delta_mb=round(peak_rss_mb() - rss_before, 1),
+        peak_mem_method="VmHWM reset per engine" if peak_is_own else "process lifetime maxrss",
+        device_mem_mb=opened.device_memory_mb(),
+        details=opened.details,
+    )
+    if ep == "cpu" and batch == 1 and "copy_bandwidth_gbs" in ceiling:
+        row["weight_bytes"] = case.weight_bytes_read(cfg, Shape(batch, seq, seq))
+        row["memory_floor_ms"] = memory_floor_ms(row["weight_bytes"], ceiling)
+    opened.close()
+    del opened
+    return row
