@@ -69,6 +69,7 @@ _MODEL_SOURCES = sorted(
         _PACKAGE / "registry.py",
         _PACKAGE / "weights.py",
         _PACKAGE / "config.py",
+        _PACKAGE / "generation" / "models.py",
         Path(__file__),
     ]
 )
@@ -374,7 +375,11 @@ def _made(folder: Path) -> Path:
 
 
 def _export_by_name(name: str, settings: ExportSettings, out_dir: Path) -> ExportRecord:
-    return export_case(registry.get_case(name), settings, out_dir)
+    from tconform.generation.models import GENERATION_CASES  # export workers find them by name
+
+    by_name = {case.name: case for case in GENERATION_CASES}
+    case = by_name[name] if name in by_name else registry.get_case(name)
+    return export_case(case, settings, out_dir)
 
 
 @dataclass(frozen=True)
