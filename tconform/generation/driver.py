@@ -60,7 +60,7 @@ class Strategy:
 @dataclass(frozen=True)
 class Decoding:
     max_new_tokens: int
-    eos_id: int = EOS
+    eos_id: int | None = EOS  # None: no end token, every sequence runs to max_new_tokens
     bos_id: int = BOS
     pad_id: int = PAD
 
@@ -77,7 +77,7 @@ def check_request(cfg: ModelConfig, decoding: Decoding, strategy: Strategy, pref
         )
     for name in ("eos_id", "bos_id", "pad_id"):
         value = getattr(decoding, name)
-        if not 0 <= value < cfg.tgt_vocab:
+        if value is not None and not 0 <= value < cfg.tgt_vocab:
             raise UsageError(f"{name} {value} outside the vocabulary 0..{cfg.tgt_vocab - 1}")
     if strategy.kind == "beam" and not 1 <= strategy.beam_width <= cfg.tgt_vocab:
         raise UsageError(f"beam width {strategy.beam_width}: must be 1..{cfg.tgt_vocab}")
@@ -143,10 +143,11 @@ def _one_per_sequence(stepper, log_probs, decoding: Decoding, strategy: Strategy
         tokens[live, t] = chosen[live]
         dists[live, t] = log_probs[live]
         lengths[live] += 1
-        done |= chosen == decoding.eos_id
+        if decoding.eos_id is not None:
+            done |= chosen == decoding.eos_id
         if done.all() or t + 1 == decoding.max_new_tokens:
             break
-        fed = np.where(done, decoding.eos_id, chosen)
+        fed = chosen if decoding.eos_id is None else np.where(done, decoding.eos_id, chosen)
         log_probs = stepper.step(fed, np.ones(batch, dtype=bool))
     return Generation(tokens, lengths, dists)
 
@@ -225,7 +226,7 @@ def _beam(stepper, log_probs, decoding: Decoding, strategy: Strategy) -> Generat
             # A done source (or one short of live continuations) keeps dead beams to stay square.
             while len(keep_rows) < width:
                 keep_rows.append(b * width)
-                keep_tokens.append(decoding.eos_id)
+                keep_tokens.append(decoding.pad_id)
                 keep_scores.append(-np.inf)
             rows += keep_rows
             next_tokens += keep_tokens
