@@ -316,13 +316,14 @@ def _is_current(path: Path, key: str, previous: dict | None, force: bool) -> boo
             return False
         raise UsageError(f"{path}: not written by tconform (no entry in {MANIFEST}); {ways_on}")
     sha = sha256_file(path)
+    if sha == previous.get("sha256"):
+        return previous.get("key") == key
+    # Checked second: a re-export can write the very bytes it replaced (both sha256 equal).
     if sha == previous.get("previous_sha256"):
         return False  # tconform's own older file: a run stopped between recording and placing
-    if sha != previous.get("sha256"):
-        if force:
-            return False
-        raise UsageError(f"{path}: changed since tconform wrote it (sha256 differs); {ways_on}")
-    return previous.get("key") == key
+    if force:
+        return False
+    raise UsageError(f"{path}: changed since tconform wrote it (sha256 differs); {ways_on}")
 
 
 STAGING = ".tconform-staging"  # new models are written here, then renamed into place
