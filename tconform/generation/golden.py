@@ -245,6 +245,10 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, list[GenerationCase]]:
         if name not in by_name:
             raise UsageError(f"{folder / MANIFEST}: unknown generation case {name!r}")
         source_set, strategy = by_name[name]
+        if not isinstance(entry, dict) or not all(
+            isinstance(entry.get(key), dict) for key in ("sha256", "shapes", "decoding")
+        ):
+            raise UsageError(f"{folder / MANIFEST}: case {name!r} lacks sha256, shapes or decoding")
         tensors = {}
         for kind, names in (("input", INPUTS), ("output", OUTPUTS)):
             for k, tensor in enumerate(names):
@@ -257,7 +261,12 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, list[GenerationCase]]:
                         f"{folder / name / rel}: holds {stored_name!r}, not {tensor!r}"
                     )
                 tensors[tensor] = array
-        decoding = Decoding(**entry["decoding"])
+        try:
+            decoding = Decoding(**entry["decoding"])
+        except TypeError:
+            raise UsageError(
+                f"{folder / MANIFEST}: case {name!r} has unknown decoding settings"
+            ) from None
         input_set = InputSet(
             "test_data_set_0",
             {n: tensors[n] for n in INPUTS},
