@@ -81,6 +81,7 @@ _MODEL_SOURCES = sorted(
         _PACKAGE / "registry.py",
         _PACKAGE / "weights.py",
         _PACKAGE / "config.py",
+        _PACKAGE / "generation" / "models.py",
         Path(__file__),
     ]
 )
@@ -338,13 +339,14 @@ def _is_current(path: Path, key: str, previous: dict | None, force: bool) -> boo
             return False
         raise UsageError(f"{path}: not written by tconform (no entry in {MANIFEST}); {ways_on}")
     sha = sha256_file(path)
+    if sha == previous.get("sha256"):
+        return previous.get("key") == key
+    # Checked second: a re-export can write the very bytes it replaced (both sha256 equal).
     if sha == previous.get("previous_sha256"):
         return False  # tconform's own older file: a run stopped between recording and placing
-    if sha != previous.get("sha256"):
-        if force:
-            return False
-        raise UsageError(f"{path}: changed since tconform wrote it (sha256 differs); {ways_on}")
-    return previous.get("key") == key
+    if force:
+        return False
+    raise UsageError(f"{path}: changed since tconform wrote it (sha256 differs); {ways_on}")
 
 
 STAGING = ".tconform-staging"  # new models are written here, then renamed into place
@@ -399,7 +401,11 @@ def _made(folder: Path) -> Path:
 
 
 def _export_by_name(name: str, settings: ExportSettings, out_dir: Path) -> ExportRecord:
-    return export_case(registry.get_case(name), settings, out_dir)
+    from tconform.generation.models import GENERATION_CASES  # export workers find them by name
+
+    by_name = {case.name: case for case in GENERATION_CASES}
+    case = by_name[name] if name in by_name else registry.get_case(name)
+    return export_case(case, settings, out_dir)
 
 
 @dataclass(frozen=True)

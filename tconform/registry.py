@@ -22,13 +22,14 @@ from tconform.errors import UsageError
 from tconform.oracle import Params, scope
 
 # Axes that vary between input sets and stay dynamic in the exported models.
-DYNAMIC_AXES = ("batch", "src_seq", "tgt_seq")
+DYNAMIC_AXES = ("batch", "src_seq", "tgt_seq", "past_seq")
 
 
 @dataclass(frozen=True)
 class TensorSpec:
     """A named tensor with symbolic axes. kind says how example data is drawn:
-    float, src_ids, tgt_ids, src_keep, tgt_keep (padding masks) or attn_mask."""
+    float, src_ids, tgt_ids, src_keep, tgt_keep (padding masks), attn_mask or position (the
+    position of a decoding step's new token, one per sequence)."""
 
     name: str
     axes: tuple[str, ...]
@@ -51,6 +52,9 @@ class Shape:
             "d_model": cfg.d_model,
             "src_vocab": cfg.src_vocab,
             "tgt_vocab": cfg.tgt_vocab,
+            "layers": cfg.n_layers,
+            "past_seq": self.tgt_seq,  # a decoding step's cache holds tgt_seq earlier positions
+            "one": 1,
         }
         return tuple(sizes[a] for a in axes)
 
@@ -372,12 +376,14 @@ def make_inputs(
             rows = mask.reshape(-1, dims[-1])
             rows[np.arange(rows.shape[0]), rng.integers(0, dims[-1], rows.shape[0])] = True
             arrays[spec.name] = mask
+        elif spec.kind == "position":
+            arrays[spec.name] = np.full(dims, shape.tgt_seq, dtype=np.int64)
         else:
             raise ValueError(f"unknown input kind {spec.kind!r}")
     return arrays
 
 
-_ITEM_BYTES = {"float": 4, "src_ids": 8, "tgt_ids": 8}  # masks: 1 byte (bool)
+_ITEM_BYTES = {"float": 4, "src_ids": 8, "tgt_ids": 8, "position": 8}  # masks: 1 byte (bool)
 
 
 def io_bytes(case: Case, cfg: ModelConfig, shape: Shape) -> int:

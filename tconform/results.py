@@ -24,6 +24,7 @@ class Status(str, Enum):
     ERROR = "error"  # the runtime raised on valid input (a conformance failure)
     UNAVAILABLE = "unavailable"  # a requested provider could not run (environment)
     SKIP = "skip"  # not run, with the reason (--allow-missing-ep, a missing fp16 kernel)
+    TIE = "tie"  # generation: tokens split where the oracle's margin is within tolerance
 
     def __str__(self) -> str:
         return self.value

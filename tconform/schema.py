@@ -88,7 +88,10 @@ def check_golden_manifest(data: dict, path: Path) -> None:
 def check_artifacts_manifest(data: dict, path: Path) -> None:
     """The artifacts manifest: per model its file (always CASE/model.onnx), sha256 and settings."""
     from tconform.export import DTYPES, EXPORTERS
+    from tconform.generation.models import GENERATION_CASES
     from tconform.registry import case_names
+
+    known = (*case_names(), *(case.name for case in GENERATION_CASES))
 
     models = expect_object(data.get("models", {}), path, "'models'")
     if "exporter" in data and not _one_of(data["exporter"], EXPORTERS):
@@ -101,7 +104,7 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
         raise _fail(path, "'attention'", f"is not one of {', '.join(ATTENTION_KERNELS)}")
     for name, entry in models.items():
         where = f"model {name!r}"
-        if name not in case_names():
+        if name not in known:
             raise _fail(path, where, "is not a case this tconform knows")
         entry = expect_object(entry, path, where)
         if entry.get("path") != f"{name}/model.onnx":

@@ -95,6 +95,32 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     default=None,
     help="Compare two bench JSON reports A B (ratios B/A) instead of measuring.",
 )
+@click.option(
+    "--generate",
+    "generate_tokens",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="Time autoregressive decoding of N new tokens instead (batch 1; docs/generation.md).",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(["greedy", "beam", "sample"]),
+    default="greedy",
+    show_default=True,
+    help="With --generate.",
+)
+@click.option("--beam-width", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--length-penalty", type=click.FloatRange(0), default=0.6, show_default=True)
+@click.option("--top-k", type=click.IntRange(1), default=None, help="Sampling: keep k tokens.")
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
+@click.option("--sample-seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option(
+    "--end-token",
+    type=click.IntRange(0),
+    default=None,
+    help="End-token id [none: every run makes N tokens].",
+)
 def bench(
     preset,
     cases,
@@ -114,11 +140,35 @@ def bench(
     markdown_path,
     plot_path,
     compare,
+    generate_tokens,
+    strategy,
+    beam_width,
+    length_penalty,
+    top_k,
+    top_p,
+    sample_seed,
+    end_token,
 ) -> None:
     """Time every engine on the chosen cases and shapes; report p50/p90/p99, tokens/s, GFLOP/s
     as a fraction of the measured GEMM ceiling, and peak memory."""
     from tconform.bench import report as bench_report
 
+    if generate_tokens is not None:
+        from tconform.generation import bench as generation_bench
+        from tconform.generation.driver import Strategy
+
+        report = generation_bench.bench_generate_command(
+            preset, generate_tokens,
+            Strategy(strategy, beam_width, length_penalty, top_k, top_p, sample_seed),
+            end_token, engines, ep_spec, threads, artifacts, json_path, plot_path,
+            lambda text: click.echo(text, err=True),
+        )  # fmt: skip
+        click.echo(generation_bench.table(report))
+        if report["unavailable"] and not allow_missing_ep:
+            raise TconformError.with_code(
+                f"provider {report['unavailable'][0]['ep']} could not run", EXIT_EP_UNAVAILABLE
+            )
+        return
     if compare:
         from tconform.bench.compare import compare_reports, compare_table, load_report
 

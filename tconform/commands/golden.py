@@ -29,8 +29,21 @@ from tconform.errors import EXIT_FAILURE
     help="Regenerate in memory and compare with the folder (its cases, sets and values; "
     "--case limits the cases expected); exit 1 on drift.",
 )
-def golden(out, preset, cases, seed, force, check) -> None:
+@click.option(
+    "--generation",
+    is_flag=True,
+    help="The generation goldens instead (decoded sequences; --out defaults to golden-generation).",
+)
+@click.pass_context
+def golden(ctx, out, preset, cases, seed, force, check, generation) -> None:
     """Write golden/<case>/test_data_set_N/{input,output}_K.pb and golden/manifest.json."""
+    if generation:
+        from tconform.generation.golden import run_golden_command
+
+        if ctx.get_parameter_source("out") == click.core.ParameterSource.DEFAULT:
+            out = Path("golden-generation")
+        run_golden_command(out, preset, seed, force, check)
+        return
     from tconform import golden as golden_stage
     from tconform import registry
     from tconform.config import get_preset

@@ -152,3 +152,14 @@ def report_options(*formats: str):
 
 def quiet_option():
     return click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+
+
+def generation_golden_option():
+    return click.option(
+        "--golden-generation",
+        "golden_generation_dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=Path("golden-generation"),
+        show_default=True,
+        help="Generation goldens (with --generation).",
+    )

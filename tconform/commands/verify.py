@@ -12,6 +12,7 @@ from tconform.commands.options import (
     attention_option,
     case_option,
     ep_option,
+    generation_golden_option,
     quiet_option,
     report_options,
 )
@@ -78,6 +79,13 @@ from tconform.runtimes import RUNTIMES
     help="On a failure, name the first submodule whose output leaves tolerance (docs/check.md).",
 )
 @click.option("--no-doc", is_flag=True, help="Skip the documents' checks.")
+@click.option(
+    "--generation",
+    is_flag=True,
+    help="Check autoregressive decoding instead: every generation golden on every runtime, with "
+    "and without the key/value cache (docs/generation.md).",
+)
+@generation_golden_option()
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
 def verify(
@@ -97,6 +105,8 @@ def verify(
     no_torch,
     localise,
     no_doc,
+    generation,
+    golden_generation_dir,
     json_path,
     junit_path,
     markdown_path,
@@ -132,6 +142,11 @@ def verify(
             localise=localise,
             attention=attention,
         )
-        run_verify(options, report, progress)
+        if generation:
+            from tconform.generation.verify import verify_generation
+
+            verify_generation(options, golden_generation_dir, report, progress)
+        else:
+            run_verify(options, report, progress)
 
     run_and_report("verify", run, quiet, json_path, junit_path, markdown_path, plot_path)

@@ -9,7 +9,7 @@ from tconform.oracle.norm import norm
 from tconform.oracle.params import Params, scope
 
 
-def _residual(
+def residual(
     params: Params,
     cfg: ModelConfig,
     x: np.ndarray,
@@ -27,10 +27,8 @@ def encoder_layer(
     params: Params, cfg: ModelConfig, x: np.ndarray, src_keep: np.ndarray
 ) -> np.ndarray:
     attn = scope(params, "self_attn")
-    x = _residual(
-        params, cfg, x, "norm1", lambda h: multi_head_attention(attn, cfg, h, h, src_keep)
-    )
-    return _residual(params, cfg, x, "norm2", lambda h: feed_forward(scope(params, "ffn"), cfg, h))
+    x = residual(params, cfg, x, "norm1", lambda h: multi_head_attention(attn, cfg, h, h, src_keep))
+    return residual(params, cfg, x, "norm2", lambda h: feed_forward(scope(params, "ffn"), cfg, h))
 
 
 def decoder_layer(
@@ -42,18 +40,18 @@ def decoder_layer(
     tgt_keep: np.ndarray,
 ) -> np.ndarray:
     self_attn, cross_attn = scope(params, "self_attn"), scope(params, "cross_attn")
-    y = _residual(
+    y = residual(
         params,
         cfg,
         y,
         "norm1",
         lambda h: multi_head_attention(self_attn, cfg, h, h, tgt_keep, causal=True),
     )
-    y = _residual(
+    y = residual(
         params,
         cfg,
         y,
         "norm2",
         lambda h: multi_head_attention(cross_attn, cfg, h, memory, src_keep),
     )
-    return _residual(params, cfg, y, "norm3", lambda h: feed_forward(scope(params, "ffn"), cfg, h))
+    return residual(params, cfg, y, "norm3", lambda h: feed_forward(scope(params, "ffn"), cfg, h))

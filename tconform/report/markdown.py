@@ -9,7 +9,7 @@ from tconform.report import RunReport
 from tconform.results import Result
 from tconform.runtimes.labels import runtime_label
 
-_RANK = {"pass": 0, "skip": 1, "unavailable": 2, "fail": 3, "error": 4}
+_RANK = {"pass": 0, "tie": 1, "skip": 1, "unavailable": 2, "fail": 3, "error": 4}
 
 
 def build(report: RunReport) -> str:

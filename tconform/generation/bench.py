@@ -1,0 +1,265 @@
+"""`tconform bench --generate N`: how fast the exported model decodes, per engine and provider.
+
+For batch 1 and a source of 32 tokens (the preset's maximum if shorter), each engine decodes
+N new tokens with the chosen strategy (default greedy, no end token, so every run makes N
+tokens) twice: with the key/value cache and with the whole prefix each step. Every step call
+is timed. The report gives the encoder latency, per-token p50/p90 with and without the cache,
+tokens/s, the cache's bytes after N tokens, the per-token time at each prefix length
+(plotted), and the memory floor per token: the weight bytes one decoder step reads (all
+decoder and head weights, one embedding row) over the measured copy bandwidth
+(tconform.bench.ceiling), the floor `tconform bench` reports for batch-1 cases.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
+from tconform.bench.timing import round_sig, timed_runs
+from tconform.config import ModelConfig
+from tconform.errors import ProviderUnavailable
+from tconform.export import ExportSettings
+from tconform.files import atomic_write_bytes, atomic_write_json
+from tconform.generation.driver import Decoding, Strategy, check_request, generate
+from tconform.generation.models import ENCODER, GENERATION_CASES, STEP, export_generation_models
+from tconform.generation.steppers import CachedStepper, make_stepper
+from tconform.reference import Transformer
+from tconform.registry import Shape
+from tconform.runtimes import Subject, label, make_runtime, open_subject
+from tconform.weights import DEFAULT_SEED, make_params
+
+
+@dataclass
+class TimedStepper:
+    """A stepper that records how long each step took and how long the prefix was."""
+
+    inner: object
+    times: list[tuple[int, float]] = field(default_factory=list)  # (prefix length, seconds)
+
+    def start(self, src_ids, src_keep) -> None:
+        self.inner.start(src_ids, src_keep)
+        self.times = []
+
+    def step(self, tokens, keep):
+        started = time.perf_counter()
+        log_probs = self.inner.step(tokens, keep)
+        self.times.append((len(self.times) + 1, time.perf_counter() - started))
+        return log_probs
+
+    def reorder(self, rows) -> None:
+        self.inner.reorder(rows)
+
+
+def decoder_step_weight_bytes(cfg: ModelConfig) -> int:
+    """Weight bytes one decoder step reads: the step model's parameters, of the target
+    embedding only the one row a new token gathers."""
+    return STEP.weight_bytes_read(cfg, Shape(1, 1, 1))
+
+
+@dataclass(frozen=True)
+class GenerateSettings:
+    cfg: ModelConfig
+    preset: str
+    new_tokens: int
+    strategy: Strategy
+    decoding: Decoding
+    engines: tuple[tuple[str, str], ...]  # (runtime name, ep)
+    threads: int
+    batch: int = 1
+    src_len: int = 32
+    repeats: int = 3
+    artifacts: Path = Path("artifacts/bench/base/generation")
+
+
+def _decode_times(stepper, inputs, settings: GenerateSettings) -> list[list[float]]:
+    """Per step, the seconds of each repeat (after one untimed warm-up decode)."""
+    runs = []
+    for _ in range(settings.repeats + 1):
+        generate(stepper, *inputs, settings.decoding, settings.strategy)
+        runs.append([seconds for _, seconds in stepper.times])
+    return [list(step) for step in zip(*runs[1:], strict=True)]
+
+
+def run_generate_bench(settings: GenerateSettings, log) -> dict:
+    cfg = settings.cfg
+    check_request(cfg, settings.decoding, settings.strategy)
+    log(f"exporting the generation models to {settings.artifacts} (cached) ...")
+    records = export_generation_models(ExportSettings(cfg, DEFAULT_SEED), settings.artifacts)
+    params = make_params(Transformer(cfg), DEFAULT_SEED)
+    rng = np.random.default_rng(0)
+    src_len = min(settings.src_len, cfg.max_seq_len)
+    src_ids = rng.integers(3, cfg.src_vocab, (settings.batch, src_len), dtype=np.int64)
+    src_keep = np.ones_like(src_ids, dtype=bool)
+    feeds = {"src_ids": src_ids, "src_keep": src_keep}
+    weight_bytes = decoder_step_weight_bytes(cfg)
+    bandwidth = copy_bandwidth_gbs()
+    floor_ms = weight_bytes / (bandwidth * 1e9) * 1e3
+    rows, unavailable = [], []
+    for runtime_name, ep in settings.engines:
+        options = {"intra_op_threads": settings.threads} if runtime_name == "onnxruntime" else {}
+        runtime = make_runtime(runtime_name, ep, **options)
+        log(f"{label(runtime)}: decoding {settings.new_tokens} tokens with and without the cache")
+        try:
+            sessions = {
+                case.name: open_subject(
+                    runtime,
+                    Subject(Path(records[case.name].location), case.module_target(cfg, params)),
+                )
+                for case in GENERATION_CASES
+            }
+        except ProviderUnavailable as exc:
+            unavailable.append({"engine": runtime_name, "ep": ep, "reason": str(exc)})
+            continue
+        encoder = timed_runs(lambda s=sessions: s[ENCODER.name].run(feeds), warmup=1, runs=5)
+        per_step = {}
+        cache_bytes = 0
+        for cache in (True, False):
+            stepper = TimedStepper(make_stepper(sessions, cfg, cache))
+            per_step[cache] = _decode_times(stepper, (src_ids, src_keep), settings)
+            if isinstance(stepper.inner, CachedStepper):
+                cache_bytes = stepper.inner.cache_bytes()
+        row = {"engine": label(runtime), "settings": runtime.settings()}
+        row["encoder_ms"] = round_sig(float(np.median(encoder)) * 1e3)
+        for cache, name in ((True, "cached"), (False, "no_cache")):
+            ms = np.array(per_step[cache]) * 1e3  # (steps, repeats)
+            row[f"{name}_p50_ms"] = round_sig(float(np.percentile(ms, 50)))
+            row[f"{name}_p90_ms"] = round_sig(float(np.percentile(ms, 90)))
+            row[f"{name}_by_prefix_ms"] = [round_sig(float(v)) for v in np.median(ms, axis=1)]
+        row["tokens_per_s"] = round_sig(settings.batch * 1e3 / row["cached_p50_ms"])
+        row["cache_bytes"] = cache_bytes
+        last = settings.new_tokens - 1
+        row["speedup_at_last_token"] = round_sig(
+            row["no_cache_by_prefix_ms"][last] / row["cached_by_prefix_ms"][last]
+        )
+        if ep == "cpu":
+            row["floor_ratio"] = round_sig(row["cached_p50_ms"] / floor_ms)
+        rows.append(row)
+    return {
+        "kind": "tconform-bench-generate",
+        "preset": settings.preset,
+        "config": cfg.to_dict(),
+        "batch": settings.batch,
+        "src_len": src_len,
+        "new_tokens": settings.new_tokens,
+        "strategy": vars(settings.strategy),
+        "threads": settings.threads,
+        "repeats": settings.repeats,
+        "cpu": cpu_name(),
+        "step_weight_bytes": weight_bytes,
+        "copy_bandwidth_gbs": round_sig(bandwidth),
+        "memory_floor_ms": round_sig(floor_ms),
+        "rows": rows,
+        "unavailable": unavailable,
+    }
+
+
+def table(report: dict) -> str:
+    from tconform.report.text import format_table
+
+    header = ["engine", "encoder ms", "cached p50/p90 ms", "no-cache p50/p90 ms", "tokens/s",
+              f"x faster @{report['new_tokens']}", "x floor", "cache MiB"]  # fmt: skip
+    body = [
+        [
+            r["engine"],
+            str(r["encoder_ms"]),
+            f"{r['cached_p50_ms']}/{r['cached_p90_ms']}",
+            f"{r['no_cache_p50_ms']}/{r['no_cache_p90_ms']}",
+            str(r["tokens_per_s"]),
+            str(r["speedup_at_last_token"]),
+            str(r.get("floor_ratio", "-")),
+            f"{r['cache_bytes'] / 2**20:.2f}",
+        ]
+        for r in report["rows"]
+    ]
+    floor = (
+        f"memory floor per token {report['memory_floor_ms']} ms = "
+        f"{report['step_weight_bytes'] / 1e6:.1f} MB of decoder-step weights / "
+        f"{report['copy_bandwidth_gbs']} GB/s copy bandwidth ({report['cpu']})"
+    )
+    return format_table(header, body) + "\n" + floor
+
+
+def write_plot(path: Path, report: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for row in report["rows"]:
+        steps = range(1, len(row["cached_by_prefix_ms"]) + 1)
+        ax.plot(steps, row["cached_by_prefix_ms"], label=f"{row['engine']} with cache")
+        ax.plot(steps, row["no_cache_by_prefix_ms"], "--", label=f"{row['engine']} no cache")
+    ax.axhline(report["memory_floor_ms"], color="grey", linewidth=1, label="memory floor (CPU)")
+    ax.set_xlabel("prefix length (tokens fed so far)")
+    ax.set_ylabel("ms per token (median of repeats)")
+    ax.set_title(f"tconform bench --generate {report['new_tokens']}: {report['preset']} preset")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def write_json(path: Path, report: dict) -> None:
+    atomic_write_json(path, report)
+
+
+GENERATE_ENGINES = ("onnxruntime", "torch")
+
+
+def bench_generate_command(
+    preset: str,
+    new_tokens: int,
+    strategy: Strategy,
+    end_token: int | None,
+    engines: tuple[str, ...],
+    ep_spec: str,
+    threads: int | None,
+    artifacts: Path | None,
+    json_path: Path | None,
+    plot_path: Path | None,
+    log,
+) -> dict:
+    """Validate the request (UsageError: one line, exit 2), measure, write the reports."""
+    from tconform.bench.runner import default_threads
+    from tconform.config import get_preset
+    from tconform.errors import UsageError
+    from tconform.runtimes.providers import parse_eps
+
+    cfg = get_preset(preset)
+    unknown = [e for e in engines if e not in GENERATE_ENGINES]
+    if unknown:
+        raise UsageError(
+            f"engine {unknown[0]!r} does not decode; choose from {', '.join(GENERATE_ENGINES)}"
+        )
+    eps = parse_eps(ep_spec)
+    chosen = [
+        (name, ep)
+        for name in engines or GENERATE_ENGINES
+        for ep in eps
+        if ep in ("cpu", "cuda") or name == "onnxruntime"
+    ]
+    settings = GenerateSettings(
+        cfg,
+        preset,
+        new_tokens,
+        strategy,
+        Decoding(new_tokens, eos_id=end_token),
+        tuple(chosen),
+        threads or default_threads(),
+        artifacts=artifacts or Path("artifacts/bench") / preset / "generation",
+    )
+    check_request(cfg, settings.decoding, strategy)
+    report = run_generate_bench(settings, log)
+    if json_path:
+        write_json(json_path, report)
+    if plot_path:
+        write_plot(plot_path, report)
+    return report

@@ -1,0 +1,332 @@
+"""Generation goldens: the oracle's decoded sequences, in the ONNX test-data layout.
+
+    golden-generation/manifest.json                       config, seed, per case its decoding
+                                                          settings, tensor shapes and sha256
+    golden-generation/<set>-<strategy>/test_data_set_0/   input_K.pb: src_ids, src_keep,
+                                                          prefix_ids, prefix_keep
+                                                          output_K.pb: tokens, lengths,
+                                                          log_probs (each step's distribution)
+
+The source sets (tiny preset): right padding, left padding, sequences ending at different
+steps with one reaching the length limit, and the edge cases: left-padded prompts under the
+causal mask (a fully masked attention row) for both mask fills. Every set starts from an empty
+cache (past length 0). The end token of a set is computed, not chosen by hand: the lowest id
+with which the oracle's greedy decoding ends its rows at different steps (and, for `ends`,
+leaves one row at the length limit).
+
+Files, manifest, atomic replacement and the drift check are tconform.golden's; log-probs are
+stored in float32 and checked within one float32 ulp, tokens and lengths exactly.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from tconform import golden as golden_files
+from tconform.config import ModelConfig
+from tconform.errors import UsageError
+from tconform.files import atomic_write_json, sha256_bytes
+from tconform.folders import GOLDEN, MANIFEST, folder_lock, read_json_manifest
+from tconform.generation.driver import (
+    BOS,
+    PAD,
+    Decoding,
+    Generation,
+    Strategy,
+    generate,
+)
+from tconform.generation.steppers import CachedStepper, oracle_sessions
+from tconform.golden import Drift, InputSet
+from tconform.reference import Transformer
+from tconform.versions import library_versions, tool_version
+from tconform.weights import make_params
+
+INPUTS = ("src_ids", "src_keep", "prefix_ids", "prefix_keep")
+OUTPUTS = ("tokens", "lengths", "log_probs")
+
+STRATEGIES = (
+    Strategy("greedy"),
+    Strategy("beam", beam_width=3, length_penalty=0.6),
+    Strategy("sample", top_k=5, seed=7),
+    Strategy("sample", top_p=0.9, seed=11),
+)
+
+
+@dataclass(frozen=True)
+class SourceSet:
+    name: str
+    padding: str  # right | left: where the source's padding goes
+    max_new_tokens: int
+    prompt: bool = False  # left-padded prompts: a fully masked row under the causal mask
+    mask_fill: str | None = None  # None: the preset's own
+    needs_limit: bool = False  # the end token must leave one row at the length limit
+    strategies: tuple[Strategy, ...] = STRATEGIES
+
+
+SETS = (
+    SourceSet("right_padding", "right", 8),
+    SourceSet("left_padding", "left", 8),
+    SourceSet("ends", "right", 11, needs_limit=True),
+    SourceSet("prompt_left_padding_inf", "right", 7, True, "-inf", strategies=STRATEGIES[:2]),
+    SourceSet("prompt_left_padding_1e9", "right", 7, True, "-1e9", strategies=STRATEGIES[:2]),
+)
+
+
+def set_config(cfg: ModelConfig, source_set: SourceSet) -> ModelConfig:
+    return cfg.replace(mask_fill=source_set.mask_fill) if source_set.mask_fill else cfg
+
+
+def sources(source_set: SourceSet, cfg: ModelConfig, seed: int) -> dict[str, np.ndarray]:
+    """src_ids, src_keep, prefix_ids, prefix_keep of a set: 3 sequences of 7 source tokens with
+    4, 7 and 2 real ones (padding on the set's side); prompts left-padded to 3 tokens."""
+    rng = np.random.default_rng([seed, sum(map(ord, source_set.name))])
+    lengths = [4, 7, 2]
+    seq = min(7, cfg.max_seq_len)
+    src_keep = np.zeros((len(lengths), seq), dtype=bool)
+    for row, length in enumerate(lengths):
+        if source_set.padding == "right":
+            src_keep[row, :length] = True
+        else:
+            src_keep[row, seq - length :] = True
+    src_ids = np.where(src_keep, rng.integers(3, cfg.src_vocab, src_keep.shape), PAD)
+    if source_set.prompt:
+        prefix_ids = np.array([[PAD, PAD, BOS], [PAD, BOS, 0], [BOS, 0, 0]], dtype=np.int64)
+        words = rng.integers(3, cfg.tgt_vocab, prefix_ids.shape)
+        prefix_keep = np.array([[0, 0, 1], [0, 1, 1], [1, 1, 1]], dtype=bool)
+        after_bos = np.cumsum(prefix_ids == BOS, axis=1) - (prefix_ids == BOS) > 0
+        prefix_ids = np.where(after_bos, words, prefix_ids)
+    else:
+        prefix_ids = np.full((len(lengths), 1), BOS, dtype=np.int64)
+        prefix_keep = np.ones((len(lengths), 1), dtype=bool)
+    return {
+        "src_ids": src_ids.astype(np.int64),
+        "src_keep": src_keep,
+        "prefix_ids": prefix_ids,
+        "prefix_keep": prefix_keep,
+    }
+
+
+def oracle_generate(
+    cfg: ModelConfig, params, inputs: dict[str, np.ndarray], decoding: Decoding, strategy: Strategy
+) -> Generation:
+    stepper = CachedStepper(oracle_sessions(cfg, params), cfg, np.float64)
+    prefix = (inputs["prefix_ids"], inputs["prefix_keep"])
+    with np.errstate(invalid="ignore"):  # a fully masked row under a -inf fill is NaN by design
+        return generate(stepper, inputs["src_ids"], inputs["src_keep"], decoding, strategy, prefix)
+
+
+def choose_eos(cfg, params, inputs, source_set: SourceSet) -> int:
+    """The lowest token id that, as the end token, ends the oracle's greedy rows at different
+    steps (prompt sets: ends one row at least), and leaves a row at the limit where the set
+    needs one."""
+    for eos in range(3, cfg.tgt_vocab):
+        decoding = Decoding(source_set.max_new_tokens, eos_id=eos)
+        lengths = oracle_generate(cfg, params, inputs, decoding, Strategy("greedy")).lengths
+        # Prompt sets: rows whose prompt starts with padding may be NaN throughout (-inf fill).
+        distinct = source_set.prompt or len(set(lengths.tolist())) == len(lengths)
+        at_limit = lengths.max() == source_set.max_new_tokens
+        ended = (lengths < source_set.max_new_tokens).sum() >= (2 if source_set.needs_limit else 1)
+        if distinct and ended and (at_limit or not source_set.needs_limit):
+            return eos
+    raise UsageError(f"no end token gives set {source_set.name} rows of different lengths")
+
+
+@dataclass
+class GenerationCase:
+    name: str  # <set>-<strategy>
+    source_set: SourceSet
+    strategy: Strategy
+    decoding: Decoding
+    input_set: InputSet
+
+    def generation(self) -> Generation:
+        out = self.input_set.outputs
+        return Generation(out["tokens"], out["lengths"], out["log_probs"].astype(np.float64))
+
+
+def build_cases(cfg: ModelConfig, seed: int) -> list[GenerationCase]:
+    """Every set x strategy, computed by the oracle, in memory."""
+    cases = []
+    for source_set in SETS:
+        set_cfg = set_config(cfg, source_set)
+        params = make_params(Transformer(set_cfg), seed)
+        inputs = sources(source_set, set_cfg, seed)
+        decoding = Decoding(
+            source_set.max_new_tokens, eos_id=choose_eos(set_cfg, params, inputs, source_set)
+        )
+        for strategy in source_set.strategies:
+            result = oracle_generate(set_cfg, params, inputs, decoding, strategy)
+            outputs = {
+                "tokens": result.tokens,
+                "lengths": result.lengths,
+                "log_probs": result.log_probs.astype(np.float32),
+            }
+            input_set = InputSet("test_data_set_0", dict(inputs), outputs)
+            name = f"{source_set.name}-{strategy.name}"
+            cases.append(GenerationCase(name, source_set, strategy, decoding, input_set))
+    return cases
+
+
+def _case_entry(case: GenerationCase, hashes: dict[str, str]) -> dict:
+    tensors = {**case.input_set.inputs, **case.input_set.outputs}
+    return {
+        "set": case.source_set.name,
+        "mask_fill": case.source_set.mask_fill,
+        "strategy": vars(case.strategy),
+        "decoding": vars(case.decoding),
+        "shapes": {name: list(array.shape) for name, array in tensors.items()},
+        "sha256": hashes,
+    }
+
+
+def write(folder: Path, cfg: ModelConfig, seed: int, preset: str, force: bool = False) -> dict:
+    """Write the generation goldens into `folder`, replacing it whole (as tconform.golden does)."""
+    if folder.exists() and any(folder.iterdir()) and not force:
+        raise UsageError(f"{folder} already holds files; pass --force to replace goldens")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with folder_lock(folder):
+        golden_files.require_replaceable_golden_folder(folder)
+        golden_files._remove_leftovers(folder)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
+        try:
+            entries = {}
+            for case in build_cases(cfg, seed):
+                hashes = {}
+                for rel, data in golden_files._tensor_files(case.input_set).items():
+                    path = staging / case.name / rel
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(data)
+                    hashes[rel] = sha256_bytes(data)
+                entries[case.name] = _case_entry(case, hashes)
+            manifest = {
+                "kind": GOLDEN,
+                "generation": True,
+                "tool": "tconform",
+                "version": tool_version(),
+                "preset": preset,
+                "config": cfg.to_dict(),
+                "seed": seed,
+                "stored_dtype": "float32",
+                "versions": library_versions(),
+                "cases": entries,
+            }
+            atomic_write_json(staging / MANIFEST, manifest)
+            golden_files._swap_into_place(staging, folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return manifest
+
+
+def read_manifest(folder: Path) -> dict:
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise UsageError(f"{path}: missing (run `tconform golden --generation` to make it)")
+    manifest = read_json_manifest(path)
+    if manifest.get("kind") != GOLDEN or manifest.get("generation") is not True:
+        raise UsageError(f"{path}: not a generation golden manifest")
+    if not isinstance(manifest.get("cases"), dict) or not manifest["cases"]:
+        raise UsageError(f"{path}: lists no generation cases: nothing to check")
+    return manifest
+
+
+def read_cases(folder: Path) -> tuple[ModelConfig, int, list[GenerationCase]]:
+    """The stored cases, every file checked against the manifest's sha256 and shape."""
+    manifest = read_manifest(folder)
+    cfg = ModelConfig.from_dict(manifest["config"])
+    by_name = {f"{s.name}-{t.name}": (s, t) for s in SETS for t in s.strategies}
+    cases = []
+    for name, entry in manifest["cases"].items():
+        if name not in by_name:
+            raise UsageError(f"{folder / MANIFEST}: unknown generation case {name!r}")
+        source_set, strategy = by_name[name]
+        if not isinstance(entry, dict) or not all(
+            isinstance(entry.get(key), dict) for key in ("sha256", "shapes", "decoding")
+        ):
+            raise UsageError(f"{folder / MANIFEST}: case {name!r} lacks sha256, shapes or decoding")
+        tensors = {}
+        for kind, names in (("input", INPUTS), ("output", OUTPUTS)):
+            for k, tensor in enumerate(names):
+                rel = f"test_data_set_0/{kind}_{k}.pb"
+                stored_name, array = golden_files._read_tensor(
+                    folder / name / rel, entry["sha256"].get(rel, ""), entry["shapes"].get(tensor)
+                )
+                if stored_name != tensor:
+                    raise UsageError(
+                        f"{folder / name / rel}: holds {stored_name!r}, not {tensor!r}"
+                    )
+                tensors[tensor] = array
+        try:
+            decoding = Decoding(**entry["decoding"])
+        except TypeError:
+            raise UsageError(
+                f"{folder / MANIFEST}: case {name!r} has unknown decoding settings"
+            ) from None
+        input_set = InputSet(
+            "test_data_set_0",
+            {n: tensors[n] for n in INPUTS},
+            {n: tensors[n] for n in OUTPUTS},
+        )
+        cases.append(GenerationCase(name, source_set, replace(strategy), decoding, input_set))
+    return cfg, int(manifest["seed"]), cases
+
+
+def check(folder: Path) -> list[Drift]:
+    """Regenerate in memory and compare: inputs, tokens and lengths exactly, log-probs within
+    one float32 ulp (see tconform.golden)."""
+    cfg, seed, stored = read_cases(folder)
+    fresh = {case.name: case for case in build_cases(cfg, seed)}
+    drifts = [
+        Drift(str(folder / name), "missing: a regeneration has this case")
+        for name in fresh.keys() - {c.name for c in stored}
+    ]
+    for case in stored:
+        new = fresh.get(case.name)
+        where = str(folder / case.name)
+        if new is None:
+            drifts.append(Drift(where, "a case a regeneration does not have"))
+            continue
+        if vars(new.decoding) != vars(case.decoding):
+            drifts.append(Drift(where, "decoding settings (end token) differ"))
+        old_tensors = {**case.input_set.inputs, **case.input_set.outputs}
+        for name, array in {**new.input_set.inputs, **new.input_set.outputs}.items():
+            old = old_tensors[name]
+            if old.shape != array.shape:
+                drifts.append(
+                    Drift(where, f"{name} shape {list(old.shape)} vs {list(array.shape)}")
+                )
+            elif name == "log_probs":
+                finite = np.isfinite(array) & np.isfinite(old)
+                same_nan = np.array_equal(np.isnan(array), np.isnan(old))
+                if (
+                    not same_nan
+                    or golden_files.ulp_distance(old[finite], array[finite]).max(initial=0) > 1
+                ):
+                    drifts.append(Drift(where, "log_probs differ from a regeneration"))
+            elif not np.array_equal(old, array):
+                drifts.append(Drift(where, f"{name} differs from a regeneration"))
+    return drifts
+
+
+def run_golden_command(folder: Path, preset: str, seed: int, force: bool, check_only: bool) -> None:
+    """`tconform golden --generation [--check]`: write, or check for drift (exit 1)."""
+    import click
+
+    from tconform.config import get_preset
+    from tconform.errors import EXIT_FAILURE
+
+    if check_only:
+        drifts = check(folder)
+        for drift in drifts:
+            click.echo(f"drift: {drift.path}: {drift.message}")
+        click.echo(f"{folder}: {'DRIFT' if drifts else 'matches a regeneration'}")
+        if drifts:
+            raise SystemExit(EXIT_FAILURE)
+        return
+    manifest = write(folder, get_preset(preset), seed, preset, force)
+    click.echo(f"wrote {len(manifest['cases'])} generation goldens to {folder}")

@@ -1,0 +1,145 @@
+"""Steppers: the one thing the decoding driver asks of a runtime, the next step's
+log-probabilities, with and without a key/value cache.
+
+A stepper holds one batch of sequences. `start` encodes the source; `step` feeds one new token
+per sequence (with whether it is a real token or left padding) and returns the log-probabilities
+of the token after it, in float64; `reorder` keeps, repeats or permutes sequences (beam search
+expands each source into its beams and follows the surviving ones).
+
+Every runtime is reached through the same `Session.run(feeds) -> outputs` (tconform.runtimes),
+so a stepper is the same code for the float64 oracle, PyTorch and each ONNX Runtime provider:
+it only differs in the sessions it is given, one per generation model (tconform.generation.models).
+
+On CUDA the cache makes a host round trip per step (the sessions take and return NumPy arrays);
+keeping it on the device with IO binding is left to a later change (docs/generation.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from tconform import registry
+from tconform.config import ModelConfig
+from tconform.generation.models import ENCODER, PREFIX, STEP
+from tconform.oracle import Params
+from tconform.runtimes import Session
+
+
+class Stepper(Protocol):
+    def start(self, src_ids: np.ndarray, src_keep: np.ndarray) -> None: ...
+
+    def step(self, tokens: np.ndarray, keep: np.ndarray) -> np.ndarray: ...
+
+    def reorder(self, rows: np.ndarray) -> None: ...
+
+
+@dataclass
+class OracleSession:
+    """A generation model computed by the float64 oracle, as a Session."""
+
+    case: registry.Case
+    cfg: ModelConfig
+    params: Params
+    providers: list[str] = field(default_factory=lambda: ["oracle-float64"])
+    placement: dict[str, int] = field(default_factory=dict)
+    fallback_ops: dict[str, int] = field(default_factory=dict)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return list(registry.run_oracle(self.case, self.cfg, self.params, feeds))
+
+
+def oracle_sessions(cfg: ModelConfig, params: Params) -> dict[str, Session]:
+    return {case.name: OracleSession(case, cfg, params) for case in (ENCODER, STEP, PREFIX)}
+
+
+@dataclass
+class CachedStepper:
+    """Encoder once, then the decoder-step model with the key/value cache."""
+
+    sessions: Mapping[str, Session]
+    cfg: ModelConfig
+    dtype: type = np.float32  # of the cache and the memory (float64 for the oracle)
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def start(self, src_ids: np.ndarray, src_keep: np.ndarray) -> None:
+        _, cross_k, cross_v = self.sessions[ENCODER.name].run(
+            {"src_ids": src_ids, "src_keep": src_keep}
+        )
+        empty = (self.cfg.n_layers, len(src_ids), self.cfg.n_heads, 0, self.cfg.d_head)
+        self.state = {
+            "src_keep": src_keep,
+            "past_keep": np.zeros((len(src_ids), 0), dtype=bool),
+            "past_k": np.zeros(empty, dtype=self.dtype),
+            "past_v": np.zeros(empty, dtype=self.dtype),
+            "cross_k": cross_k,
+            "cross_v": cross_v,
+        }
+
+    def step(self, tokens: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        past = self.state["past_keep"]
+        feeds = {
+            "tgt_ids": tokens.astype(np.int64)[:, None],
+            "position": np.full(len(tokens), past.shape[1], dtype=np.int64),
+            "new_keep": keep[:, None],
+            **self.state,
+        }
+        log_probs, present_k, present_v = self.sessions[STEP.name].run(feeds)
+        self.state.update(
+            past_keep=np.concatenate([past, keep[:, None]], axis=1),
+            past_k=present_k,
+            past_v=present_v,
+        )
+        return log_probs[:, 0, :].astype(np.float64)
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.state = {
+            name: value[:, rows] if name.endswith(("_k", "_v")) else value[rows]
+            for name, value in self.state.items()
+        }
+
+    def cache_bytes(self) -> int:
+        """Bytes of the self-attention cache and the cross-attention keys/values held now."""
+        return sum(self.state[n].nbytes for n in ("past_k", "past_v", "cross_k", "cross_v"))
+
+
+@dataclass
+class PrefixStepper:
+    """Encoder once, then the whole prefix through the decoder every step (no cache)."""
+
+    sessions: Mapping[str, Session]
+    cfg: ModelConfig
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def start(self, src_ids: np.ndarray, src_keep: np.ndarray) -> None:
+        memory, _, _ = self.sessions[ENCODER.name].run({"src_ids": src_ids, "src_keep": src_keep})
+        batch = len(src_ids)
+        self.state = {
+            "memory": memory,
+            "src_keep": src_keep,
+            "tgt_ids": np.zeros((batch, 0), dtype=np.int64),
+            "tgt_keep": np.zeros((batch, 0), dtype=bool),
+        }
+
+    def step(self, tokens: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        self.state["tgt_ids"] = np.concatenate(
+            [self.state["tgt_ids"], tokens.astype(np.int64)[:, None]], axis=1
+        )
+        self.state["tgt_keep"] = np.concatenate([self.state["tgt_keep"], keep[:, None]], axis=1)
+        (log_probs,) = self.sessions[PREFIX.name].run(dict(self.state))
+        return log_probs[:, 0, :].astype(np.float64)
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.state = {name: value[rows] for name, value in self.state.items()}
+
+
+def make_stepper(
+    sessions: Mapping[str, Session], cfg: ModelConfig, cache: bool, oracle: bool = False
+) -> Stepper:
+    """A stepper over `sessions`: with the cache or the whole prefix each step."""
+    if cache:
+        return CachedStepper(sessions, cfg, np.float64 if oracle else np.float32)
+    return PrefixStepper(sessions, cfg)

@@ -1,0 +1,145 @@
+"""`tconform verify --generation`: decode every generation golden on every runtime, with the
+key/value cache and without it, and judge the tokens (tconform.generation.verdict).
+
+The models are exported (or reused) into <artifacts>/generation, and for the sets whose mask
+fill differs from the preset's into <artifacts>/generation-fill<fill>: the fill is part of the
+model. Every result names the decoder model that ran (path, sha256, origin).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tconform.compare import tolerance_for
+from tconform.config import ModelConfig
+from tconform.errors import ProviderUnavailable
+from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs
+from tconform.files import sha256_file
+from tconform.generation import golden
+from tconform.generation.driver import generate
+from tconform.generation.models import GENERATION_CASES, PREFIX, STEP
+from tconform.generation.steppers import make_stepper
+from tconform.generation.verdict import judge
+from tconform.provenance import module_provenance
+from tconform.reference import Transformer
+from tconform.report import RunReport
+from tconform.results import Result, allow_missing
+from tconform.runtimes import Subject, label, open_subject
+from tconform.runtimes.onnxruntime import KernelMissing
+from tconform.verify import Progress, VerifyOptions, verify_runtimes
+from tconform.weights import make_params
+
+GOLDEN_DIR = Path("golden-generation")
+
+
+def model_folder(artifacts_dir: Path, cfg: ModelConfig, preset_cfg: ModelConfig) -> Path:
+    if cfg.mask_fill == preset_cfg.mask_fill:
+        return artifacts_dir / "generation"
+    return artifacts_dir / f"generation-fill{cfg.mask_fill}"
+
+
+def export_models(
+    configs: list[ModelConfig], preset_cfg: ModelConfig, seed: int, artifacts_dir: Path, progress
+) -> dict[tuple[ModelConfig, str], ExportRecord]:
+    """Every generation model of every config, exported where not current, in one pool."""
+    jobs = [
+        ExportJob(case, ExportSettings(cfg, seed), model_folder(artifacts_dir, cfg, preset_cfg))
+        for cfg in configs
+        for case in GENERATION_CASES
+    ]
+    records = export_jobs(
+        jobs, on_done=lambda r: progress(f"  {r.location}: {'reused' if r.cached else 'exported'}")
+    )
+    return {(job.settings.cfg, job.case.name): r for job, r in zip(jobs, records, strict=True)}
+
+
+def verify_generation(
+    options: VerifyOptions,
+    golden_dir: Path,
+    report: RunReport,
+    progress: Progress = lambda _: None,
+) -> None:
+    preset_cfg, seed, cases = golden.read_cases(golden_dir)
+    configs = list(dict.fromkeys(golden.set_config(preset_cfg, c.source_set) for c in cases))
+    runtimes = verify_runtimes(options)
+    report.settings = {
+        "golden_generation": str(golden_dir),
+        "golden_manifest_sha256": sha256_file(golden_dir / "manifest.json"),
+        "artifacts": str(options.artifacts_dir),
+        "config": preset_cfg.to_dict(),
+        "seed": seed,
+        "eps": options.eps,
+        "runtimes": {label(r): r.settings() for r in runtimes},
+        "cases": [c.name for c in cases],
+    }
+    progress(f"generation models for {len(configs)} mask fill(s) in {options.artifacts_dir}")
+    records = export_models(configs, preset_cfg, seed, options.artifacts_dir, progress)
+    for cfg in configs:
+        params = make_params(Transformer(cfg), seed)
+        for runtime in runtimes:
+            own = [c for c in cases if golden.set_config(preset_cfg, c.source_set) == cfg]
+            report.results += _runtime_results(runtime, cfg, params, records, own, progress)
+    if options.allow_missing_ep:
+        report.results = allow_missing(report.results)
+
+
+def _runtime_results(runtime, cfg, params, records, cases, progress) -> list[Result]:
+    onnx_file = runtime.consumes == "onnx"
+    template = dict(
+        runtime=runtime.name, ep=runtime.ep, ep_actual=[], input_set="test_data_set_0",
+        precision=runtime.precision,
+    )  # fmt: skip
+    try:
+        sessions = {
+            case.name: open_subject(
+                runtime,
+                Subject(Path(records[(cfg, case.name)].location), case.module_target(cfg, params)),
+            )
+            for case in GENERATION_CASES
+        }
+    except (ProviderUnavailable, KernelMissing) as exc:
+        status = "unavailable" if isinstance(exc, ProviderUnavailable) else "skip"
+        return [
+            Result(c.name, "generation", **{**template, "input_set": "*"}, status=status,
+                   message=str(exc))
+            for c in cases
+        ]  # fmt: skip
+    tol = tolerance_for(runtime.precision, "model")
+    results = []
+    for case in cases:
+        progress(f"  {label(runtime)}: {case.name}")
+        inputs = case.input_set.inputs
+        for cache in (True, False):
+            decoder = STEP if cache else PREFIX
+            stepper = make_stepper(sessions, cfg, cache)
+            with np.errstate(invalid="ignore"):  # -inf fill sets hold NaN rows by design
+                actual = generate(
+                    stepper, inputs["src_ids"], inputs["src_keep"], case.decoding, case.strategy,
+                    (inputs["prefix_ids"], inputs["prefix_keep"]),
+                )  # fmt: skip
+            verdict = judge(case.generation(), actual, tol)
+            session = sessions[decoder.name]
+            model = (
+                records[(cfg, decoder.name)].provenance()
+                if onnx_file
+                else module_provenance(session.module, runtime.precision)
+            )
+            what = "with the key/value cache" if cache else "without a cache (whole prefix)"
+            results.append(
+                Result(
+                    case.name,
+                    f"generation, {case.strategy.name}, {what}",
+                    **template,
+                    status=str(verdict.status),
+                    message=verdict.message,
+                    outputs=[verdict.log_probs] if verdict.log_probs else [],
+                    model=model,
+                    placement=dict(getattr(session, "placement", {})),
+                    notes=[f"decoder: {decoder.name}; mask fill {cfg.mask_fill}"],
+                )
+            )
+    for result in results:
+        result.ep_actual = list(sessions[STEP.name].providers)
+    return results

@@ -1,0 +1,29 @@
+"""Generation test fixtures: the committed generation goldens and the tiny preset's generation
+models, exported once per session for both mask fills."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gen_helpers import GOLDEN_DIR, TINY
+
+from tconform.generation import golden
+from tconform.generation.verify import export_models
+from tconform.weights import DEFAULT_SEED
+
+
+@pytest.fixture(scope="session")
+def golden_cases():
+    cfg, seed, cases = golden.read_cases(GOLDEN_DIR)
+    assert cfg == TINY and seed == DEFAULT_SEED
+    return cases
+
+
+@pytest.fixture(scope="session")
+def generation_artifacts(tmp_path_factory) -> Path:
+    """<root>/generation (mask fill -inf) and <root>/generation-fill-1e9, exported once."""
+    root = tmp_path_factory.mktemp("generation-artifacts")
+    configs = [TINY, TINY.replace(mask_fill="-1e9")]
+    export_models(configs, TINY, DEFAULT_SEED, root, lambda _: None)
+    return root

@@ -1,0 +1,80 @@
+"""Bad input is one line and exit 2; the generation goldens are checked for drift."""
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from gen_helpers import GOLDEN_DIR
+from onnx import numpy_helper
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--generate", "12"], "max new tokens 12"),
+        (["--generate", "4", "--strategy", "beam", "--beam-width", "0"], "--beam-width"),
+        (["--generate", "4", "--strategy", "beam", "--beam-width", "32"], "beam width 32"),
+        (["--generate", "4", "--strategy", "sample", "--top-p", "0"], "--top-p"),
+        (["--generate", "4", "--strategy", "sample", "--top-p", "1.5"], "--top-p"),
+        (["--generate", "4", "--strategy", "sample", "--top-k", "0"], "--top-k"),
+        (["--generate", "4", "--end-token", "31"], "eos_id 31"),
+        (["--generate", "4", "--end-token", "-1"], "--end-token"),
+        (["--generate", "0"], "--generate"),
+    ],
+)
+def test_bad_generation_input_is_one_line_and_exit_2(cli, args, says):
+    code, out, err = cli("bench", "--preset", "tiny", "--ep", "cpu", *args)
+    assert code == 2
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert says in err
+    assert "Traceback" not in err + out
+    assert lines[-1].startswith(("tconform: error:", "Error:"))
+
+
+def test_golden_generation_check_passes_on_the_committed_goldens(cli):
+    code, out, _ = cli("golden", "--generation", "--check", "--out", str(GOLDEN_DIR))
+    assert code == 0 and "matches a regeneration" in out
+
+
+def _rewrite_token(folder, case: str) -> None:
+    """Change one stored token and record the new file's sha256: a consistent but wrong golden."""
+    from tconform.files import sha256_bytes
+
+    path = folder / case / "test_data_set_0" / "output_0.pb"
+    tokens = numpy_helper.to_array(onnx.load_tensor_from_string(path.read_bytes()))
+    tokens = tokens.copy()
+    tokens[0, 0] = (tokens[0, 0] + 1) % 31
+    data = numpy_helper.from_array(np.asarray(tokens), "tokens").SerializeToString()
+    path.write_bytes(data)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["cases"][case]["sha256"]["test_data_set_0/output_0.pb"] = sha256_bytes(data)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_golden_generation_check_detects_tampering(cli, tmp_path):
+    folder = tmp_path / "golden-generation"
+    shutil.copytree(GOLDEN_DIR, folder)
+    _rewrite_token(folder, "right_padding-greedy")
+    code, out, _ = cli("golden", "--generation", "--check", "--out", str(folder))
+    assert code == 1 and "right_padding-greedy" in out and "tokens differs" in out
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(GOLDEN_DIR, corrupt)
+    path = corrupt / "ends-greedy" / "test_data_set_0" / "output_2.pb"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    code, _, err = cli("golden", "--generation", "--check", "--out", str(corrupt))
+    assert code == 2 and "sha256" in err
+
+
+def test_golden_generation_writes_a_checkable_folder(cli, tmp_path):
+    folder = tmp_path / "fresh"
+    code, out, _ = cli("golden", "--generation", "--out", str(folder))
+    assert code == 0 and "16 generation goldens" in out
+    assert cli("golden", "--generation", "--out", str(folder))[0] == 2  # no silent overwrite
+    assert cli("golden", "--generation", "--check", "--out", str(folder))[0] == 0

@@ -1,0 +1,124 @@
+"""Generation on ONNX Runtime (CPU) and PyTorch against the oracle's goldens."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from gen_helpers import GOLDEN_DIR, TINY, decode_inputs, quiet_nan, sessions_for
+
+from tconform.compare import tolerance_for
+from tconform.export import ExportSettings, export_case
+from tconform.generation.driver import Decoding, Strategy, generate
+from tconform.generation.golden import set_config
+from tconform.generation.models import STEP
+from tconform.generation.steppers import make_stepper
+from tconform.generation.verdict import judge
+from tconform.generation.verify import model_folder
+from tconform.reference.incremental import DecoderStepModel
+from tconform.results import Status
+from tconform.runtimes import make_runtime
+
+pytestmark = pytest.mark.integration
+
+
+def test_verify_generation_gives_the_oracles_tokens_on_every_golden(
+    cli, generation_artifacts, tmp_path
+):
+    """Every strategy on every golden, ORT CPU and torch, with and without the cache: exact
+    tokens (no tie), so greedy, beam and seeded sampling reproduce the oracle's sequences."""
+    report = tmp_path / "report.json"
+    code, out, _ = cli(
+        "verify", "--generation", "--golden-generation", str(GOLDEN_DIR),
+        "--artifacts", str(generation_artifacts), "--ep", "cpu", "--json", str(report), "-q",
+    )  # fmt: skip
+    assert code == 0, out
+    results = json.loads(report.read_text())["results"]
+    golden_names = json.loads((GOLDEN_DIR / "manifest.json").read_text())["cases"]
+    assert {r["case"] for r in results} == set(golden_names)
+    assert len(results) == len(golden_names) * 2 * 2  # two runtimes, cache and no cache
+    assert {r["status"] for r in results} == {"pass"}
+    assert {r["runtime"] for r in results} == {"onnxruntime", "torch"}
+    assert all(r["model"]["sha256"] for r in results)
+
+
+@pytest.mark.parametrize("runtime_name", ["onnxruntime", "torch"])
+def test_cache_equals_no_cache(golden_cases, generation_artifacts, runtime_name):
+    runtime = make_runtime(runtime_name, "cpu")
+    for case in golden_cases:
+        cfg = set_config(TINY, case.source_set)
+        sessions = sessions_for(runtime, cfg, model_folder(generation_artifacts, cfg, TINY))
+        src_ids, src_keep, prefix = decode_inputs(case)
+        runs = []
+        for cache in (True, False):
+            stepper = make_stepper(sessions, cfg, cache)
+            with quiet_nan():
+                runs.append(
+                    generate(stepper, src_ids, src_keep, case.decoding, case.strategy, prefix)
+                )
+        np.testing.assert_array_equal(runs[0].tokens, runs[1].tokens, err_msg=case.name)
+        np.testing.assert_array_equal(runs[0].lengths, runs[1].lengths, err_msg=case.name)
+
+
+class ShiftedStep(DecoderStepModel):
+    """A decoder step whose positional encoding is one position off."""
+
+    def position_encoding(self, position):
+        return super().position_encoding(position + 1)
+
+
+def test_an_off_by_one_position_fails_the_verdict(golden_cases, generation_artifacts, tmp_path):
+    wrong = export_case(replace(STEP, build=ShiftedStep), ExportSettings(TINY), tmp_path)
+    runtime = make_runtime("onnxruntime", "cpu")
+    folder = generation_artifacts / "generation"
+    sessions = sessions_for(runtime, TINY, folder, {STEP.name: wrong.staged})
+    tol = tolerance_for("float32", "model")
+    statuses = []
+    for case in (c for c in golden_cases if c.name.endswith("-greedy")):
+        if set_config(TINY, case.source_set) != TINY:
+            continue
+        src_ids, src_keep, prefix = decode_inputs(case)
+        with quiet_nan():
+            actual = generate(
+                make_stepper(sessions, TINY, True), src_ids, src_keep, case.decoding,
+                case.strategy, prefix,
+            )  # fmt: skip
+        verdict = judge(case.generation(), actual, tol)
+        statuses.append(verdict.status)
+        assert verdict.status == Status.FAIL, case.name
+    assert statuses
+
+
+def test_sampling_is_reproducible_and_follows_the_seed(golden_cases, generation_artifacts):
+    case = next(c for c in golden_cases if c.name == "ends-sample-k5-s7")
+    src_ids, src_keep, prefix = decode_inputs(case)
+    tokens = {}
+    for runtime_name in ("onnxruntime", "torch"):
+        sessions = sessions_for(
+            make_runtime(runtime_name, "cpu"), TINY, generation_artifacts / "generation"
+        )
+        for seed in (7, 8):
+            strategy = replace(case.strategy, seed=seed)
+            run = generate(
+                make_stepper(sessions, TINY, True), src_ids, src_keep, case.decoding, strategy,
+                prefix,
+            )  # fmt: skip
+            tokens[runtime_name, seed] = run.tokens
+    golden_tokens = case.input_set.outputs["tokens"]
+    np.testing.assert_array_equal(tokens["onnxruntime", 7], golden_tokens)
+    np.testing.assert_array_equal(tokens["torch", 7], golden_tokens)
+    np.testing.assert_array_equal(tokens["onnxruntime", 8], tokens["torch", 8])
+    assert not np.array_equal(tokens["onnxruntime", 8], golden_tokens)
+
+
+def test_decoding_without_an_end_token_runs_to_the_limit(golden_cases, generation_artifacts):
+    case = next(c for c in golden_cases if c.name == "right_padding-greedy")
+    sessions = sessions_for(
+        make_runtime("onnxruntime", "cpu"), TINY, generation_artifacts / "generation"
+    )
+    src_ids, src_keep, prefix = decode_inputs(case)
+    run = generate(
+        make_stepper(sessions, TINY, True), src_ids, src_keep, Decoding(5, eos_id=None),
+        Strategy("greedy"), prefix,
+    )  # fmt: skip
+    assert run.lengths.tolist() == [5, 5, 5]
