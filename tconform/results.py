@@ -31,15 +31,22 @@ class Status(str, Enum):
 
 
 FAILING = frozenset({Status.FAIL, Status.ERROR})
+CHECKED = frozenset({Status.PASS, Status.TIE})  # ran and was judged
+
+
+def nothing_checked(statuses: Iterable[str]) -> bool:
+    return not {Status(s) for s in statuses} & (CHECKED | FAILING)
 
 
 def exit_code(statuses: Iterable[str]) -> int:
     """The exit code of every command (README, "Exit codes"): a conformance failure outranks
-    an unavailable provider, which outranks a pass."""
+    an unavailable provider, which outranks a pass. Nothing checked is never a pass: a run
+    whose every result was skipped (`--allow-missing-ep` on a machine without the provider,
+    a missing kernel) exits as a provider that could not run."""
     seen = {Status(s) for s in statuses}
     if seen & FAILING:
         return EXIT_FAILURE
-    if Status.UNAVAILABLE in seen:
+    if Status.UNAVAILABLE in seen or nothing_checked(seen):
         return EXIT_EP_UNAVAILABLE
     return EXIT_OK
 

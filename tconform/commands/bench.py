@@ -175,6 +175,7 @@ def bench(
         click.echo(compare_table(compare_reports(*(load_report(p) for p in compare))))
         return
     from tconform.bench.runner import bench_settings, run_bench
+    from tconform.results import nothing_checked
 
     settings = bench_settings(
         preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
@@ -200,4 +201,8 @@ def bench(
             f"provider {result['unavailable'][0]['ep']} could not run "
             "(--allow-missing-ep reports it as skipped)",
             EXIT_EP_UNAVAILABLE,
+        )
+    if nothing_checked(row["status"] for row in result["results"]):
+        raise TconformError.with_code(
+            "nothing was timed: every engine was skipped (see the table)", EXIT_EP_UNAVAILABLE
         )

@@ -39,6 +39,25 @@ class ShapeType(click.ParamType):
         return batch, seq
 
 
+class RuntimeName(click.ParamType):
+    """A key of tconform.runtimes.RUNTIMES, read when the option is parsed, so that a runtime
+    added to the registry is a choice with no edit here."""
+
+    name = "runtime"
+
+    def get_metavar(self, param, ctx=None) -> str:
+        from tconform.runtimes import RUNTIMES
+
+        return "[" + "|".join(RUNTIMES) + "]"
+
+    def convert(self, value, param, ctx) -> str:
+        from tconform.runtimes import RUNTIMES
+
+        if value not in RUNTIMES:
+            self.fail(f"{value!r} is not one of {', '.join(RUNTIMES)}", param, ctx)
+        return value
+
+
 class ReportPath(click.ParamType):
     """A file a report will be written to, checked before the run: its folder exists and is
     writable, it is not a folder itself, and it has the suffix its format needs."""

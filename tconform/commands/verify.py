@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tconform.commands.options import (
+    RuntimeName,
     allow_missing_ep_option,
     artifacts_option,
     attention_option,
@@ -17,7 +18,6 @@ from tconform.commands.options import (
     report_options,
 )
 from tconform.commands.run import run_and_report
-from tconform.runtimes import RUNTIMES
 
 
 @click.command("verify")
@@ -67,7 +67,7 @@ from tconform.runtimes import RUNTIMES
     "--runtime",
     "runtime_names",
     multiple=True,
-    type=click.Choice(list(RUNTIMES)),
+    type=RuntimeName(),
     help="Runtimes to verify on (repeatable) [onnxruntime, torch]; e.g. onnx-reference adds "
     "ONNX's own reference evaluator, a second implementation of the ONNX operators.",
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tconform.report.text import format_table
-from tconform.results import Result
+from tconform.results import Result, nothing_checked
 from tconform.runtimes.labels import runtime_label
 
 COLUMNS = (
@@ -96,4 +96,7 @@ def summary(results: list[Result]) -> str:
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     parts = [f"{n} {status}" for status, n in sorted(counts.items())]
-    return f"{len(results)} results: " + ", ".join(parts)
+    line = f"{len(results)} results: " + ", ".join(parts)
+    if nothing_checked(r.status for r in results):
+        line += " (nothing was checked: not a pass)"
+    return line
