@@ -7,12 +7,14 @@ from pathlib import Path
 import click
 
 from tconform.commands.options import (
+    CommaList,
     allow_missing_ep_option,
     artifacts_option,
     case_option,
     ep_option,
     quiet_option,
     report_options,
+    shard_option,
 )
 from tconform.commands.run import run_and_report
 from tconform.runtimes import RUNTIMES
@@ -76,6 +78,38 @@ from tconform.runtimes import RUNTIMES
     help="On a failure, name the first submodule whose output leaves tolerance (docs/check.md).",
 )
 @click.option("--no-doc", is_flag=True, help="Skip the documents' checks.")
+@shard_option()
+@click.option(
+    "--matrix",
+    is_flag=True,
+    help="Verify every cell of the axes below (each export cell once, under "
+    "ARTIFACTS/matrix/<cell>/), with a pivot of cases x cells; impossible cells are listed as "
+    "not applicable, with the reason.",
+)
+@click.option(
+    "--exporter",
+    "exporters",
+    type=CommaList(lambda: _export().EXPORTERS),
+    help="Matrix axis: exporters, a comma list [dynamo].",
+)
+@click.option(
+    "--opset",
+    "opsets",
+    type=CommaList(lambda: _export().OPSETS, int),
+    help="Matrix axis: ONNX opsets, a comma list [18].",
+)
+@click.option(
+    "--dtype",
+    "dtypes",
+    type=CommaList(lambda: list(_export().DTYPES)),
+    help="Matrix axis: model dtypes, a comma list [float32].",
+)
+@click.option(
+    "--graph-opt",
+    "graph_opts",
+    type=CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
+    help="Matrix axis: ONNX Runtime graph-optimisation levels, a comma list [all].",
+)
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
 def verify(
@@ -94,6 +128,12 @@ def verify(
     no_torch,
     localise,
     no_doc,
+    shard,
+    matrix,
+    exporters,
+    opsets,
+    dtypes,
+    graph_opts,
     json_path,
     junit_path,
     markdown_path,
@@ -109,6 +149,12 @@ def verify(
     from tconform.runtimes.providers import parse_eps, parse_provider_options
     from tconform.verify import VerifyOptions
     from tconform.verify import verify as run_verify
+
+    axes = {"exporters": exporters, "opsets": opsets, "dtypes": dtypes, "graph_opts": graph_opts}
+    given = {name: values for name, values in axes.items() if values}
+    if given and not matrix:
+        flag = "--" + next(iter(given)).rstrip("s").replace("_", "-")
+        raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
 
     def run(report, progress) -> None:
         options = VerifyOptions(
@@ -127,7 +173,28 @@ def verify(
             export=not no_export,
             runtimes=tuple(runtime_names) or VerifyOptions.runtimes,
             localise=localise,
+            shard=shard,
+            matrix=matrix,
+            **given,
         )
         run_verify(options, report, progress)
 
-    run_and_report("verify", run, quiet, json_path, junit_path, markdown_path, plot_path)
+    render = None
+    if matrix:
+        from tconform.report.pivot import render_with_pivot as render
+
+    run_and_report(
+        "verify", run, quiet, json_path, junit_path, markdown_path, plot_path, render=render
+    )
+
+
+def _export():
+    import tconform.export
+
+    return tconform.export
+
+
+def _providers():
+    import tconform.runtimes.providers
+
+    return tconform.runtimes.providers
