@@ -507,15 +507,41 @@ def _matrix_models(
     return models, records[len(jobs) :]
 
 
-def _verify_locked(
-    options: VerifyOptions, report: RunReport, progress: Progress, locks: ExitStack
-) -> None:
+@dataclass
+class Plan:
+    """What a run checks, before --shard or a unit filter: read from the golden manifest alone
+    (nothing is exported or run)."""
+
+    manifest: dict
+    cfg: ModelConfig
+    seed: int
+    cases: tuple[Case, ...]
+    lanes: list[Lane]
+    units: list[Unit]
+
+
+def plan(options: VerifyOptions) -> Plan:
     manifest = golden.read_manifest(options.golden_dir)
     cfg, seed = golden.manifest_config(manifest), int(manifest["seed"])
     cases = select_cases(options, manifest, options.golden_dir)
-    with_doc = options.with_doc and options.export
+    for case in cases:  # a case with no input sets would have no units: nothing checked
+        if not manifest["cases"][case.name]["sets"]:
+            raise UsageError(
+                f"{options.golden_dir / golden.MANIFEST}: case {case.name!r} has no input sets: "
+                "nothing to check"
+            )
     lanes = plan_lanes(options, cases, cfg, seed)
-    units = plan_units(lanes, manifest, with_doc)
+    units = plan_units(lanes, manifest, options.with_doc and options.export)
+    return Plan(manifest, cfg, seed, cases, lanes, units)
+
+
+def _verify_locked(
+    options: VerifyOptions, report: RunReport, progress: Progress, locks: ExitStack
+) -> None:
+    planned = plan(options)
+    manifest, cfg, seed, cases = planned.manifest, planned.cfg, planned.seed, planned.cases
+    lanes, units = planned.lanes, planned.units
+    with_doc = options.with_doc and options.export
     mine = _selected(options, units)
     mine_ids = {u.id for u in mine}
     lanes = [

@@ -20,6 +20,27 @@ from tconform.commands.run import run_and_report
 from tconform.runtimes import RUNTIMES
 
 
+def _export():
+    import tconform.export
+
+    return tconform.export
+
+
+def _providers():
+    import tconform.runtimes.providers
+
+    return tconform.runtimes.providers
+
+
+# The matrix axes (VerifyOptions field -> its comma-list type), shared with the pytest plugin.
+MATRIX_AXES = {
+    "exporters": CommaList(lambda: _export().EXPORTERS),
+    "opsets": CommaList(lambda: _export().OPSETS, int),
+    "dtypes": CommaList(lambda: list(_export().DTYPES)),
+    "graph_opts": CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
+}
+
+
 @click.command("verify")
 @click.option(
     "--golden",
@@ -89,25 +110,25 @@ from tconform.runtimes import RUNTIMES
 @click.option(
     "--exporter",
     "exporters",
-    type=CommaList(lambda: _export().EXPORTERS),
+    type=MATRIX_AXES["exporters"],
     help="Matrix axis: exporters, a comma list [dynamo].",
 )
 @click.option(
     "--opset",
     "opsets",
-    type=CommaList(lambda: _export().OPSETS, int),
+    type=MATRIX_AXES["opsets"],
     help="Matrix axis: ONNX opsets, a comma list [18].",
 )
 @click.option(
     "--dtype",
     "dtypes",
-    type=CommaList(lambda: list(_export().DTYPES)),
+    type=MATRIX_AXES["dtypes"],
     help="Matrix axis: model dtypes, a comma list [float32].",
 )
 @click.option(
     "--graph-opt",
     "graph_opts",
-    type=CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
+    type=MATRIX_AXES["graph_opts"],
     help="Matrix axis: ONNX Runtime graph-optimisation levels, a comma list [all].",
 )
 @report_options("json", "junit", "markdown", "plot")
@@ -186,15 +207,3 @@ def verify(
     run_and_report(
         "verify", run, quiet, json_path, junit_path, markdown_path, plot_path, render=render
     )
-
-
-def _export():
-    import tconform.export
-
-    return tconform.export
-
-
-def _providers():
-    import tconform.runtimes.providers
-
-    return tconform.runtimes.providers
