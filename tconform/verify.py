@@ -349,6 +349,8 @@ class Lane:
             group, shared = f"{self.case.name}@{self.export.export_key}", EXPORT_SECONDS[size]
         else:
             group, shared = f"{self.case.name}@{self.cell}", MODULE_SECONDS
+        if self.not_applicable:  # listed with its reason, nothing exported or run
+            shared = 0.0
         cost = 0.0 if self.not_applicable else RUN_SECONDS[size]
         return [
             Unit(self.case.name, self.cell, label(self.runtime), s, group, cost, shared)
