@@ -70,6 +70,11 @@ def unit_id(case: str, cell: str, runtime: str, input_set: str) -> str:
     return SEPARATOR.join((case, cell, runtime, input_set))
 
 
+def documents_unit() -> Unit:
+    """The documents' checks: one unit per run, whatever their number of results."""
+    return Unit(DOCUMENTS, "-", "-", "-", DOCUMENTS, DOCUMENTS_SECONDS)
+
+
 def digest(ids: Iterable[str]) -> str:
     """The sha256 of a unit list, independent of its order."""
     return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()

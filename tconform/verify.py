@@ -50,8 +50,6 @@ from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subjec
 from tconform.runtimes.labels import runtime_label
 from tconform.runtimes.onnxruntime import KernelMissing
 from tconform.units import (
-    DOCUMENTS,
-    DOCUMENTS_SECONDS,
     EXPORT_SECONDS,
     GIVEN,
     MODULE,
@@ -60,6 +58,7 @@ from tconform.units import (
     Cell,
     Unit,
     digest,
+    documents_unit,
     shard_units,
     unit_id,
 )
@@ -343,6 +342,11 @@ class Lane:
     export: Cell | None  # the export this lane runs (None: a PyTorch module or a given model)
     not_applicable: str = ""  # why this cell cannot exist; its units are listed, not run
 
+    @property
+    def model_key(self) -> tuple[str, str]:
+        """Which model file the lane runs: the case's, in its export cell (or the given one)."""
+        return self.case.name, self.export.export_key if self.export else GIVEN
+
     def units(self, set_names: list[str]) -> list[Unit]:
         size = self.case.tolerance
         if self.export is not None:
@@ -425,14 +429,14 @@ def plan_units(lanes: list[Lane], manifest: dict, with_doc: bool) -> list[Unit]:
         u for lane in lanes for u in lane.units(list(manifest["cases"][lane.case.name]["sets"]))
     ]
     if with_doc:
-        units.append(Unit(DOCUMENTS, "-", "-", "-", DOCUMENTS, DOCUMENTS_SECONDS))
+        units.append(documents_unit())
     return units
 
 
 def result_unit(result: Result) -> str:
     """The id of the unit a result belongs to."""
     if result.case.startswith("doc:"):
-        return unit_id(DOCUMENTS, "-", "-", "-")
+        return documents_unit().id
     runtime = runtime_label(result.runtime, result.ep, result.precision)
     return unit_id(result.case, result.cell, runtime, result.input_set)
 
@@ -485,7 +489,7 @@ def _matrix_models(
     """Each (case, export cell) the lanes need, exported once into artifacts/matrix/<export>/
     (or reused there), and the document checks' models in the same pool."""
     needed = {
-        (lane.case.name, lane.export.export_key): lane
+        lane.model_key: lane
         for lane in lanes
         if lane.export is not None and not lane.not_applicable
     }
@@ -521,6 +525,9 @@ class Plan:
     lanes: list[Lane]
     units: list[Unit]
 
+    def units_of(self, lane: Lane) -> list[Unit]:
+        return lane.units(list(self.manifest["cases"][lane.case.name]["sets"]))
+
 
 def plan(options: VerifyOptions) -> Plan:
     manifest = golden.read_manifest(options.golden_dir)
@@ -546,14 +553,8 @@ def _verify_locked(
     with_doc = options.with_doc and options.export
     mine = _selected(options, units)
     mine_ids = {u.id for u in mine}
-    lanes = [
-        lane
-        for lane in lanes
-        if any(
-            u.id in mine_ids for u in lane.units(list(manifest["cases"][lane.case.name]["sets"]))
-        )
-    ]
-    with_doc = with_doc and unit_id(DOCUMENTS, "-", "-", "-") in mine_ids
+    lanes = [lane for lane in lanes if any(u.id in mine_ids for u in planned.units_of(lane))]
+    with_doc = with_doc and documents_unit().id in mine_ids
     settings = None if options.matrix else _artifact_settings(options, cfg, seed)
     report.settings = {
         "golden": str(options.golden_dir),
@@ -597,11 +598,8 @@ def _verify_locked(
             dict.fromkeys(lane.case for lane in lanes if lane.runtime.consumes == "onnx")
         )
         by_case, doc_records = models_under_test(options, onnx_cases, settings, doc_jobs, progress)
-        key = lambda lane: lane.export.export_key if lane.export else GIVEN  # noqa: E731
         models = {
-            (lane.case.name, key(lane)): by_case[lane.case.name]
-            for lane in lanes
-            if lane.case.name in by_case
+            lane.model_key: by_case[lane.case.name] for lane in lanes if lane.case.name in by_case
         }
     if options.artifacts_dir.is_dir():
         locks.enter_context(folder_lock(options.artifacts_dir, shared=True))
@@ -619,7 +617,7 @@ def _verify_locked(
             ]
             results = _lane_results(lane, models, params, cfg, lane_sets, options)
             if options.localise and lane.runtime.consumes == "onnx" and not lane.not_applicable:
-                model = models[(case.name, lane.export.export_key if lane.export else GIVEN)]
+                model = models[lane.model_key]
                 localisations += _localise_failures(lane.runtime, model, results, sets, cfg, seed)
             report.results += results
     if localisations:
@@ -659,7 +657,7 @@ def _lane_results(lane: Lane, models, params, cfg: ModelConfig, sets, options) -
     else:
         model = None
         if runtime.consumes == "onnx":
-            model = models[(case.name, lane.export.export_key if lane.export else GIVEN)]
+            model = models[lane.model_key]
         subject = Subject(model.path if model else None, case.module_target(cfg, params))
         results = _runtime_results(runtime, case, model, subject, sets, options)
     for r in results:
