@@ -72,6 +72,7 @@ class Result:
     model: ModelProvenance | None = None  # the exact bytes (or module) that ran
     reference: str = "float64"  # what the outputs were judged against
     cell: str = ""  # verify: the cell it ran in (tconform.units; e.g. dynamo-opset18-float32-all)
+    unit: str = ""  # verify: the id of its work unit (tconform.units.unit_id)
 
     @property
     def worst_used(self) -> float | None:

@@ -47,7 +47,6 @@ from tconform.registry import Case
 from tconform.report import RunReport
 from tconform.results import Result, allow_missing
 from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subject, runtime_class
-from tconform.runtimes.labels import runtime_label
 from tconform.runtimes.onnxruntime import KernelMissing
 from tconform.units import (
     EXPORT_SECONDS,
@@ -435,10 +434,7 @@ def plan_units(lanes: list[Lane], manifest: dict, with_doc: bool) -> list[Unit]:
 
 def result_unit(result: Result) -> str:
     """The id of the unit a result belongs to."""
-    if result.case.startswith("doc:"):
-        return documents_unit().id
-    runtime = runtime_label(result.runtime, result.ep, result.precision)
-    return unit_id(result.case, result.cell, runtime, result.input_set)
+    return documents_unit().id if result.case.startswith("doc:") else result.unit
 
 
 def _selected(options: VerifyOptions, units: list[Unit]) -> list[Unit]:
@@ -637,9 +633,12 @@ def _verify_locked(
 
 
 def _lane_results(lane: Lane, models, params, cfg: ModelConfig, sets, options) -> list[Result]:
-    """The lane's results on `sets`, each stamped with its cell."""
+    """The lane's results on `sets`, each stamped with its cell and unit."""
     case, runtime = lane.case, lane.runtime
     if lane.not_applicable:
+        # Named at the precision the cell would have run at, like its neighbours in the pivot.
+        float16 = lane.export is not None and lane.export.dtype == "float16"
+        precision = "float16" if float16 else runtime.precision
         results = [
             Result(
                 case.name,
@@ -650,7 +649,7 @@ def _lane_results(lane: Lane, models, params, cfg: ModelConfig, sets, options) -
                 s.name,
                 "skip",
                 f"not applicable: {lane.not_applicable}",
-                precision=runtime.precision,
+                precision=precision,
             )
             for s in sets
         ]
@@ -662,4 +661,5 @@ def _lane_results(lane: Lane, models, params, cfg: ModelConfig, sets, options) -
         results = _runtime_results(runtime, case, model, subject, sets, options)
     for r in results:
         r.cell = lane.cell
+        r.unit = unit_id(case.name, lane.cell, label(runtime), r.input_set)
     return results

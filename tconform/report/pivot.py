@@ -128,7 +128,7 @@ def write_heatmap(path: Path, results: list[Result]) -> None:
             ax.text(j, i, pivot.text(case, col), ha="center", va="center", fontsize=7)
     ax.set_xticks(range(len(pivot.columns)), pivot.columns, rotation=60, ha="right", fontsize=7)
     ax.set_yticks(range(len(pivot.cases)), pivot.cases, fontsize=8)
-    fig.colorbar(image, ax=ax, label="share of tolerance used (1 = at tolerance; capped at 2)")
+    fig.colorbar(image, ax=ax, label="share of tolerance used (capped at 2)")
     ax.set_title("tconform verify --matrix: worst over input sets (grey: n.a.)")
     fig.tight_layout()
     buffer = io.BytesIO()

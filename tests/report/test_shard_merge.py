@@ -170,3 +170,40 @@ def test_matrix_over_two_exporters_and_two_opsets_gives_every_cell_a_verdict_or_
 def test_unknown_matrix_axis_value_is_one_line_exit_2(cli, args, message):
     code, _, err = cli("verify", *args)
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_float16_matrix_shards_merge_unit_for_unit(cli, small):
+    """A float16 model's results carry the float16 precision; their units still match the
+    plan's ids, so the shards merge (and n.a. cells are named at the cell's precision)."""
+    args = ["verify", "--golden", str(small / "golden"), "--artifacts", str(small / "art")]
+    args += ["--case", "norm", "--no-doc", "-q", "--matrix", "--dtype", "float32,float16"]
+    args += [
+        "--runtime",
+        "onnxruntime",
+        "--runtime",
+        "onnx-reference",
+        "--graph-opt",
+        "disable,all",
+    ]
+    for k in (1, 2):
+        code, _, err = cli(*args, "--shard", f"{k}/2", "--json", str(small / f"h{k}.json"))
+        assert code == 0, err
+    code, out, err = cli(
+        "report",
+        "merge",
+        str(small / "h1.json"),
+        str(small / "h2.json"),
+        "--json",
+        str(small / "h.json"),
+    )
+    merged = json.loads((small / "h.json").read_text())
+    assert code == 0, err
+    assert (
+        len(merged["results"]) == merged["settings"]["units"]["total"] == 2 * 2 * 2 * 3
+    )  # dtypes x levels x runtimes x sets
+    assert {r["precision"] for r in merged["results"] if "float16" in r["cell"]} == {"float16"}
+    not_applicable = [r for r in merged["results"] if r["status"] == "skip"]
+    assert {(r["runtime"], r["cell"].rsplit("-", 1)[1]) for r in not_applicable} == {
+        ("onnx-reference", "disable")
+    }
+    assert "matrix (worst over input sets" in out
