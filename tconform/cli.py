@@ -18,6 +18,7 @@ from tconform.commands.check import check
 from tconform.commands.doc import doc
 from tconform.commands.export import export
 from tconform.commands.golden import golden
+from tconform.commands.report import report
 from tconform.commands.verify import verify
 from tconform.errors import (
     EXIT_INTERRUPTED,
@@ -35,7 +36,7 @@ def cli() -> None:
     goldens, and measure its latency; check your own PyTorch module the same way."""
 
 
-for command in (export, golden, verify, doc, bench, check):
+for command in (export, golden, verify, report, doc, bench, check):
     cli.add_command(command)
 
 

@@ -60,6 +60,8 @@ from tconform.versions import library_versions
 from tconform.weights import DEFAULT_SEED, load_params, make_params
 
 EXPORTERS = ("dynamo", "torchscript")
+MAX_OPSET = {"dynamo": 23, "torchscript": 20}  # the TorchScript exporter stops at opset 20
+OPSETS = tuple(range(17, max(MAX_OPSET.values()) + 1))
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 DEFAULT_OPSET = 18
 # ONNX's Attention op, which the "sdpa" kernel exports to, exists from opset 23 on; below it
@@ -110,9 +112,11 @@ class ExportSettings:
             )
         if self.attention == "sdpa" and self.exporter != "dynamo":
             raise UsageError("--attention sdpa needs the dynamo exporter (ONNX Attention op)")
-        top = 20 if self.exporter == "torchscript" else 23
-        if not 17 <= self.opset <= top:
-            raise UsageError(f"opset {self.opset} out of range for {self.exporter}: 17..{top}")
+        top = MAX_OPSET[self.exporter]
+        if not OPSETS[0] <= self.opset <= top:
+            raise UsageError(
+                f"opset {self.opset} out of range for {self.exporter}: {OPSETS[0]}..{top}"
+            )
 
 
 def _source_digest() -> str:

@@ -79,6 +79,8 @@ class Result:
     notes: list[str] = field(default_factory=list)  # facts worth knowing even on a pass
     model: ModelProvenance | None = None  # the exact bytes (or module) that ran
     reference: str = "float64"  # what the outputs were judged against
+    cell: str = ""  # verify: the cell it ran in (tconform.units; e.g. dynamo-opset18-float32-all)
+    unit: str = ""  # verify: the id of its work unit (tconform.units.unit_id)
 
     @property
     def worst_used(self) -> float | None:
@@ -91,3 +93,11 @@ class Result:
         data["outputs"] = [o.to_dict() for o in self.outputs]
         data["model"] = self.model.to_dict() if self.model else None
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Result:
+        """The inverse of `to_dict` (a JSON report's result, read back by `report merge`)."""
+        values = dict(data)
+        values["outputs"] = [OutputComparison(**o) for o in data.get("outputs", [])]
+        values["model"] = ModelProvenance(**data["model"]) if data.get("model") else None
+        return cls(**values)

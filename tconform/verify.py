@@ -28,6 +28,7 @@ from tconform.compare import compare_output, tolerance_for
 from tconform.config import ModelConfig
 from tconform.errors import ProviderUnavailable, UsageError
 from tconform.export import (
+    DEFAULT_OPSET,
     ExportJob,
     ExportRecord,
     ExportSettings,
@@ -48,6 +49,19 @@ from tconform.report import RunReport
 from tconform.results import Result, allow_missing
 from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subject, runtime_class
 from tconform.runtimes.onnxruntime import KernelMissing
+from tconform.units import (
+    EXPORT_SECONDS,
+    GIVEN,
+    MODULE,
+    MODULE_SECONDS,
+    RUN_SECONDS,
+    Cell,
+    Unit,
+    digest,
+    documents_unit,
+    shard_units,
+    unit_id,
+)
 
 
 @dataclass
@@ -68,9 +82,19 @@ class VerifyOptions:
     runtimes: tuple[str, ...] = ("onnxruntime", "torch")  # names in tconform.runtimes.RUNTIMES
     localise: bool = False  # name the first diverging submodule of each failing ORT result
     attention: str | None = None  # --attention: the kernel the models must use [folder's own]
+    shard: tuple[int, int] | None = None  # --shard K/N: check only shard K of N
+    only_units: frozenset[str] | None = None  # check only these unit ids (the pytest plugin)
+    # --matrix: every cell of exporters x opsets x dtypes x graph_opts, exported under
+    # artifacts/matrix/<exporter>-opset<N>-<dtype>/
+    matrix: bool = False
+    exporters: tuple[str, ...] = ("dynamo",)
+    opsets: tuple[int, ...] = (DEFAULT_OPSET,)
+    dtypes: tuple[str, ...] = ("float32",)
+    graph_opts: tuple[str, ...] = ("all",)
 
 
 Progress = Callable[[str], None]
+MATRIX_FOLDER = "matrix"  # artifacts/matrix/<export cell>/: one folder per exporter, opset, dtype
 
 
 def select_cases(options: VerifyOptions, manifest: dict, golden_dir: Path) -> tuple[Case, ...]:
@@ -214,11 +238,15 @@ def _run_sets(session, case, sets, template: Result, precision: str) -> list[Res
 
 
 def _runtime_results(
-    runtime: Runtime, model: ModelUnderTest, subject: Subject, sets, options: VerifyOptions
+    runtime: Runtime,
+    case: Case,
+    model: ModelUnderTest | None,
+    subject: Subject,
+    sets,
+    options: VerifyOptions,
 ) -> list[Result]:
-    """One result per input set of `model`'s case on `runtime` (or one `unavailable`/`skip`
-    result saying why it could not run)."""
-    case = model.case
+    """One result per input set of `case` on `runtime` (each `unavailable` or `skip`, with the
+    reason, when it could not run). `model`: the ONNX file, for runtimes that consume one."""
     onnx_file = runtime.consumes == "onnx"
     precision = "float16" if onnx_file and model.precision == "float16" else runtime.precision
     template = Result(
@@ -239,7 +267,10 @@ def _runtime_results(
         # A missing float16 kernel is a fact about the runtime, reported, not a failure.
         status = "unavailable" if isinstance(exc, ProviderUnavailable) else "skip"
         return [
-            Result(**{**template.__dict__, "input_set": "*", "status": status, "message": str(exc)})
+            Result(
+                **{**template.__dict__, "input_set": s.name, "status": status, "message": str(exc)}
+            )
+            for s in sets
         ]
     if onnx_file:
         model.confirm_unchanged()  # the session holds exactly the bytes the provenance names
@@ -291,13 +322,15 @@ def _localise_failures(
     return [found]
 
 
-def verify_runtimes(options: VerifyOptions) -> list[Runtime]:
-    """Every requested runtime on every requested provider it supports."""
+def verify_runtimes(options: VerifyOptions, graph_opt: str = "all") -> list[Runtime]:
+    """Every requested runtime on every requested provider it supports (ONNX Runtime at the
+    graph-optimisation level `graph_opt`)."""
     names = [n for n in options.runtimes if options.with_torch or n != "torch"]
     shared = {
         "tf32": options.tf32,
         "device_id": options.device_id,
         "provider_options": options.provider_options,
+        "graph_opt": graph_opt,
     }
     runtimes = []
     for name in names:
@@ -311,12 +344,142 @@ def verify_runtimes(options: VerifyOptions) -> list[Runtime]:
     return runtimes
 
 
+@dataclass(frozen=True)
+class Lane:
+    """One case on one runtime in one cell: its input sets are work units."""
+
+    case: Case
+    cell: str  # Cell.key, MODULE or GIVEN
+    runtime: Runtime
+    export: Cell | None  # the export this lane runs (None: a PyTorch module or a given model)
+    not_applicable: str = ""  # why this cell cannot exist; its units are listed, not run
+
+    @property
+    def model_key(self) -> tuple[str, str]:
+        """Which model file the lane runs: the case's, in its export cell (or the given one)."""
+        return self.case.name, self.export.export_key if self.export else GIVEN
+
+    def units(self, set_names: list[str]) -> list[Unit]:
+        size = self.case.tolerance
+        if self.export is not None:
+            group, shared = f"{self.case.name}@{self.export.export_key}", EXPORT_SECONDS[size]
+        else:
+            group, shared = f"{self.case.name}@{self.cell}", MODULE_SECONDS
+        if self.not_applicable:  # listed with its reason, nothing exported or run
+            shared = 0.0
+        cost = 0.0 if self.not_applicable else RUN_SECONDS[size]
+        return [
+            Unit(self.case.name, self.cell, label(self.runtime), s, group, cost, shared)
+            for s in set_names
+        ]
+
+
+def matrix_cells(options: VerifyOptions) -> list[Cell]:
+    """The cross product of the requested axes, in the order they were given."""
+    return [
+        Cell(exporter, opset, dtype, graph_opt)
+        for exporter in options.exporters
+        for opset in options.opsets
+        for dtype in options.dtypes
+        for graph_opt in options.graph_opts
+    ]
+
+
+def _not_applicable(cell: Cell, cfg: ModelConfig, seed: int) -> str:
+    """Why `cell` cannot be exported ('' when it can): ExportSettings holds the rules."""
+    try:
+        ExportSettings(cfg, seed, cell.exporter, cell.opset, cell.dtype)
+    except UsageError as exc:
+        return str(exc)
+    return ""
+
+
+def plan_lanes(
+    options: VerifyOptions, cases: tuple[Case, ...], cfg: ModelConfig, seed: int
+) -> list[Lane]:
+    """Every lane of the run, case by case: the ONNX runtimes once per cell (a plain run has
+    one cell, the artifacts folder's settings; a given model has its own), then the PyTorch
+    runtimes once per case."""
+    if options.matrix:
+        cells = matrix_cells(options)
+    else:
+        settings = _artifact_settings(options, cfg, seed)
+        cells = [Cell(settings.exporter, settings.opset, settings.dtype)]
+    by_level = {level: verify_runtimes(options, level) for level in {c.graph_opt for c in cells}}
+    first = by_level[cells[0].graph_opt]
+    lanes = []
+    for case in cases:
+        if case.name in options.models:
+            lanes += [Lane(case, GIVEN, r, None) for r in first if r.consumes == "onnx"]
+        else:
+            lanes += [
+                lane for cell in cells for lane in _cell_lanes(case, cell, by_level, cfg, seed)
+            ]
+        lanes += [Lane(case, MODULE, r, None) for r in first if r.consumes == "module"]
+    return lanes
+
+
+def _cell_lanes(case: Case, cell: Cell, by_level, cfg: ModelConfig, seed: int) -> list[Lane]:
+    """The ONNX runtimes' lanes of one case in one cell, with the reason where it cannot be."""
+    reason = _not_applicable(cell, cfg, seed)
+    default_level = VerifyOptions.graph_opts[0]
+    lanes = []
+    for runtime in by_level[cell.graph_opt]:
+        if runtime.consumes != "onnx":
+            continue
+        why = reason
+        levels = "graph_opt" in {f.name for f in dataclass_fields(runtime)}
+        if not why and not levels and cell.graph_opt != default_level:
+            why = f"{label(runtime)} has no graph-optimisation levels (it runs at {default_level})"
+        lanes.append(Lane(case, cell.key, runtime, cell, why))
+    return lanes
+
+
+def plan_units(lanes: list[Lane], manifest: dict, with_doc: bool) -> list[Unit]:
+    """Every work unit of the run, in run order (the documents' checks are one unit)."""
+    units = [
+        u for lane in lanes for u in lane.units(list(manifest["cases"][lane.case.name]["sets"]))
+    ]
+    if with_doc:
+        units.append(documents_unit())
+    return units
+
+
+def result_unit(result: Result) -> str:
+    """The id of the unit a result belongs to."""
+    return documents_unit().id if result.case.startswith("doc:") else result.unit
+
+
+def _selected(options: VerifyOptions, units: list[Unit]) -> list[Unit]:
+    """The units this run checks: a shard of them, or the ones named (the pytest plugin)."""
+    chosen = units
+    if options.shard is not None:
+        index, count = options.shard
+        chosen = shard_units(units, index, count)
+        if not chosen:
+            groups = len({u.group for u in units})
+            raise UsageError(
+                f"--shard {index}/{count} holds no units: this run has {groups} groups of units "
+                f"that share an export; use at most {groups} shards"
+            )
+    if options.only_units is not None:
+        unknown = sorted(options.only_units - {u.id for u in units})
+        if unknown:
+            raise UsageError(f"no such unit in this run: {unknown[0]}")
+        chosen = [u for u in chosen if u.id in options.only_units]
+    return chosen
+
+
 def verify(options: VerifyOptions, report: RunReport, progress: Progress = lambda _: None) -> None:
     """Fill `report` with one result per case, runtime and input set (and the settings that
     produced them). Results land in `report` as they come, so an error that stops the run
     midway leaves the results so far in place for the reports."""
     if not verify_runtimes(options):
         raise UsageError("nothing to run: no runtime runs on the requested providers")
+    if options.matrix and (options.models or not options.export):
+        raise UsageError(
+            "--matrix exports its own models: it takes neither --model nor --no-export"
+        )
     with ExitStack() as locks:
         # The goldens are read under a shared lock (a `golden --force` waits); the artifacts
         # folder is locked exclusively while models are exported, shared while they run.
@@ -324,15 +487,84 @@ def verify(options: VerifyOptions, report: RunReport, progress: Progress = lambd
         _verify_locked(options, report, progress, locks)
 
 
-def _verify_locked(
-    options: VerifyOptions, report: RunReport, progress: Progress, locks: ExitStack
-) -> None:
+def _matrix_models(
+    options: VerifyOptions,
+    lanes: list[Lane],
+    cfg: ModelConfig,
+    seed: int,
+    doc_jobs: list[ExportJob],
+    progress: Progress,
+) -> tuple[dict[tuple[str, str], ModelUnderTest], list[ExportRecord]]:
+    """Each (case, export cell) the lanes need, exported once into artifacts/matrix/<export>/
+    (or reused there), and the document checks' models in the same pool."""
+    needed = {
+        lane.model_key: lane
+        for lane in lanes
+        if lane.export is not None and not lane.not_applicable
+    }
+    jobs = [
+        ExportJob(
+            lane.case,
+            ExportSettings(cfg, seed, lane.export.exporter, lane.export.opset, lane.export.dtype),
+            options.artifacts_dir / MATRIX_FOLDER / lane.export.export_key,
+        )
+        for lane in needed.values()
+    ]
+    progress(f"models: {len(jobs)} exports of the matrix, exported where not current")
+    records = export_jobs(
+        jobs + doc_jobs,
+        on_done=lambda r: progress(f"  {r.location}: {'reused' if r.cached else 'exported'}"),
+    )
+    models = {
+        key: _from_record(lane.case, record)
+        for (key, lane), record in zip(needed.items(), records[: len(jobs)], strict=True)
+    }
+    return models, records[len(jobs) :]
+
+
+@dataclass
+class Plan:
+    """What a run checks, before --shard or a unit filter: read from the golden manifest alone
+    (nothing is exported or run)."""
+
+    manifest: dict
+    cfg: ModelConfig
+    seed: int
+    cases: tuple[Case, ...]
+    lanes: list[Lane]
+    units: list[Unit]
+
+    def units_of(self, lane: Lane) -> list[Unit]:
+        return lane.units(list(self.manifest["cases"][lane.case.name]["sets"]))
+
+
+def plan(options: VerifyOptions) -> Plan:
     manifest = golden.read_manifest(options.golden_dir)
     cfg, seed = golden.manifest_config(manifest), int(manifest["seed"])
     cases = select_cases(options, manifest, options.golden_dir)
-    settings = _artifact_settings(options, cfg, seed)
+    for case in cases:  # a case with no input sets would have no units: nothing checked
+        if not manifest["cases"][case.name]["sets"]:
+            raise UsageError(
+                f"{options.golden_dir / golden.MANIFEST}: case {case.name!r} has no input sets: "
+                "nothing to check"
+            )
+    lanes = plan_lanes(options, cases, cfg, seed)
+    units = plan_units(lanes, manifest, options.with_doc and options.export)
+    return Plan(manifest, cfg, seed, cases, lanes, units)
+
+
+def _verify_locked(
+    options: VerifyOptions, report: RunReport, progress: Progress, locks: ExitStack
+) -> None:
+    planned = plan(options)
+    manifest, cfg, seed, cases = planned.manifest, planned.cfg, planned.seed, planned.cases
+    lanes, units = planned.lanes, planned.units
     with_doc = options.with_doc and options.export
-    runtimes = verify_runtimes(options)
+    mine = _selected(options, units)
+    mine_ids = {u.id for u in mine}
+    lanes = [lane for lane in lanes if any(u.id in mine_ids for u in planned.units_of(lane))]
+    with_doc = with_doc and documents_unit().id in mine_ids
+    settings = None if options.matrix else _artifact_settings(options, cfg, seed)
     report.settings = {
         "golden": str(options.golden_dir),
         "golden_manifest_sha256": sha256_file(options.golden_dir / golden.MANIFEST),
@@ -344,34 +576,59 @@ def _verify_locked(
         "preset": manifest.get("preset"),
         "config": cfg.to_dict(),
         "seed": seed,
-        "dtype": settings.dtype,
-        "exporter": settings.exporter,
-        "opset": settings.opset,
-        "attention": settings.attention,
+        # A matrix run: the axes; a plain run: the artifacts folder's one setting.
+        "dtype": list(options.dtypes) if settings is None else settings.dtype,
+        "exporter": list(options.exporters) if settings is None else settings.exporter,
+        "opset": list(options.opsets) if settings is None else settings.opset,
+        "attention": None if settings is None else settings.attention,
         "eps": options.eps,
         "allow_missing_ep": options.allow_missing_ep,
-        "runtimes": {label(r): r.settings() for r in runtimes},
+        "runtimes": {label(lane.runtime): lane.runtime.settings() for lane in lanes},
         "localise": options.localise,
+        "matrix": [cell.key for cell in matrix_cells(options)] if options.matrix else None,
+        "units": {
+            "total": len(units),
+            "sha256": digest(u.id for u in units),
+            "shard": f"{options.shard[0]}/{options.shard[1]}" if options.shard else None,
+            "ids": [u.id for u in mine],
+        },
     }
     if options.with_doc and not options.export:
         progress("document checks: not run (--no-export exports nothing; `tconform doc` runs them)")
     if options.models and not options.export:
         progress("--model wins over the artifacts folder for: " + ", ".join(options.models))
+    if options.shard:
+        progress(f"shard {options.shard[0]}/{options.shard[1]}: {len(mine)} of {len(units)} units")
     # The document checks' models join the same pool of export processes.
     doc_jobs = doc.required_exports(options.artifacts_dir) if with_doc else []
-    models, doc_records = models_under_test(options, cases, settings, doc_jobs, progress)
+    if options.matrix:
+        models, doc_records = _matrix_models(options, lanes, cfg, seed, doc_jobs, progress)
+    else:
+        onnx_cases = tuple(
+            dict.fromkeys(lane.case for lane in lanes if lane.runtime.consumes == "onnx")
+        )
+        by_case, doc_records = models_under_test(options, onnx_cases, settings, doc_jobs, progress)
+        models = {
+            lane.model_key: by_case[lane.case.name] for lane in lanes if lane.case.name in by_case
+        }
     if options.artifacts_dir.is_dir():
         locks.enter_context(folder_lock(options.artifacts_dir, shared=True))
     localisations: list[Localisation] = []
-    for n, case in enumerate(cases, 1):
-        progress(f"[{n}/{len(cases)}] {case.name}")
+    run_cases = list(dict.fromkeys(lane.case for lane in lanes))
+    for n, case in enumerate(run_cases, 1):
+        progress(f"[{n}/{len(run_cases)}] {case.name}")
         sets = golden.read_case(options.golden_dir, manifest, case, cfg)
-        model = models[case.name]
-        subject = Subject(model.path, case.module_target(cfg, case.make_params(cfg, seed)))
-        for runtime in runtimes:
-            results = _runtime_results(runtime, model, subject, sets, options)
-            if options.localise:
-                localisations += _localise_failures(runtime, model, results, sets, cfg, seed)
+        params = case.make_params(cfg, seed)
+        for lane in (lane for lane in lanes if lane.case == case):
+            lane_sets = [
+                s
+                for s in sets
+                if unit_id(case.name, lane.cell, label(lane.runtime), s.name) in mine_ids
+            ]
+            results = _lane_results(lane, models, params, cfg, lane_sets, options)
+            if options.localise and lane.runtime.consumes == "onnx" and not lane.not_applicable:
+                model = models[lane.model_key]
+                localisations += _localise_failures(lane.runtime, model, results, sets, cfg, seed)
             report.results += results
     if localisations:
         report.details["localisation"] = [found.to_dict() for found in localisations]
@@ -387,3 +644,36 @@ def _verify_locked(
         )
     if options.allow_missing_ep:
         report.results = allow_missing(report.results)
+
+
+def _lane_results(lane: Lane, models, params, cfg: ModelConfig, sets, options) -> list[Result]:
+    """The lane's results on `sets`, each stamped with its cell and unit."""
+    case, runtime = lane.case, lane.runtime
+    if lane.not_applicable:
+        # Named at the precision the cell would have run at, like its neighbours in the pivot.
+        float16 = lane.export is not None and lane.export.dtype == "float16"
+        precision = "float16" if float16 else runtime.precision
+        results = [
+            Result(
+                case.name,
+                case.component,
+                runtime.name,
+                runtime.ep,
+                [],
+                s.name,
+                "skip",
+                f"not applicable: {lane.not_applicable}",
+                precision=precision,
+            )
+            for s in sets
+        ]
+    else:
+        model = None
+        if runtime.consumes == "onnx":
+            model = models[lane.model_key]
+        subject = Subject(model.path if model else None, case.module_target(cfg, params))
+        results = _runtime_results(runtime, case, model, subject, sets, options)
+    for r in results:
+        r.cell = lane.cell
+        r.unit = unit_id(case.name, lane.cell, label(runtime), r.input_set)
+    return results

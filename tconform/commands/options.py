@@ -58,6 +58,46 @@ class RuntimeName(click.ParamType):
         return value
 
 
+class ShardType(click.ParamType):
+    """'2/3' -> (2, 3): shard K of N, 1 <= K <= N."""
+
+    name = "K/N"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        index, sep, count = str(value).partition("/")
+        if not (sep and index.strip().isdigit() and count.strip().isdigit()):
+            self.fail(f"{value!r} is not K/N (e.g. 2/3)", param, ctx)
+        index, count = int(index), int(count)
+        if not 1 <= index <= count:
+            self.fail(f"{value!r}: K must be 1..N (shards are numbered from 1)", param, ctx)
+        return index, count
+
+
+class CommaList(click.ParamType):
+    """'a,b' -> ('a', 'b'), each value one of `choices()` (a callable, so that a list held by a
+    heavy module is read only when the option is given); `convert` turns each into its type."""
+
+    name = "LIST"
+
+    def __init__(self, choices, convert=str) -> None:
+        self.choices = choices
+        self.to_value = convert
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        items = [item.strip() for item in str(value).split(",") if item.strip()]
+        allowed = [str(c) for c in self.choices()]
+        for item in items:
+            if item not in allowed:
+                self.fail(f"unknown value {item!r}; choose from {', '.join(allowed)}", param, ctx)
+        if not items:
+            self.fail("give at least one value", param, ctx)
+        return tuple(dict.fromkeys(self.to_value(item) for item in items))
+
+
 class ReportPath(click.ParamType):
     """A file a report will be written to, checked before the run: its folder exists and is
     writable, it is not a folder itself, and it has the suffix its format needs."""
@@ -181,4 +221,13 @@ def generation_golden_option():
         default=Path("golden-generation"),
         show_default=True,
         help="Generation goldens (with --generation).",
+    )
+
+
+def shard_option():
+    return click.option(
+        "--shard",
+        type=ShardType(),
+        help="Check only shard K of N of the run's work units (CI machines: every unit lands "
+        "in exactly one shard; merge the reports with `tconform report merge`).",
     )

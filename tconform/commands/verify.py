@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tconform.commands.options import (
+    CommaList,
     RuntimeName,
     allow_missing_ep_option,
     artifacts_option,
@@ -16,8 +17,30 @@ from tconform.commands.options import (
     generation_golden_option,
     quiet_option,
     report_options,
+    shard_option,
 )
 from tconform.commands.run import run_and_report
+
+
+def _export():
+    import tconform.export
+
+    return tconform.export
+
+
+def _providers():
+    import tconform.runtimes.providers
+
+    return tconform.runtimes.providers
+
+
+# The matrix axes (VerifyOptions field -> its comma-list type), shared with the pytest plugin.
+MATRIX_AXES = {
+    "exporters": CommaList(lambda: _export().EXPORTERS),
+    "opsets": CommaList(lambda: _export().OPSETS, int),
+    "dtypes": CommaList(lambda: list(_export().DTYPES)),
+    "graph_opts": CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
+}
 
 
 @click.command("verify")
@@ -86,6 +109,38 @@ from tconform.commands.run import run_and_report
     "and without the key/value cache (docs/generation.md).",
 )
 @generation_golden_option()
+@shard_option()
+@click.option(
+    "--matrix",
+    is_flag=True,
+    help="Verify every cell of the axes below (each export cell once, under "
+    "ARTIFACTS/matrix/<cell>/), with a pivot of cases x cells; impossible cells are listed as "
+    "not applicable, with the reason.",
+)
+@click.option(
+    "--exporter",
+    "exporters",
+    type=MATRIX_AXES["exporters"],
+    help="Matrix axis: exporters, a comma list [dynamo].",
+)
+@click.option(
+    "--opset",
+    "opsets",
+    type=MATRIX_AXES["opsets"],
+    help="Matrix axis: ONNX opsets, a comma list [18].",
+)
+@click.option(
+    "--dtype",
+    "dtypes",
+    type=MATRIX_AXES["dtypes"],
+    help="Matrix axis: model dtypes, a comma list [float32].",
+)
+@click.option(
+    "--graph-opt",
+    "graph_opts",
+    type=MATRIX_AXES["graph_opts"],
+    help="Matrix axis: ONNX Runtime graph-optimisation levels, a comma list [all].",
+)
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
 def verify(
@@ -107,6 +162,12 @@ def verify(
     no_doc,
     generation,
     golden_generation_dir,
+    shard,
+    matrix,
+    exporters,
+    opsets,
+    dtypes,
+    graph_opts,
     json_path,
     junit_path,
     markdown_path,
@@ -122,6 +183,14 @@ def verify(
     from tconform.runtimes.providers import parse_eps, parse_provider_options
     from tconform.verify import VerifyOptions
     from tconform.verify import verify as run_verify
+
+    axes = {"exporters": exporters, "opsets": opsets, "dtypes": dtypes, "graph_opts": graph_opts}
+    given = {name: values for name, values in axes.items() if values}
+    if given and not matrix:
+        flag = "--" + next(iter(given)).rstrip("s").replace("_", "-")
+        raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
+    if generation and (matrix or shard):
+        raise click.UsageError("--generation runs on its own: not with --matrix or --shard")
 
     def run(report, progress) -> None:
         options = VerifyOptions(
@@ -141,6 +210,9 @@ def verify(
             runtimes=tuple(runtime_names) or VerifyOptions.runtimes,
             localise=localise,
             attention=attention,
+            shard=shard,
+            matrix=matrix,
+            **given,
         )
         if generation:
             from tconform.generation.verify import verify_generation
@@ -149,4 +221,10 @@ def verify(
         else:
             run_verify(options, report, progress)
 
-    run_and_report("verify", run, quiet, json_path, junit_path, markdown_path, plot_path)
+    render = None
+    if matrix:
+        from tconform.report.pivot import render_with_pivot as render
+
+    run_and_report(
+        "verify", run, quiet, json_path, junit_path, markdown_path, plot_path, render=render
+    )

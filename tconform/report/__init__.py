@@ -47,5 +47,9 @@ def write_reports(
         junit.write(junit_path, report)
     if markdown_path:
         markdown.write(markdown_path, report)
-    if plot_path:
+    if plot_path and report.settings.get("matrix"):
+        from tconform.report import pivot
+
+        pivot.write_heatmap(plot_path, report.results)
+    elif plot_path:
         plot.write(plot_path, report.results)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tconform.files import atomic_write_bytes
-from tconform.report import RunReport
+from tconform.report import RunReport, pivot
 from tconform.results import Result
 from tconform.runtimes.labels import runtime_label
 
@@ -13,9 +13,12 @@ _RANK = {"pass": 0, "tie": 1, "skip": 1, "unavailable": 2, "fail": 3, "error": 4
 
 
 def build(report: RunReport) -> str:
+    matrix = bool(report.settings.get("matrix"))
     worst: dict[tuple[str, str], Result] = {}
     for r in report.results:
-        key = (r.case, runtime_label(r.runtime, r.ep, r.precision))
+        # A matrix run's cells stay apart; a plain run has one cell, named in its settings.
+        where = pivot.column(r) if matrix else runtime_label(r.runtime, r.ep, r.precision)
+        key = (r.case, where)
         if (
             key not in worst
             or _RANK[r.status] > _RANK[worst[key].status]
@@ -51,6 +54,9 @@ def build(report: RunReport) -> str:
     )
     if weaker:
         lines += ["", *(f"- {line}" for line in weaker)]
+    if matrix:
+        lines += ["", "### Matrix: worst over input sets, share of tolerance used", ""]
+        lines.append(pivot.markdown(report.results))
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,104 @@
+"""`tconform report merge`: the JSON reports of `verify --shard K/N` runs, made one report.
+
+The shards must come from the same goldens (golden manifest sha256), the same tconform version
+and the same unit list (its sha256, tconform.units.digest), and together hold every unit exactly
+once; anything else is an input error naming the first problem. The merged report is what one
+full run would have written: the same results unit for unit, so the same exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tconform.errors import UsageError
+from tconform.report import RunReport
+from tconform.results import Result
+from tconform.units import digest
+
+
+def read_shard(path: Path) -> dict:
+    """A verify JSON report that records its units; anything else is refused in one line."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: not a JSON file ({exc})") from None
+    if not isinstance(data, dict) or data.get("tool") != "tconform" or "results" not in data:
+        raise UsageError(f"{path}: not a tconform JSON report")
+    if data.get("command") != "verify":
+        raise UsageError(f"{path}: a report of `tconform {data.get('command')}`, not of verify")
+    units = data.get("settings", {}).get("units")
+    if not isinstance(units, dict) or not isinstance(units.get("ids"), list):
+        raise UsageError(f"{path}: records no work units (written by an older tconform?)")
+    return data
+
+
+def _same(reports: list[tuple[Path, dict]], what: str, value) -> None:
+    """Every report agrees on `value(report)`; the first that does not is named."""
+    (first, first_data), *rest = reports
+    for path, data in rest:
+        if value(data) != value(first_data):
+            raise UsageError(
+                f"{path}: {what} differs from {first} ({value(data)} != {value(first_data)})"
+            )
+
+
+def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
+    """The report's results, each of one of its declared units, and one at least per unit
+    (unless the run stopped early, which the merged report then says)."""
+    from tconform.verify import result_unit
+
+    results = [Result.from_dict(r) for r in data["results"]]
+    held = {result_unit(r) for r in results}
+    stray = sorted(held - set(declared))
+    if stray:
+        raise UsageError(f"{path}: holds a result of unit {stray[0]}, which it does not declare")
+    unrun = [u for u in declared if u not in held]
+    if unrun and data.get("error") is None:
+        raise UsageError(f"{path}: no result for its unit {unrun[0]}")
+    return results
+
+
+def merge(paths: list[Path]) -> RunReport:
+    """One report from shard reports (see the module docstring)."""
+    reports = [(path, read_shard(path)) for path in paths]  # a path given twice: duplicates
+    _same(reports, "golden manifest sha256", lambda d: d["settings"].get("golden_manifest_sha256"))
+    _same(reports, "tconform version", lambda d: d.get("version"))
+    _same(reports, "unit list sha256", lambda d: d["settings"]["units"].get("sha256"))
+    owner: dict[str, Path] = {}
+    for path, data in reports:
+        for unit in data["settings"]["units"]["ids"]:
+            if unit in owner:
+                raise UsageError(f"unit {unit} is in both {owner[unit]} and {path}")
+            owner[unit] = path
+    first = reports[0][1]
+    expected = first["settings"]["units"]
+    if len(owner) != expected["total"] or digest(owner) != expected["sha256"]:
+        seen = sorted(str(d["settings"]["units"].get("shard")) for _, d in reports)
+        raise UsageError(
+            f"{expected['total'] - len(owner)} of {expected['total']} units missing: the reports "
+            f"hold shards {', '.join(seen)}"
+        )
+    merged = RunReport("verify")
+    merged.settings = {
+        **first["settings"],
+        "units": {**expected, "shard": None, "ids": list(owner)},
+    }
+    merged.details["shards"] = [
+        {
+            "report": str(path),
+            "shard": data["settings"]["units"].get("shard"),
+            "exit_code": data.get("exit_code"),
+            "environment": data.get("environment"),
+        }
+        for path, data in reports
+    ]
+    for path, data in reports:
+        merged.results += _results(path, data, data["settings"]["units"]["ids"])
+        if data.get("error") is not None and merged.error is None:
+            shard = data["settings"]["units"].get("shard")
+            merged.error = {
+                "message": f"shard {shard} ({path}): {data['error']['message']}",
+                "exit_code": data["error"]["exit_code"],
+            }
+    return merged

@@ -1,0 +1,103 @@
+"""The pytest plugin (`pytest --tconform`): one item per verify work unit, across xdist workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tconform import golden, registry
+from tconform.config import PRESETS
+from tconform.results import Result
+from tconform.verify import result_unit
+from tconform.weights import DEFAULT_SEED
+
+CASES = ("embedding", "norm")
+
+
+@pytest.mark.unit
+def test_the_plugin_costs_nothing_without_the_flag():
+    """Every pytest session of the project loads it: importing it must not import torch."""
+    code = (
+        "import sys, tconform.pytest_plugin; "
+        "print('torch' in sys.modules, 'onnxruntime' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.integration
+def test_pytest_tconform_n2_runs_the_units_of_verify(cli, tmp_path):
+    golden.write(
+        tmp_path / "golden", PRESETS["tiny"], DEFAULT_SEED, registry.select_cases(CASES), "tiny"
+    )
+    common = ["--golden", str(tmp_path / "golden"), "--artifacts", str(tmp_path / "art")]
+    cases = [a for case in CASES for a in ("--case", case)]
+    # cuda is requested and absent here: its units must be skips with the reason, never passes.
+    code, _, err = cli(
+        "verify",
+        *common,
+        *cases,
+        "--ep",
+        "cpu,cuda",
+        "--no-doc",
+        "-q",
+        "--json",
+        str(tmp_path / "v.json"),
+    )
+    assert code == 3, err
+    verified = json.loads((tmp_path / "v.json").read_text())
+
+    run = tmp_path / "run"  # a folder of its own: no test files, no project conftest
+    run.mkdir()
+    plugin = [
+        "--tconform",
+        "--tconform-golden",
+        str(tmp_path / "golden"),
+        "--tconform-artifacts",
+        str(tmp_path / "art"),
+    ]
+    plugin += [a for case in CASES for a in ("--tconform-case", case)]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            *plugin,
+            "--tconform-ep",
+            "cpu,cuda",
+            "--tconform-no-doc",
+            "-n",
+            "2",
+            "-q",
+            "--junitxml",
+            str(tmp_path / "j.xml"),
+        ],
+        cwd=run,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "bringing up nodes" in done.stdout  # xdist really spread them
+    cases_run = list(ET.parse(tmp_path / "j.xml").getroot().iter("testcase"))
+    assert sorted(c.get("name") for c in cases_run) == sorted(verified["settings"]["units"]["ids"])
+    results = [Result.from_dict(r) for r in verified["results"]]
+    status = {result_unit(r): r.status for r in results}
+    for case in cases_run:
+        skipped = case.find("skipped")
+        assert (skipped is not None) == (status[case.get("name")] == "unavailable"), case.get(
+            "name"
+        )
+        if skipped is not None:
+            assert "cuda" in skipped.get("message")
+    assert (
+        sum(c.find("skipped") is None for c in cases_run)
+        == sum(s == "pass" for s in status.values())
+        > 0
+    )
