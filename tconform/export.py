@@ -605,14 +605,21 @@ def _export_in_workers(keys: list[str], first: dict[str, ExportJob], count: int)
     this process: on an error, Ctrl-C or SIGTERM the pool is terminated before it propagates,
     and a worker whose parent dies (even by SIGKILL) exits on its own."""
     context = multiprocessing.get_context("spawn")  # fork after torch starts threads can hang
-    # Workers start with SIGINT ignored (an ignored signal stays ignored across exec, and Python
-    # then installs no KeyboardInterrupt handler): Ctrl-C reaches the whole process group, and
-    # only the parent should act on it, by terminating the pool.
+    # Ctrl-C reaches the whole process group, and only the parent should act on it, by
+    # terminating the pool. Workers start with SIGINT ignored (an ignored signal stays ignored
+    # across exec, and Python then installs no KeyboardInterrupt handler). The parent also blocks
+    # it while spawning (Linux never drops a blocked signal as ignored), so a Ctrl-C in that
+    # window reaches the parent once its own handler is back.
+    blocking = hasattr(signal, "pthread_sigmask")  # not on Windows
+    if blocking:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         pool = context.Pool(count, initializer=_worker_init, initargs=(os.getpid(),))
     finally:
         signal.signal(signal.SIGINT, previous)
+        if blocking:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
         pending = {
             key: pool.apply_async(
@@ -634,6 +641,8 @@ def _export_in_workers(keys: list[str], first: dict[str, ExportJob], count: int)
 
 def _worker_init(parent_pid: int) -> None:
     """Export workers leave Ctrl-C to the parent and end when it ends."""
+    if hasattr(signal, "pthread_sigmask"):  # blocked by the parent while it spawned us
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         try:  # the kernel sends SIGTERM when the parent dies, SIGKILL included

@@ -74,7 +74,8 @@ class Case:
     # Initialisation rules for this case's own parameters, by the parameter's last name part,
     # ahead of the defaults in tconform/weights.py: leaf -> (shape, rng) -> float64 array.
     weight_init: Mapping[str, Callable[[tuple[int, ...], np.random.Generator], np.ndarray]] = field(
-        default_factory=dict
+        default_factory=dict,
+        hash=False,  # a case is hashed by its other fields
     )
 
     def module_target(self, cfg: ModelConfig, params: dict[str, np.ndarray]):

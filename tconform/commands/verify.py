@@ -41,6 +41,24 @@ MATRIX_AXES = {
     "dtypes": CommaList(lambda: list(_export().DTYPES)),
     "graph_opts": CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
 }
+# option -> (parameter, what the axis is, its value without --matrix)
+_AXIS_OPTIONS = {
+    "--exporter": ("exporters", "exporters", "dynamo"),
+    "--opset": ("opsets", "ONNX opsets", "18"),
+    "--dtype": ("dtypes", "model dtypes", "float32"),
+    "--graph-opt": ("graph_opts", "ONNX Runtime graph-optimisation levels", "all"),
+}
+
+
+def matrix_axis_options(command):
+    for flag, (name, what, default) in reversed(_AXIS_OPTIONS.items()):
+        command = click.option(
+            flag,
+            name,
+            type=MATRIX_AXES[name],
+            help=f"Matrix axis: {what}, a comma list [{default}].",
+        )(command)
+    return command
 
 
 @click.command("verify")
@@ -117,30 +135,7 @@ MATRIX_AXES = {
     "ARTIFACTS/matrix/<cell>/), with a pivot of cases x cells; impossible cells are listed as "
     "not applicable, with the reason.",
 )
-@click.option(
-    "--exporter",
-    "exporters",
-    type=MATRIX_AXES["exporters"],
-    help="Matrix axis: exporters, a comma list [dynamo].",
-)
-@click.option(
-    "--opset",
-    "opsets",
-    type=MATRIX_AXES["opsets"],
-    help="Matrix axis: ONNX opsets, a comma list [18].",
-)
-@click.option(
-    "--dtype",
-    "dtypes",
-    type=MATRIX_AXES["dtypes"],
-    help="Matrix axis: model dtypes, a comma list [float32].",
-)
-@click.option(
-    "--graph-opt",
-    "graph_opts",
-    type=MATRIX_AXES["graph_opts"],
-    help="Matrix axis: ONNX Runtime graph-optimisation levels, a comma list [all].",
-)
+@matrix_axis_options
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
 def verify(
