@@ -26,7 +26,9 @@ DecoderInput = Literal["target", "source"]
 AttentionKernel = Literal["plain", "sdpa"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 
-# Where each option comes from; used in --help, the README table and `tconform presets`.
+# Where each variant option comes from in the documents: the record behind the README's table of
+# variant options ("The reference model and its variant options"); tests/test_config.py checks
+# that every variant field of ModelConfig has an entry and the README names it.
 OPTION_SOURCES: dict[str, str] = {
     "norm": "layernorm: gamma*(x-mean)/sqrt(var+eps)+beta with the biased variance (doc 000's "
     "formula; torch.nn.LayerNorm). std: alpha*(x-mean)/(std+eps)+beta with the unbiased std "
