@@ -198,30 +198,56 @@ def _export_to(case: Case, settings: ExportSettings, path: Path) -> None:
     outputs = [s.name for s in case.outputs(settings.cfg)]
     axes = dynamic_axes(case, settings.cfg)
     with _quiet():
-        if settings.exporter == "dynamo":
-            torch.onnx.export(
-                module,
-                args,
-                str(path),
-                dynamo=True,
-                input_names=inputs,
-                output_names=outputs,
-                dynamic_shapes=tuple(axes[n] for n in inputs),  # positional: forward's names vary
-                opset_version=settings.opset,
-                external_data=False,
-                verbose=False,
-            )
-        else:
-            torch.onnx.export(
-                module,
-                args,
-                str(path),
-                dynamo=False,
-                input_names=inputs,
-                output_names=outputs,
-                dynamic_axes={n: a for n, a in axes.items() if a},
-                opset_version=settings.opset,
-            )
+        export_with_torch(
+            module,
+            args,
+            path,
+            settings.exporter,
+            settings.opset,
+            outputs,
+            input_names=inputs,
+            dynamic_shapes=tuple(axes[n] for n in inputs),  # positional: forward's names vary
+            dynamic_axes={n: a for n, a in axes.items() if a},
+        )
+
+
+def export_with_torch(
+    module: torch.nn.Module,
+    args: tuple,
+    path: Path,
+    exporter: str,
+    opset: int,
+    output_names: list[str],
+    *,
+    input_names: list[str] | None = None,
+    kwargs: dict | None = None,
+    dynamic_shapes: tuple | dict | None = None,
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
+) -> None:
+    """torch.onnx.export as every tconform export calls it (the shipped cases and `tconform
+    check`): the dynamo exporter takes `dynamic_shapes`, TorchScript `dynamic_axes`; weights
+    stay inside the one file."""
+    common = {
+        "kwargs": kwargs,
+        "input_names": input_names,
+        "output_names": output_names,
+        "opset_version": opset,
+    }
+    if exporter == "dynamo":
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            dynamo=True,
+            dynamic_shapes=dynamic_shapes,
+            external_data=False,
+            verbose=False,
+            **common,
+        )
+    else:
+        torch.onnx.export(
+            module, args, str(path), dynamo=False, dynamic_axes=dynamic_axes, **common
+        )
 
 
 def exporter_error_line(exc: BaseException) -> str:

@@ -110,18 +110,8 @@ def printed_case(
 ) -> DocCase:
     """A case whose document prints rounded decimals: judged within one unit of the last digit."""
     exact = np.asarray(exact, dtype=np.float64)
-    ruling, worst, off = verdict.judge_printed(np.array(entry.printed, dtype=object), exact)
-    values = printed_values(entry)
-    return entry_case(
-        entry,
-        printed=values,
-        exact=exact,
-        verdict=ruling,
-        worst_deviation=worst,
-        note=note,
-        runtime=runtime,
-        corrected=_off_list(values, exact, off),
-    )
+    judgement = verdict.judge_printed(np.array(entry.printed, dtype=object), exact)
+    return _judged_case(entry, printed_values(entry), exact, judgement, note, runtime)
 
 
 def expression_case(
@@ -129,7 +119,14 @@ def expression_case(
 ) -> DocCase:
     """A case whose document writes exact forms: judged to float64 evaluation noise."""
     written = printed_values(entry)
-    ruling, worst, off = verdict.judge_expressions(written, exact)
+    judgement = verdict.judge_expressions(written, exact)
+    return _judged_case(entry, written, exact, judgement, note, runtime)
+
+
+def _judged_case(
+    entry: Entry, written, exact: np.ndarray, judgement, note: str, runtime: RuntimeCheck | None
+) -> DocCase:
+    ruling, worst, off = judgement
     return entry_case(
         entry,
         printed=written,

@@ -18,7 +18,6 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from tconform import export as project_export
@@ -80,32 +79,19 @@ def _export(
     opset: int,
     dynamic: dict[str, dict[int, str]],
 ) -> None:
-    if exporter == "dynamo":
-        shapes = {name: dynamic.get(name) for name in inputs.names} if dynamic else None
-        torch.onnx.export(
-            module,
-            inputs.args,
-            str(path),
-            kwargs=inputs.kwargs or None,
-            dynamo=True,
-            output_names=output_names,
-            dynamic_shapes=shapes,
-            opset_version=opset,
-            external_data=False,
-            verbose=False,
-        )
-    else:
-        torch.onnx.export(
-            module,
-            inputs.args,
-            str(path),
-            kwargs=inputs.kwargs or None,
-            dynamo=False,
-            input_names=inputs.names,
-            output_names=output_names,
-            dynamic_axes=dynamic or None,
-            opset_version=opset,
-        )
+    # dynamo names inputs after forward's parameters itself; TorchScript needs them given.
+    project_export.export_with_torch(
+        module,
+        inputs.args,
+        path,
+        exporter,
+        opset,
+        output_names,
+        input_names=None if exporter == "dynamo" else inputs.names,
+        kwargs=inputs.kwargs or None,
+        dynamic_shapes={name: dynamic.get(name) for name in inputs.names} if dynamic else None,
+        dynamic_axes=dynamic or None,
+    )
 
 
 def export_module(
