@@ -633,9 +633,10 @@ def _export_in_workers(keys: list[str], first: dict[str, ExportJob], count: int)
     context = multiprocessing.get_context("spawn")  # fork after torch starts threads can hang
     # Ctrl-C reaches the whole process group, and only the parent should act on it, by
     # terminating the pool. Workers start with SIGINT ignored (an ignored signal stays ignored
-    # across exec, and Python then installs no KeyboardInterrupt handler). The parent also blocks
-    # it while spawning (Linux never drops a blocked signal as ignored), so a Ctrl-C in that
-    # window reaches the parent once its own handler is back.
+    # across exec, and Python then installs no KeyboardInterrupt handler). The parent's main
+    # thread also blocks it while spawning (Linux never drops a blocked signal as ignored), so a
+    # Ctrl-C in that window of a few milliseconds reaches it once its handler is back, unless
+    # another thread (torch's) took it meanwhile: then that one Ctrl-C is lost, a second works.
     blocking = hasattr(signal, "pthread_sigmask")  # not on Windows
     if blocking:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

@@ -302,8 +302,11 @@ def _wait_for_workers(process: subprocess.Popen, timeout: float = 60) -> list[ps
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         children = parent.children(recursive=True)
-        if len(children) >= 2:  # the spawn helper and at least one export worker
-            return children
+        # The resource tracker and both export workers: the pool is up and its signal handling
+        # settled (a Ctrl-C while it spawns can be lost, see export._export_in_workers).
+        if len(children) >= 3:
+            time.sleep(0.5)
+            return parent.children(recursive=True)
         time.sleep(0.2)
     pytest.fail("the export pool never started")
 
