@@ -117,13 +117,14 @@ def run_generate_bench(settings: GenerateSettings, log) -> dict:
             continue
         encoder = timed_runs(lambda s=sessions: s[ENCODER.name].run(feeds), warmup=1, runs=5)
         per_step = {}
-        cache_bytes = 0
         for cache in (True, False):
             stepper = TimedStepper(make_stepper(sessions, cfg, cache))
             per_step[cache] = _decode_times(stepper, (src_ids, src_keep), settings)
             if isinstance(stepper.inner, CachedStepper):
-                cache_bytes = stepper.inner.cache_bytes()
+                cached = stepper.inner
         row = {"engine": label(runtime), "settings": runtime.settings()}
+        row["cache_bytes"] = cached.cache_bytes()
+        row["cache_on"] = cached.cache_location()
         row["encoder_ms"] = round_sig(float(np.median(encoder)) * 1e3)
         for cache, name in ((True, "cached"), (False, "no_cache")):
             ms = np.array(per_step[cache]) * 1e3  # (steps, repeats)
@@ -131,7 +132,6 @@ def run_generate_bench(settings: GenerateSettings, log) -> dict:
             row[f"{name}_p90_ms"] = round_sig(float(np.percentile(ms, 90)))
             row[f"{name}_by_prefix_ms"] = [round_sig(float(v)) for v in np.median(ms, axis=1)]
         row["tokens_per_s"] = round_sig(settings.batch * 1e3 / row["cached_p50_ms"])
-        row["cache_bytes"] = cache_bytes
         last = settings.new_tokens - 1
         row["speedup_at_last_token"] = round_sig(
             row["no_cache_by_prefix_ms"][last] / row["cached_by_prefix_ms"][last]
@@ -162,7 +162,7 @@ def table(report: dict) -> str:
     from tconform.report.text import format_table
 
     header = ["engine", "encoder ms", "cached p50/p90 ms", "no-cache p50/p90 ms", "tokens/s",
-              f"x faster @{report['new_tokens']}", "x floor", "cache MiB"]  # fmt: skip
+              f"x faster @{report['new_tokens']}", "x floor", "cache MiB", "cache on"]  # fmt: skip
     body = [
         [
             r["engine"],
@@ -173,6 +173,7 @@ def table(report: dict) -> str:
             str(r["speedup_at_last_token"]),
             str(r.get("floor_ratio", "-")),
             f"{r['cache_bytes'] / 2**20:.2f}",
+            r["cache_on"],
         ]
         for r in report["rows"]
     ]

@@ -10,8 +10,10 @@ Every runtime is reached through the same `Session.run(feeds) -> outputs` (tconf
 so a stepper is the same code for the float64 oracle, PyTorch and each ONNX Runtime provider:
 it only differs in the sessions it is given, one per generation model (tconform.generation.models).
 
-On CUDA the cache makes a host round trip per step (the sessions take and return NumPy arrays);
-keeping it on the device with IO binding is left to a later change (docs/generation.md).
+On ONNX Runtime the cached stepper runs with IO binding (`OrtSession.run_bound`): the keys and
+values stay on the provider's device between steps (on CUDA they never cross to the host), and
+only the new token's log-probabilities come back. Beam search's reorder gathers them through
+the host (docs/generation.md).
 """
 
 from __future__ import annotations
@@ -56,18 +58,33 @@ def oracle_sessions(cfg: ModelConfig, params: Params) -> dict[str, Session]:
     return {case.name: OracleSession(case, cfg, params) for case in (ENCODER, STEP, PREFIX)}
 
 
+# The cached stepper's state that lives where the session runs: the keys and values.
+DEVICE_STATE = ("past_k", "past_v", "cross_k", "cross_v")
+
+
 @dataclass
 class CachedStepper:
-    """Encoder once, then the decoder-step model with the key/value cache."""
+    """Encoder once, then the decoder-step model with the key/value cache.
+
+    With `bound` (ONNX Runtime sessions) the runs use IO binding and the keys/values in the
+    state are OrtValues on the provider's device; otherwise they are NumPy arrays."""
 
     sessions: Mapping[str, Session]
     cfg: ModelConfig
     dtype: type = np.float32  # of the cache and the memory (float64 for the oracle)
-    state: dict[str, np.ndarray] = field(default_factory=dict)
+    bound: bool = False
+    state: dict = field(default_factory=dict)
+
+    def _run(self, case: registry.Case, feeds: dict, device_outputs: set[str]) -> dict:
+        session = self.sessions[case.name]
+        if self.bound:
+            return session.run_bound(feeds, keep=device_outputs)
+        names = [spec.name for spec in case.outputs(self.cfg)]
+        return dict(zip(names, session.run(feeds), strict=True))
 
     def start(self, src_ids: np.ndarray, src_keep: np.ndarray) -> None:
-        _, cross_k, cross_v = self.sessions[ENCODER.name].run(
-            {"src_ids": src_ids, "src_keep": src_keep}
+        encoded = self._run(
+            ENCODER, {"src_ids": src_ids, "src_keep": src_keep}, {"memory", *DEVICE_STATE}
         )
         empty = (self.cfg.n_layers, len(src_ids), self.cfg.n_heads, 0, self.cfg.d_head)
         self.state = {
@@ -75,8 +92,8 @@ class CachedStepper:
             "past_keep": np.zeros((len(src_ids), 0), dtype=bool),
             "past_k": np.zeros(empty, dtype=self.dtype),
             "past_v": np.zeros(empty, dtype=self.dtype),
-            "cross_k": cross_k,
-            "cross_v": cross_v,
+            "cross_k": encoded["cross_k"],
+            "cross_v": encoded["cross_v"],
         }
 
     def step(self, tokens: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -87,23 +104,40 @@ class CachedStepper:
             "new_keep": keep[:, None],
             **self.state,
         }
-        log_probs, present_k, present_v = self.sessions[STEP.name].run(feeds)
+        outputs = self._run(STEP, feeds, {"present_k", "present_v"})
         self.state.update(
             past_keep=np.concatenate([past, keep[:, None]], axis=1),
-            past_k=present_k,
-            past_v=present_v,
+            past_k=outputs["present_k"],
+            past_v=outputs["present_v"],
         )
-        return log_probs[:, 0, :].astype(np.float64)
+        return outputs["log_probs"][:, 0, :].astype(np.float64)
 
     def reorder(self, rows: np.ndarray) -> None:
+        if np.array_equal(rows, np.arange(len(self.state["src_keep"]))):
+            return  # nothing moves: the cache stays where it is
         self.state = {
-            name: value[:, rows] if name.endswith(("_k", "_v")) else value[rows]
+            name: self._take(value, rows, axis=1 if name in DEVICE_STATE else 0)
             for name, value in self.state.items()
         }
 
+    def _take(self, value, rows: np.ndarray, axis: int):
+        if isinstance(value, np.ndarray):
+            return np.take(value, rows, axis=axis)
+        # An OrtValue on the device: gathered on the host and copied back.
+        step = self.sessions[STEP.name]
+        return step.to_device(np.take(value.numpy(), rows, axis=axis))
+
+    def cache_location(self) -> str:
+        """Where the keys/values live between steps: the device type (IO binding) or 'numpy'."""
+        return self.sessions[STEP.name].device[0] if self.bound else "numpy"
+
     def cache_bytes(self) -> int:
         """Bytes of the self-attention cache and the cross-attention keys/values held now."""
-        return sum(self.state[n].nbytes for n in ("past_k", "past_v", "cross_k", "cross_v"))
+        itemsize = np.dtype(self.dtype).itemsize
+        return sum(
+            itemsize * int(np.prod(np.shape(v) if isinstance(v, np.ndarray) else v.shape()))
+            for v in (self.state[name] for name in DEVICE_STATE)
+        )
 
 
 @dataclass
@@ -141,5 +175,6 @@ def make_stepper(
 ) -> Stepper:
     """A stepper over `sessions`: with the cache or the whole prefix each step."""
     if cache:
-        return CachedStepper(sessions, cfg, np.float64 if oracle else np.float32)
+        bound = all(hasattr(session, "run_bound") for session in sessions.values())
+        return CachedStepper(sessions, cfg, np.float64 if oracle else np.float32, bound)
     return PrefixStepper(sessions, cfg)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -26,6 +27,7 @@ from onnx import TensorProto
 from tconform.errors import ProviderUnavailable, TconformError, UsageError
 from tconform.runtimes.providers import (
     CUDA_DEFAULT_OPTIONS,
+    DEVICE_TYPES,
     GRAPH_OPT_LEVELS,
     PROVIDERS,
     RECORD_ASSIGNMENT,
@@ -140,7 +142,8 @@ class OrtRuntime:
                 f"{self.ep}: {reason} (ONNX Runtime ran the session on {', '.join(actual)} only)"
             )
         placement, fallback_ops = assignment(session, self.provider)
-        return OrtSession(session, actual, placement, fallback_ops)
+        device = (DEVICE_TYPES.get(self.ep, "cpu"), self.device_id)
+        return OrtSession(session, actual, placement, fallback_ops, device)
 
     def _load_error(self, model_path: Path, exc: Exception) -> TconformError:
         text = str(exc).strip()
@@ -194,6 +197,33 @@ class OrtSession:
     providers: list[str]  # get_providers(): what ONNX Runtime really registered
     placement: dict[str, int] = field(default_factory=dict)  # provider short name -> nodes
     fallback_ops: dict[str, int] = field(default_factory=dict)  # op type -> nodes left on CPU
+    device: tuple[str, int] = ("cpu", 0)  # OrtValue device type and id of the provider
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(None, feeds)
+
+    def run_bound(
+        self, feeds: Mapping[str, np.ndarray | ort.OrtValue], keep: Collection[str]
+    ) -> dict[str, np.ndarray | ort.OrtValue]:
+        """One run with IO binding: OrtValue feeds are taken where they lie, the outputs named in
+        `keep` stay on the provider's device as OrtValues (so a later run takes them without a
+        host round trip), the others come back as NumPy arrays."""
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            if isinstance(value, ort.OrtValue):
+                binding.bind_ortvalue_input(name, value)
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        names = [output.name for output in self.session.get_outputs()]
+        for name in names:
+            binding.bind_output(name, *(self.device if name in keep else ("cpu", 0)))
+        self.session.run_with_iobinding(binding)
+        values = binding.get_outputs()
+        return {
+            name: value if name in keep else value.numpy()
+            for name, value in zip(names, values, strict=True)
+        }
+
+    def to_device(self, array: np.ndarray) -> ort.OrtValue:
+        """`array` copied to the provider's device, ready to be bound as an input."""
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), *self.device)

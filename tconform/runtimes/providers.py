@@ -31,6 +31,10 @@ PROVIDERS: dict[str, str] = {
     "cuda": "CUDAExecutionProvider",
 }
 
+# Where a provider keeps its tensors, as OrtValue device types (IO binding); a provider not
+# listed here is bound through host memory.
+DEVICE_TYPES: dict[str, str] = {"cuda": "cuda"}
+
 GRAPH_OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

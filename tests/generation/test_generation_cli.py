@@ -78,3 +78,28 @@ def test_golden_generation_writes_a_checkable_folder(cli, tmp_path):
     assert code == 0 and "16 generation goldens" in out
     assert cli("golden", "--generation", "--out", str(folder))[0] == 2  # no silent overwrite
     assert cli("golden", "--generation", "--check", "--out", str(folder))[0] == 0
+
+
+def test_bench_generate_reports_per_token_figures_floor_and_plot(
+    cli, generation_artifacts, tmp_path
+):
+    """`bench --generate` on the tiny preset: every engine row carries the per-token figures,
+    where the cache lived, and the floor; the JSON and the plot are written."""
+    report_path, plot = tmp_path / "gen.json", tmp_path / "gen.png"
+    code, out, err = cli(
+        "bench", "--preset", "tiny", "--ep", "cpu", "--generate", "4", "--threads", "1",
+        "--artifacts", str(generation_artifacts / "generation"),
+        "--json", str(report_path), "--plot", str(plot),
+    )  # fmt: skip
+    assert code == 0, err
+    report = json.loads(report_path.read_text())
+    rows = {row["engine"]: row for row in report["rows"]}
+    assert set(rows) == {"ort-cpu", "torch"}
+    assert rows["ort-cpu"]["cache_on"] == "cpu"  # IO binding
+    assert rows["torch"]["cache_on"] == "numpy"
+    for row in rows.values():
+        assert len(row["cached_by_prefix_ms"]) == len(row["no_cache_by_prefix_ms"]) == 4
+        assert 0 < row["cached_p50_ms"] <= row["cached_p90_ms"]
+        assert row["cache_bytes"] > 0 and row["floor_ratio"] > 0 and row["tokens_per_s"] > 0
+    assert report["memory_floor_ms"] > 0 and "memory floor per token" in out
+    assert plot.read_bytes().startswith(b"\x89PNG")

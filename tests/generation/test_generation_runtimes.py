@@ -12,7 +12,7 @@ from tconform.export import ExportSettings, export_case
 from tconform.generation.driver import Decoding, Strategy, generate
 from tconform.generation.golden import set_config
 from tconform.generation.models import STEP
-from tconform.generation.steppers import make_stepper
+from tconform.generation.steppers import DEVICE_STATE, CachedStepper, make_stepper
 from tconform.generation.verdict import judge
 from tconform.generation.verify import model_folder
 from tconform.reference.incremental import DecoderStepModel
@@ -58,6 +58,57 @@ def test_cache_equals_no_cache(golden_cases, generation_artifacts, runtime_name)
                 )
         np.testing.assert_array_equal(runs[0].tokens, runs[1].tokens, err_msg=case.name)
         np.testing.assert_array_equal(runs[0].lengths, runs[1].lengths, err_msg=case.name)
+
+
+def test_io_bound_cache_stays_with_the_session_and_decodes_as_the_host_path(
+    golden_cases, generation_artifacts
+):
+    """ONNX Runtime's cached stepper keeps keys/values as OrtValues between steps (IO binding);
+    it gives bit-identical log-probabilities to the same sessions fed NumPy arrays, for greedy
+    (no reorder) and beam search (reorders through the host)."""
+    import onnxruntime as ort
+
+    sessions = sessions_for(
+        make_runtime("onnxruntime", "cpu"), TINY, generation_artifacts / "generation"
+    )
+    for name in ("right_padding-greedy", "right_padding-beam3"):
+        case = next(c for c in golden_cases if c.name == name)
+        src_ids, src_keep, prefix = decode_inputs(case)
+        bound = make_stepper(sessions, TINY, True)
+        assert isinstance(bound, CachedStepper) and bound.bound
+        host = CachedStepper(sessions, TINY, bound=False)
+        runs = [
+            generate(stepper, src_ids, src_keep, case.decoding, case.strategy, prefix)
+            for stepper in (bound, host)
+        ]
+        assert all(isinstance(bound.state[n], ort.OrtValue) for n in DEVICE_STATE), name
+        assert all(isinstance(host.state[n], np.ndarray) for n in DEVICE_STATE), name
+        assert bound.cache_bytes() == host.cache_bytes() > 0
+        np.testing.assert_array_equal(runs[0].tokens, runs[1].tokens, err_msg=name)
+        np.testing.assert_array_equal(runs[0].log_probs, runs[1].log_probs, err_msg=name)
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_cache_stays_on_the_device_and_decodes_as_the_cpu(
+    golden_cases, generation_artifacts
+):
+    from tconform.runtimes.providers import unavailable_reason
+
+    reason = unavailable_reason("cuda")
+    if reason is not None:
+        pytest.skip(f"CUDA EP: {reason}")
+    case = next(c for c in golden_cases if c.name == "right_padding-greedy")
+    src_ids, src_keep, prefix = decode_inputs(case)
+    runs = {}
+    for ep in ("cpu", "cuda"):
+        sessions = sessions_for(
+            make_runtime("onnxruntime", ep), TINY, generation_artifacts / "generation"
+        )
+        stepper = make_stepper(sessions, TINY, True)
+        runs[ep] = generate(stepper, src_ids, src_keep, case.decoding, case.strategy, prefix)
+        assert stepper.cache_location() == ep
+        assert {stepper.state[n].device_name() for n in DEVICE_STATE} == {ep}
+    np.testing.assert_array_equal(runs["cuda"].tokens, runs["cpu"].tokens)
 
 
 class ShiftedStep(DecoderStepModel):
