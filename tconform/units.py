@@ -28,6 +28,9 @@ SEPARATOR = "/"  # no case name, cell key, runtime label or input set name conta
 # Measured on the tiny preset (docs/scale.md); only their ratios matter for balancing.
 EXPORT_SECONDS = {"component": 2.0, "layer": 4.0, "stack": 6.0, "model": 10.0}
 RUN_SECONDS = {"component": 0.02, "layer": 0.04, "stack": 0.08, "model": 0.15}
+# A TorchScript export costs about an eighth of a dynamo one (docs/scale.md: 0.4 vs 3.4 CPU-s
+# per model); an exporter not listed is costed as dynamo.
+EXPORTER_FACTOR = {"dynamo": 1.0, "torchscript": 0.12}
 MODULE_SECONDS = 0.1  # building a reference module and its weights
 DOCUMENTS_SECONDS = 60.0  # the documents' checks export and run their own models
 
@@ -49,6 +52,10 @@ class Cell:
     @property
     def key(self) -> str:
         return f"{self.export_key}-{self.graph_opt}"
+
+    def export_seconds(self, size: str) -> float:
+        """Estimated seconds to export a case of tolerance class `size` in this cell."""
+        return EXPORT_SECONDS[size] * EXPORTER_FACTOR.get(self.exporter, 1.0)
 
 
 @dataclass(frozen=True)

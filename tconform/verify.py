@@ -50,7 +50,6 @@ from tconform.results import Result, allow_missing
 from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subject, runtime_class
 from tconform.runtimes.onnxruntime import KernelMissing
 from tconform.units import (
-    EXPORT_SECONDS,
     GIVEN,
     MODULE,
     MODULE_SECONDS,
@@ -362,7 +361,8 @@ class Lane:
     def units(self, set_names: list[str]) -> list[Unit]:
         size = self.case.tolerance
         if self.export is not None:
-            group, shared = f"{self.case.name}@{self.export.export_key}", EXPORT_SECONDS[size]
+            group = f"{self.case.name}@{self.export.export_key}"
+            shared = self.export.export_seconds(size)
         else:
             group, shared = f"{self.case.name}@{self.cell}", MODULE_SECONDS
         if self.not_applicable:  # listed with its reason, nothing exported or run

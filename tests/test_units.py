@@ -63,3 +63,20 @@ def test_digest_depends_on_the_set_of_ids_only():
     ids = [u.id for u in _units()]
     assert digest(ids) == digest(reversed(ids))
     assert digest(ids) != digest(ids[1:])
+
+
+def test_torchscript_exports_are_costed_cheaper_so_shards_balance_by_exporter():
+    """One dynamo export and seven TorchScript ones of the whole model over two shards: the
+    TorchScript exports (about 8x cheaper each) together weigh less than the dynamo one, so they
+    all go to the other shard. Costed alike, the dynamo shard would take three of them too."""
+    from tconform.units import Cell
+
+    cells = [Cell("dynamo", 18, "float32")]
+    cells += [Cell("torchscript", opset, "float32") for opset in range(14, 21)]
+    units = [
+        Unit("transformer", cell.key, "ort-cpu", "set0", cell.export_key, 0.15,
+             cell.export_seconds("model"))
+        for cell in cells
+    ]  # fmt: skip
+    shards = [[u.cell.split("-")[0] for u in shard] for shard in split(units, 2)]
+    assert sorted(shards) == [["dynamo"], ["torchscript"] * 7]

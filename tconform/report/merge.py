@@ -59,6 +59,19 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
     return results
 
 
+def _missing_shards(shards: list) -> str:
+    """Which `K/N` shards are absent, when the reports say; what they hold otherwise. (A shard
+    records only its own unit ids, so the missing ids are known by their shard, not by name.)"""
+    held = [str(shard) for shard in shards]
+    counts = {shard.split("/")[1] for shard in held if "/" in shard}
+    if len(counts) == 1 and all("/" in shard for shard in held):
+        count = int(counts.pop())
+        absent = [f"{k}/{count}" for k in range(1, count + 1) if f"{k}/{count}" not in held]
+        if absent:
+            return f"no report of shard {', '.join(absent)} (the reports hold {', '.join(held)})"
+    return f"the reports hold shards {', '.join(sorted(held))}"
+
+
 def merge(paths: list[Path]) -> RunReport:
     """One report from shard reports (see the module docstring)."""
     reports = [(path, read_shard(path)) for path in paths]  # a path given twice: duplicates
@@ -74,10 +87,10 @@ def merge(paths: list[Path]) -> RunReport:
     first = reports[0][1]
     expected = first["settings"]["units"]
     if len(owner) != expected["total"] or digest(owner) != expected["sha256"]:
-        seen = sorted(str(d["settings"]["units"].get("shard")) for _, d in reports)
+        shards = [d["settings"]["units"].get("shard") for _, d in reports]
         raise UsageError(
-            f"{expected['total'] - len(owner)} of {expected['total']} units missing: the reports "
-            f"hold shards {', '.join(seen)}"
+            f"{expected['total'] - len(owner)} of {expected['total']} units missing: "
+            f"{_missing_shards(shards)}"
         )
     merged = RunReport("verify")
     merged.settings = {

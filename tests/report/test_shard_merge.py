@@ -83,6 +83,7 @@ def test_merge_refuses_missing_duplicated_and_foreign_reports(cli, small, tmp_pa
 
     code, _, err = cli("report", "merge", s1, s2)
     assert code == 2 and "units missing" in err and err.count("\n") == 1
+    assert "no report of shard 3/3" in err
 
     code, _, err = cli("report", "merge", s1, s1, s2)
     assert code == 2 and "is in both" in err
