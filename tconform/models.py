@@ -12,6 +12,7 @@ goldens in input and output names, element types and ranks.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,6 +38,7 @@ _KIND_TYPES = {
     "src_keep": TensorProto.BOOL,
     "tgt_keep": TensorProto.BOOL,
     "attn_mask": TensorProto.BOOL,
+    "position": TensorProto.INT64,
 }
 
 
@@ -61,15 +63,18 @@ class ModelUnderTest:
             raise UsageError(f"{self.path}: changed while it was being verified")
 
 
-def parse_model_options(items: tuple[str, ...] | list[str]) -> dict[str, Path]:
-    """['transformer=opt.onnx'] -> {'transformer': Path('opt.onnx')}; one line per bad item."""
+def parse_model_options(
+    items: tuple[str, ...] | list[str], lookup: Callable[[str], Case] = get_case
+) -> dict[str, Path]:
+    """['transformer=opt.onnx'] -> {'transformer': Path('opt.onnx')}; one line per bad item.
+    `lookup` knows the case names (the registry's; the generation models' for --generation)."""
     models: dict[str, Path] = {}
     for item in items:
         case_name, sep, path = item.partition("=")
         case_name, path = case_name.strip(), path.strip()
         if not sep or not case_name or not path:
             raise UsageError(f"--model {item!r}: expected CASE=PATH (e.g. transformer=model.onnx)")
-        get_case(case_name)  # an unknown case is a usage error listing the known ones
+        lookup(case_name)  # an unknown case is a usage error listing the known ones
         if case_name in models:
             raise UsageError(f"--model: case {case_name!r} given twice")
         models[case_name] = Path(path)

@@ -136,7 +136,7 @@ def _artifact_settings(options: VerifyOptions, cfg: ModelConfig, seed: int) -> E
     )
 
 
-def _from_record(case: Case, record: ExportRecord, note: str = "") -> ModelUnderTest:
+def model_from_record(case: Case, record: ExportRecord, note: str = "") -> ModelUnderTest:
     path = Path(record.location)
     notes = (note,) if note else ()
     if record.attention_nodes:  # the variant is part of what was checked
@@ -144,7 +144,7 @@ def _from_record(case: Case, record: ExportRecord, note: str = "") -> ModelUnder
     return ModelUnderTest(case, path, record.provenance(), notes)
 
 
-def _held_model(
+def held_model(
     case: Case, cfg: ModelConfig, artifacts_dir: Path, manifest: dict, key: str
 ) -> ModelUnderTest:
     """--no-export: the case's file in the artifacts folder, as it is. tconform's own unchanged
@@ -163,7 +163,7 @@ def _held_model(
     record = ExportRecord.from_manifest(entry, artifacts_dir)
     stale = entry.get("key") != key
     note = "exported by another version of tconform or its libraries (cache key differs)"
-    return _from_record(case, record, note if stale else "")
+    return model_from_record(case, record, note if stale else "")
 
 
 def models_under_test(
@@ -186,9 +186,7 @@ def models_under_test(
         manifest = read_manifest(options.artifacts_dir)
         for case in rest:
             key = cache_key(case, settings)
-            chosen[case.name] = _held_model(
-                case, settings.cfg, options.artifacts_dir, manifest, key
-            )
+            chosen[case.name] = held_model(case, settings.cfg, options.artifacts_dir, manifest, key)
         return chosen, []
     jobs = [ExportJob(case, settings, options.artifacts_dir) for case in rest]
     extra = f" + {len(doc_jobs)} for the document checks" if doc_jobs else ""
@@ -198,7 +196,7 @@ def models_under_test(
         on_done=lambda r: progress(f"  {r.location}: {'reused' if r.cached else 'exported'}"),
     )
     for case, record in zip(rest, records[: len(rest)], strict=True):
-        chosen[case.name] = _from_record(case, record)
+        chosen[case.name] = model_from_record(case, record)
     return chosen, records[len(rest) :]
 
 
@@ -516,7 +514,7 @@ def _matrix_models(
         on_done=lambda r: progress(f"  {r.location}: {'reused' if r.cached else 'exported'}"),
     )
     models = {
-        key: _from_record(lane.case, record)
+        key: model_from_record(lane.case, record)
         for (key, lane), record in zip(needed.items(), records[: len(jobs)], strict=True)
     }
     return models, records[len(jobs) :]
@@ -634,7 +632,7 @@ def _verify_locked(
         report.details["localisation"] = [found.to_dict() for found in localisations]
     if with_doc:
         progress("document checks")
-        report.results += doc.verify_results(
+        doc_results = doc.verify_results(
             options.eps,
             options.artifacts_dir,
             doc_records,
@@ -642,6 +640,9 @@ def _verify_locked(
             device_id=options.device_id,
             provider_options=options.provider_options,
         )
+        for r in doc_results:  # one unit for all of them (tconform.units.documents_unit)
+            r.cell, r.unit = documents_unit().cell, documents_unit().id
+        report.results += doc_results
     if options.allow_missing_ep:
         report.results = allow_missing(report.results)
 

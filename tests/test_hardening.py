@@ -53,6 +53,9 @@ def test_allow_missing_ep_turns_every_unavailable_row_into_skip(cli, workspace, 
     cuda = [r for r in rows if r["ep"] == "cuda"]
     assert cuda and {r["status"] for r in cuda} == {"skip"}  # doc rows included
     assert any(r["case"].startswith("doc:") for r in cuda)
+    from tconform.units import documents_unit  # every doc row names the one documents unit
+
+    assert {r["unit"] for r in rows if r["case"].startswith("doc:")} == {documents_unit().id}
     skipped = ET.parse(tmp_path / "r.xml").getroot().iter("skipped")
     assert any("provider unavailable" in s.get("message") for s in skipped)
 

@@ -186,6 +186,16 @@ def verify(
         raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
     if generation and (matrix or shard):
         raise click.UsageError("--generation runs on its own: not with --matrix or --shard")
+    if generation and cases:
+        raise click.UsageError(
+            "--case selects components; --generation checks every generation golden (name its "
+            "models gen_encoder, gen_step, gen_prefix with --model)"
+        )
+
+    if generation:
+        from tconform.generation.models import generation_case as lookup
+    else:
+        from tconform.registry import get_case as lookup
 
     def run(report, progress) -> None:
         options = VerifyOptions(
@@ -200,7 +210,7 @@ def verify(
             provider_options=parse_provider_options(list(provider_options)),
             with_torch=not no_torch,
             with_doc=not no_doc,
-            models=parse_model_options(models),
+            models=parse_model_options(models, lookup),
             export=not no_export,
             runtimes=tuple(runtime_names) or VerifyOptions.runtimes,
             localise=localise,

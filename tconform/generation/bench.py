@@ -88,7 +88,7 @@ def _decode_times(stepper, inputs, settings: GenerateSettings) -> list[list[floa
 def run_generate_bench(settings: GenerateSettings, log) -> dict:
     cfg = settings.cfg
     check_request(cfg, settings.decoding, settings.strategy)
-    log(f"exporting the generation models to {settings.artifacts} (cached) ...")
+    log(f"generation models in {settings.artifacts}: exported where not current ...")
     records = export_generation_models(ExportSettings(cfg, DEFAULT_SEED), settings.artifacts)
     params = make_params(Transformer(cfg), DEFAULT_SEED)
     rng = np.random.default_rng(0)

@@ -75,8 +75,9 @@ def check_request(cfg: ModelConfig, decoding: Decoding, strategy: Strategy, pref
             f"max new tokens {decoding.max_new_tokens}: must be 1..{room} (the preset's maximum "
             f"length {cfg.max_seq_len} minus a prefix of {prefix_len})"
         )
-    for name in ("eos_id", "bos_id", "pad_id"):
-        value = getattr(decoding, name)
+    names = {"eos_id": "end token (--end-token)", "bos_id": "start token", "pad_id": "pad token"}
+    for field_name, name in names.items():
+        value = getattr(decoding, field_name)
         if value is not None and not 0 <= value < cfg.tgt_vocab:
             raise UsageError(f"{name} {value} outside the vocabulary 0..{cfg.tgt_vocab - 1}")
     if strategy.kind == "beam" and not 1 <= strategy.beam_width <= cfg.tgt_vocab:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tconform.errors import UsageError
 from tconform.export import ExportRecord, ExportSettings, export_cases
 from tconform.oracle import incremental as oracle_incremental
 from tconform.reference import incremental
@@ -72,6 +73,15 @@ PREFIX = Case(
 )
 
 GENERATION_CASES: tuple[Case, ...] = (ENCODER, STEP, PREFIX)
+
+
+def generation_case(name: str) -> Case:
+    """The generation model called `name` (what `verify --generation --model NAME=PATH` takes)."""
+    for case in GENERATION_CASES:
+        if case.name == name:
+            return case
+    names = ", ".join(case.name for case in GENERATION_CASES)
+    raise UsageError(f"unknown generation model {name!r}; choose from {names}")
 
 
 def export_generation_models(

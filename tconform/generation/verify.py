@@ -3,7 +3,9 @@ key/value cache and without it, and judge the tokens (tconform.generation.verdic
 
 The models are exported (or reused) into <artifacts>/generation, and for the sets whose mask
 fill differs from the preset's into <artifacts>/generation-fill<fill>: the fill is part of the
-model. Every result names the decoder model that ran (path, sha256, origin).
+model. `--no-export` takes those folders as they are; `--model gen_step=PATH` (or gen_encoder,
+gen_prefix) runs a given file, read-only, on the goldens of the preset's own mask fill (a model
+holds one fill). Every result names the decoder model that ran (path, sha256, origin).
 """
 
 from __future__ import annotations
@@ -14,21 +16,35 @@ import numpy as np
 
 from tconform.compare import tolerance_for
 from tconform.config import ModelConfig
-from tconform.errors import ProviderUnavailable
-from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs
+from tconform.errors import ProviderUnavailable, UsageError
+from tconform.export import (
+    ExportJob,
+    ExportRecord,
+    ExportSettings,
+    cache_key,
+    export_jobs,
+    read_manifest,
+)
 from tconform.files import sha256_file
 from tconform.generation import golden
 from tconform.generation.driver import generate
-from tconform.generation.models import GENERATION_CASES, PREFIX, STEP
+from tconform.generation.models import GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.generation.steppers import make_stepper
 from tconform.generation.verdict import judge
+from tconform.models import ModelUnderTest, given_model
 from tconform.provenance import module_provenance
 from tconform.reference import Transformer
 from tconform.report import RunReport
 from tconform.results import Result, allow_missing
 from tconform.runtimes import Subject, label, open_subject
 from tconform.runtimes.onnxruntime import KernelMissing
-from tconform.verify import Progress, VerifyOptions, verify_runtimes
+from tconform.verify import (
+    Progress,
+    VerifyOptions,
+    held_model,
+    model_from_record,
+    verify_runtimes,
+)
 from tconform.weights import make_params
 
 GOLDEN_DIR = Path("golden-generation")
@@ -55,6 +71,37 @@ def export_models(
     return {(job.settings.cfg, job.case.name): r for job, r in zip(jobs, records, strict=True)}
 
 
+def models_under_test(
+    options: VerifyOptions, configs: list[ModelConfig], preset_cfg: ModelConfig, seed: int, progress
+) -> dict[tuple[ModelConfig, str], ModelUnderTest]:
+    """The file each generation model of each config runs: a given one (checked before any
+    export), the artifacts folder's as it is (--no-export), or tconform's export."""
+    chosen = {
+        (preset_cfg, name): given_model(generation_case(name), preset_cfg, path)
+        for name, path in options.models.items()
+    }
+    for (_, name), model in chosen.items():
+        if model.precision != "float32":  # the steppers hold a float32 cache
+            raise UsageError(f"{model.path}: a {model.precision} model; generation checks float32")
+        progress(
+            f"  {name}: the given model {model.path} (sha256 {model.provenance.sha256[:12]}), "
+            f"on the goldens of mask fill {preset_cfg.mask_fill} (a model holds one fill)"
+        )
+    if not options.export:
+        for cfg in configs:
+            folder = model_folder(options.artifacts_dir, cfg, preset_cfg)
+            manifest = read_manifest(folder)
+            for case in GENERATION_CASES:
+                if (cfg, case.name) not in chosen:
+                    key = cache_key(case, ExportSettings(cfg, seed))
+                    chosen[cfg, case.name] = held_model(case, cfg, folder, manifest, key)
+        return chosen
+    records = export_models(configs, preset_cfg, seed, options.artifacts_dir, progress)
+    for (cfg, name), record in records.items():
+        chosen.setdefault((cfg, name), model_from_record(generation_case(name), record))
+    return chosen
+
+
 def verify_generation(
     options: VerifyOptions,
     golden_dir: Path,
@@ -75,17 +122,17 @@ def verify_generation(
         "cases": [c.name for c in cases],
     }
     progress(f"generation models for {len(configs)} mask fill(s) in {options.artifacts_dir}")
-    records = export_models(configs, preset_cfg, seed, options.artifacts_dir, progress)
+    models = models_under_test(options, configs, preset_cfg, seed, progress)
     for cfg in configs:
         params = make_params(Transformer(cfg), seed)
         for runtime in runtimes:
             own = [c for c in cases if golden.set_config(preset_cfg, c.source_set) == cfg]
-            report.results += _runtime_results(runtime, cfg, params, records, own, progress)
+            report.results += _runtime_results(runtime, cfg, params, models, own, progress)
     if options.allow_missing_ep:
         report.results = allow_missing(report.results)
 
 
-def _runtime_results(runtime, cfg, params, records, cases, progress) -> list[Result]:
+def _runtime_results(runtime, cfg, params, models, cases, progress) -> list[Result]:
     onnx_file = runtime.consumes == "onnx"
     template = dict(
         runtime=runtime.name, ep=runtime.ep, ep_actual=[], input_set="test_data_set_0",
@@ -95,7 +142,7 @@ def _runtime_results(runtime, cfg, params, records, cases, progress) -> list[Res
         sessions = {
             case.name: open_subject(
                 runtime,
-                Subject(Path(records[(cfg, case.name)].location), case.module_target(cfg, params)),
+                Subject(models[cfg, case.name].path, case.module_target(cfg, params)),
             )
             for case in GENERATION_CASES
         }
@@ -106,6 +153,9 @@ def _runtime_results(runtime, cfg, params, records, cases, progress) -> list[Res
                    message=str(exc))
             for c in cases
         ]  # fmt: skip
+    if onnx_file:  # the sessions hold exactly the bytes the provenance names
+        for case in GENERATION_CASES:
+            models[cfg, case.name].confirm_unchanged()
     tol = tolerance_for(runtime.precision, "model")
     results = []
     for case in cases:
@@ -122,7 +172,7 @@ def _runtime_results(runtime, cfg, params, records, cases, progress) -> list[Res
             verdict = judge(case.generation(), actual, tol)
             session = sessions[decoder.name]
             model = (
-                records[(cfg, decoder.name)].provenance()
+                models[cfg, decoder.name].provenance
                 if onnx_file
                 else module_provenance(session.module, runtime.precision)
             )

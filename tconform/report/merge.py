@@ -27,7 +27,10 @@ def read_shard(path: Path) -> dict:
         raise UsageError(f"{path}: not a tconform JSON report")
     if data.get("command") != "verify":
         raise UsageError(f"{path}: a report of `tconform {data.get('command')}`, not of verify")
-    units = data.get("settings", {}).get("units")
+    settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
+    if "golden_generation" in settings:
+        raise UsageError(f"{path}: a `verify --generation` report; generation runs are not sharded")
+    units = settings.get("units")
     if not isinstance(units, dict) or not isinstance(units.get("ids"), list):
         raise UsageError(f"{path}: records no work units (written by an older tconform?)")
     return data

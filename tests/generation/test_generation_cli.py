@@ -2,12 +2,18 @@
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import onnx
 import pytest
-from gen_helpers import GOLDEN_DIR
+from gen_helpers import GOLDEN_DIR, TINY
 from onnx import numpy_helper
+from test_generation_runtimes import ShiftedStep
+
+from tconform.export import ExportSettings, export_case
+from tconform.files import sha256_file
+from tconform.generation.models import STEP
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +27,7 @@ pytestmark = pytest.mark.integration
         (["--generate", "4", "--strategy", "sample", "--top-p", "0"], "--top-p"),
         (["--generate", "4", "--strategy", "sample", "--top-p", "1.5"], "--top-p"),
         (["--generate", "4", "--strategy", "sample", "--top-k", "0"], "--top-k"),
-        (["--generate", "4", "--end-token", "31"], "eos_id 31"),
+        (["--generate", "4", "--end-token", "31"], "end token (--end-token) 31"),
         (["--generate", "4", "--end-token", "-1"], "--end-token"),
         (["--generate", "0"], "--generate"),
     ],
@@ -103,3 +109,44 @@ def test_bench_generate_reports_per_token_figures_floor_and_plot(
         assert row["cache_bytes"] > 0 and row["floor_ratio"] > 0 and row["tokens_per_s"] > 0
     assert report["memory_floor_ms"] > 0 and "memory floor per token" in out
     assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_given_decoder_step_model_is_verified_read_only(cli, generation_artifacts, tmp_path):
+    """`verify --generation --model gen_step=PATH`: an off-by-one position decoder fails on the
+    goldens of its mask fill, names itself as given in every cached row, and is left as it was."""
+    wrong = tmp_path / "step.onnx"
+    record = export_case(replace(STEP, build=ShiftedStep), ExportSettings(TINY), tmp_path)
+    shutil.copyfile(record.staged, wrong)
+    before = sha256_file(wrong)
+    report = tmp_path / "report.json"
+    code, out, err = cli(
+        "verify", "--generation", "--golden-generation", str(GOLDEN_DIR), "--ep", "cpu",
+        "--no-torch", "--artifacts", str(generation_artifacts), "--model", f"gen_step={wrong}",
+        "--json", str(report), "-q",
+    )  # fmt: skip
+    assert code == 1, out + err
+    assert sha256_file(wrong) == before
+    results = json.loads(report.read_text())["results"]
+    given = [r for r in results if r["model"]["origin"] == "given"]
+    assert given and all(r["model"]["sha256"] == before for r in given)
+    assert all("with the key/value cache" in r["component"] for r in given)
+    assert {r["status"] for r in given} == {"fail"}
+    # The whole-prefix decoder is tconform's own export, and still passes.
+    assert {r["status"] for r in results if "without a cache" in r["component"]} == {"pass"}
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--case", "norm"], "--case selects components"),
+        (["--model", "norm=x.onnx"], "unknown generation model 'norm'"),
+        (["--model", "gen_step=missing.onnx"], "missing.onnx: no such file"),
+        (["--no-export", "--artifacts", "EMPTY"], "missing (--no-export exports nothing"),
+    ],
+)
+def test_generation_options_are_honoured_or_refused(cli, tmp_path, args, says):
+    args = [str(tmp_path / "empty") if a == "EMPTY" else a for a in args]
+    code, out, err = cli("verify", "--generation", "--golden-generation", str(GOLDEN_DIR), *args)
+    assert code == 2 and says in err, err
+    assert "Traceback" not in out + err
+    assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").iterdir())
