@@ -34,6 +34,7 @@ from tconform.folders import (
     GOLDEN,
     MANIFEST,
     folder_lock,
+    manifest_kind,
     read_json_manifest,
     require_replaceable_golden_folder,
 )
@@ -91,21 +92,45 @@ def write(
     preset: str,
     force: bool = False,
     on_case=None,
+    only_these: bool = False,
 ) -> dict:
-    """Write goldens for `cases` into golden_dir, replacing it as a whole and atomically.
+    """Write goldens for `cases` into golden_dir, atomically (a new folder swapped into place).
 
-    An existing golden folder is replaced only with force=True, and force replaces nothing but
-    a golden folder (or fills an empty one).
+    An existing golden folder is replaced as a whole only with force=True, and force replaces
+    nothing but a golden folder (or fills an empty one). With only_these (`golden --case`), an
+    existing golden folder keeps its other cases: the named ones are added, or replaced with
+    force; the folder's preset and seed must be the ones asked for.
     """
     if golden_dir.exists() and not golden_dir.is_dir():
         raise UsageError(f"{golden_dir}: exists and is not a folder")
     golden_dir.parent.mkdir(parents=True, exist_ok=True)
     with folder_lock(golden_dir):
-        if golden_dir.exists() and any(golden_dir.iterdir()) and not force:
+        kept: dict = {}
+        if only_these and manifest_kind(golden_dir) == GOLDEN:
+            kept = _cases_to_keep(golden_dir, cfg, seed, preset, cases, force)
+        elif golden_dir.exists() and any(golden_dir.iterdir()) and not force:
             raise UsageError(f"{golden_dir} already holds files; pass --force to replace goldens")
         require_replaceable_golden_folder(golden_dir)
         _remove_leftovers(golden_dir)
-        return _write_locked(golden_dir, cfg, seed, cases, preset, on_case)
+        return _write_locked(golden_dir, cfg, seed, cases, preset, on_case, kept)
+
+
+def _cases_to_keep(golden_dir, cfg, seed, preset, cases, force) -> dict:
+    """The manifest entries of the golden folder's cases that `golden --case` leaves alone."""
+    held = read_manifest(golden_dir)
+    if (held["config"], held["seed"], held.get("preset")) != (cfg.to_dict(), seed, preset):
+        raise UsageError(
+            f"{golden_dir} holds goldens of preset {held.get('preset')!r}, seed {held['seed']}; "
+            "golden --case adds cases made the same way (or replace the folder with --force "
+            "and no --case)"
+        )
+    replaced = [case.name for case in cases if case.name in held["cases"]]
+    if replaced and not force:
+        raise UsageError(
+            f"{golden_dir} already holds goldens for {replaced[0]!r}; pass --force to replace "
+            "them (the folder's other cases are kept)"
+        )
+    return {name: entry for name, entry in held["cases"].items() if name not in replaced}
 
 
 def _leftovers(golden_dir: Path) -> list[Path]:
@@ -123,10 +148,12 @@ def _remove_leftovers(golden_dir: Path) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _write_locked(golden_dir, cfg, seed, cases, preset, on_case) -> dict:
+def _write_locked(golden_dir, cfg, seed, cases, preset, on_case, kept: dict) -> dict:
     staging = Path(tempfile.mkdtemp(prefix=f".{golden_dir.name}.staging-", dir=golden_dir.parent))
     try:
-        manifest_cases = {}
+        for name in kept:  # the folder's other cases, byte for byte
+            shutil.copytree(golden_dir / name, staging / name)
+        manifest_cases = dict(kept)
         for case in cases:
             sets = generate_case(case, cfg, seed)
             hashes = {}

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -46,6 +48,38 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     assert (tmp_path / "g" / "manifest.json").read_bytes() == before
     golden.write(tmp_path / "g", TINY, 2, CASES, "tiny", force=True)
     assert (tmp_path / "g" / "manifest.json").read_bytes() != before
+
+
+def _tree(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_golden_case_adds_or_replaces_only_the_named_cases(tmp_path):
+    """`golden --case NAME` into a golden folder: a new case is added, an existing one replaced
+    only with force, every other case kept byte for byte; a different seed is refused."""
+    folder = tmp_path / "g"
+    golden.write(folder, TINY, 1, CASES, "tiny")
+    before = _tree(folder)
+    norm = (registry.get_case("norm"),)
+    manifest = golden.write(folder, TINY, 1, norm, "tiny", only_these=True)
+    assert list(manifest["cases"]) == ["feed_forward", "transformer", "norm"]
+    after = _tree(folder)
+    assert {k: v for k, v in after.items() if k.parts[0] in ("feed_forward", "transformer")} == {
+        k: v for k, v in before.items() if k.parts[0] != "manifest.json"
+    }
+    assert golden.check(folder, (*CASES, *norm)) == ([], 0)
+
+    with pytest.raises(UsageError, match="already holds goldens for 'transformer'"):
+        golden.write(folder, TINY, 1, CASES[1:], "tiny", only_these=True)
+    with pytest.raises(UsageError, match="seed 1"):
+        golden.write(folder, TINY, 2, norm, "tiny", force=True, only_these=True)
+    assert _tree(folder) == after
+    golden.write(folder, TINY, 1, CASES[1:], "tiny", force=True, only_these=True)
+    assert set(golden.read_manifest(folder)["cases"]) == {"feed_forward", "transformer", "norm"}
+    assert (
+        _tree(folder)[Path("norm/test_data_set_0/input_0.pb")]
+        == after[Path("norm/test_data_set_0/input_0.pb")]
+    )
 
 
 def test_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):

@@ -21,7 +21,10 @@ from tconform.errors import EXIT_FAILURE
 @case_option()
 @seed_option()
 @click.option(
-    "--force", is_flag=True, help="Replace an existing golden folder (never any other folder)."
+    "--force",
+    is_flag=True,
+    help="Replace an existing golden folder, or with --case only the named cases in it (never "
+    "any other folder).",
 )
 @click.option(
     "--check",
@@ -68,6 +71,7 @@ def golden(ctx, out, preset, cases, seed, force, check, generation) -> None:
         preset,
         force,
         on_case=lambda c: click.echo(f"  {c.name}", err=True),
+        only_these=bool(cases),
     )
     n_sets = len(manifest["input_sets"])
     click.echo(f"wrote goldens for {len(selected)} cases x {n_sets} input sets to {out}")
