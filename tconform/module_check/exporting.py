@@ -3,12 +3,17 @@
 Everything the exporter prints or logs goes to a log; when the export fails, the log and the
 traceback are written to a file beside the model and the error names it, with the exporter's
 own first error line.
+
+The export folder is tconform's own: `check.json` there records the sha256 of the files it
+wrote (model.onnx, export.log), and a file that is not recorded so, or changed since, is never
+replaced; nor is anything written into a golden or artifacts folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import sys
@@ -22,7 +27,8 @@ from torch import nn
 
 from tconform import export as project_export
 from tconform.errors import UsageError
-from tconform.files import atomic_write_bytes
+from tconform.files import atomic_write_bytes, atomic_write_json, sha256_file
+from tconform.folders import MANIFEST
 from tconform.module_check.inputs import ModuleInputs
 from tconform.module_check.oracle import eval_mode
 
@@ -110,6 +116,7 @@ def export_module(
     full log written to `path`'s folder as export.log.
     """
     check_opset(exporter, opset)
+    require_own_export_folder(path.parent)
     log = io.StringIO()
     log_path = path.parent / "export.log"
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,6 +128,7 @@ def export_module(
         except Exception as exc:
             log.write("\n" + "".join(traceback.format_exception(exc)))
             atomic_write_bytes(log_path, log.getvalue().encode())
+            _record_own_files(path.parent)
             summary = (
                 exc if isinstance(exc, UsageError) else project_export.exporter_error_line(exc)
             )
@@ -130,3 +138,42 @@ def export_module(
             ) from None
     atomic_write_bytes(path, model.SerializeToString())
     atomic_write_bytes(log_path, log.getvalue().encode())
+    _record_own_files(path.parent)
+
+
+OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
+_OWN_FILES = ("model.onnx", "export.log")
+
+
+def _recorded(folder: Path) -> dict:
+    try:
+        record = json.loads((folder / OWN_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record.get("sha256", {}) if isinstance(record, dict) else {}
+
+
+def require_own_export_folder(folder: Path) -> None:
+    """check writes only where it may replace what is there: a new or tconform check's own
+    folder, never a golden or artifacts folder, never over a file it did not write."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder}: exists and is not a folder")
+    if (folder / MANIFEST).exists():
+        raise UsageError(
+            f"{folder} holds {folder / MANIFEST} (a golden or artifacts folder); check --out "
+            "needs a folder of its own"
+        )
+    recorded = _recorded(folder)
+    for name in _OWN_FILES:
+        path = folder / name
+        if path.exists() and (not path.is_file() or sha256_file(path) != recorded.get(name)):
+            ways = f"check it as it is with --model {path}, or " if name == "model.onnx" else ""
+            raise UsageError(
+                f"{path}: not written by tconform check (or changed since); {ways}choose "
+                "another --out"
+            )
+
+
+def _record_own_files(folder: Path) -> None:
+    hashes = {n: sha256_file(folder / n) for n in _OWN_FILES if (folder / n).is_file()}
+    atomic_write_json(folder / OWN_RECORD, {"tool": "tconform check", "sha256": hashes})

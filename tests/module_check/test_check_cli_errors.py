@@ -121,3 +121,28 @@ def test_a_model_file_that_is_not_onnx(cli, user_package, tmp_path):
     code, out, err = cli("check", f"{user_package}:good", "--model", str(path), "-q")
     _one_line_exit_2(code, out, err, str(path))
     assert path.read_bytes() == b"not a model"
+
+
+def test_check_replaces_only_its_own_export(cli, user_package, tmp_path):
+    """--out: tconform check's own files are replaced on the next run; a model.onnx it did not
+    write (or one changed since) is never touched, nor is a golden or artifacts folder."""
+    target = f"{user_package}:good"
+    own = tmp_path / "own"
+    assert cli("check", target, "--out", str(own), "-q")[0] == 0
+    assert cli("check", target, "--out", str(own), "-q")[0] == 0
+    (own / "model.onnx").write_bytes((own / "model.onnx").read_bytes() + b"\0")
+    changed = (own / "model.onnx").read_bytes()
+    _one_line_exit_2(*cli("check", target, "--out", str(own), "-q"), "changed since", "--model")
+    assert (own / "model.onnx").read_bytes() == changed
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "model.onnx").write_bytes(b"somebody's model")
+    _one_line_exit_2(*cli("check", target, "--out", str(foreign), "-q"), "not written by")
+    assert (foreign / "model.onnx").read_bytes() == b"somebody's model"
+
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    (golden / "manifest.json").write_text('{"kind": "tconform-golden"}')
+    _one_line_exit_2(*cli("check", target, "--out", str(golden), "-q"), "a folder of its own")
+    assert sorted(p.name for p in golden.iterdir()) == ["manifest.json"]
