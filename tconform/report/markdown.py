@@ -57,7 +57,28 @@ def build(report: RunReport) -> str:
     if matrix:
         lines += ["", "### Matrix: worst over input sets, share of tolerance used", ""]
         lines.append(pivot.markdown(report.results))
+    lines += _localisations(report.details.get("localisation") or [])
     return "\n".join(lines) + "\n"
+
+
+def _localisations(found: list[dict]) -> list[str]:
+    """Where an error starts (verify/check --localise): each provider's verdict, then the
+    module boundaries outside tolerance in execution order (the JSON has every boundary)."""
+    lines = []
+    for loc in found:
+        lines += ["", f"### Localisation on {loc['runtime']}", "", loc["verdict"], ""]
+        failing = [b for b in loc["boundaries"] if b["status"] == "fail"]
+        if failing:
+            lines += ["| module | class | max abs err | tol used |", "|---|---|---|---|"]
+        for b in failing:
+            judged = [o for o in b["outputs"] if o.get("tolerance_used") is not None]
+            worst = max(judged, key=lambda o: o["tolerance_used"], default=None)
+            figures = (
+                f"{worst['max_abs_err']:.2e} | {worst['tolerance_used']:.3g}x" if worst else "- | -"
+            )
+            name = b["path"] or "(whole module)"
+            lines.append(f"| `{name}` | {b['cls'].rsplit('.', 1)[-1]} | {figures} |")
+    return lines
 
 
 def write(path: Path, report: RunReport) -> None:

@@ -98,10 +98,14 @@ def test_a_corrupted_export_fails_and_localisation_names_the_submodule(checked, 
     corrupt(checked["folder"] / "export" / "model.onnx", bad, path, how)
     before = sha256_file(bad)
     code, out, err = run_cli(
-        "check", checked["target"], "--model", str(bad), "--json", str(tmp_path / "r.json"), "-q"
-    )
+        "check", checked["target"], "--model", str(bad), "--json", str(tmp_path / "r.json"),
+        "--markdown", str(tmp_path / "r.md"), "-q",
+    )  # fmt: skip
     assert code == 1, out + err
     assert f"first divergence: {path} (" in out
+    markdown = (tmp_path / "r.md").read_text()
+    assert "### Localisation on" in markdown and f"first divergence: {path} (" in markdown
+    assert f"| `{path}` |" in markdown  # its row among the boundaries outside tolerance
     assert sha256_file(bad) == before  # the model under test is read-only
     report = json.loads((tmp_path / "r.json").read_text())
     (loc,) = report["details"]["localisation"]
