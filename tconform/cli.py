@@ -7,6 +7,7 @@ environment error; 3 a requested execution provider could not run; 130 interrupt
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -44,8 +45,42 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
+class QuietWhenReaderGone:
+    """stdout that stops writing, silently, once its reader has gone (`tconform verify | head`):
+    the run goes on, writes its reports and exits with its own code. (Left alone, click turns
+    the broken pipe into exit 1, which reads as a conformance failure.)"""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def _reader_gone(self) -> None:
+        self._gone = True
+        # What Python still holds for the real stdout is flushed at exit: into /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _terminate)
+    sys.stdout = QuietWhenReaderGone(sys.stdout)
     try:
         code = cli.main(args=argv, prog_name="tconform", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):

@@ -233,3 +233,20 @@ def test_cuda_requested_without_a_gpu_is_unavailable_never_pass(cli, workspace, 
     assert all(r["message"] for r in rows)
     code, _, _ = verify(cli, workspace, "--ep", "cpu,cuda", "--allow-missing-ep", "--case", "norm")
     assert code == 0
+
+
+def test_a_reader_that_goes_away_does_not_change_the_exit_code():
+    """`tconform ... | head`: once stdout's reader is gone the output is dropped, and the
+    command still exits with its own code (click would make a broken pipe exit 1)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tconform", "--version"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # before the command writes: its first write meets a broken pipe
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert b"Traceback" not in err and b"Exception ignored" not in err
