@@ -186,6 +186,7 @@ def _runtime_results(runtime, cfg, params, models, cases, progress) -> list[Resu
                     message=verdict.message,
                     outputs=[verdict.log_probs] if verdict.log_probs else [],
                     model=model,
+                    cell="kv-cache" if cache else "no-cache",
                     placement=dict(getattr(session, "placement", {})),
                     notes=[f"decoder: {decoder.name}; mask fill {cfg.mask_fill}"],
                 )

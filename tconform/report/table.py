@@ -68,8 +68,21 @@ def model_legend(results: list[Result]) -> list[str]:
     return lines
 
 
+def _cells_tell_rows_apart(results: list[Result]) -> bool:
+    """Whether rows of one case, runtime and input set differ only by their cell."""
+    cells: dict[tuple, set[str]] = {}
+    for r in results:
+        cells.setdefault((r.case, r.runtime, r.ep, r.precision, r.input_set), set()).add(r.cell)
+    return any(len(found) > 1 for found in cells.values())
+
+
 def render(results: list[Result]) -> str:
-    lines = format_table(COLUMNS, [_row(r) for r in results]).splitlines()
+    rows = [_row(r) for r in results]
+    columns = COLUMNS
+    if _cells_tell_rows_apart(results):  # a matrix, or cache/no-cache: say which row is which
+        columns = (*COLUMNS[:2], "cell", *COLUMNS[2:])
+        rows = [(*row[:2], r.cell or "-", *row[2:]) for row, r in zip(rows, results, strict=True)]
+    lines = format_table(columns, rows).splitlines()
     notes = [
         f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}"
         for r in results

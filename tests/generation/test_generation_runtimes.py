@@ -39,6 +39,7 @@ def test_verify_generation_gives_the_oracles_tokens_on_every_golden(
     assert len(results) == len(golden_names) * 2 * 2  # two runtimes, cache and no cache
     assert {r["status"] for r in results} == {"pass"}
     assert {r["runtime"] for r in results} == {"onnxruntime", "torch"}
+    assert {r["cell"] for r in results} == {"kv-cache", "no-cache"}
     assert all(r["model"]["sha256"] for r in results)
 
 
