@@ -63,8 +63,11 @@ def build(results: list[Result]) -> Pivot:
             or (r.status == old.status and (r.worst_used or 0) > (old.worst_used or 0))
         ):
             entries[key] = r
-    cases = list(dict.fromkeys(r.case for r in measured))
-    columns = list(dict.fromkeys(column(r) for r in measured))
+    # A fixed order, so that a merged report of shards shows what the full run shows: cases by
+    # name, export cells by their key, the PyTorch module's columns last.
+    cases = sorted({r.case for r in measured})
+    order = {column(r): (r.cell in ("", MODULE), column(r)) for r in measured}
+    columns = sorted(order, key=order.__getitem__)
     return Pivot(cases, columns, entries)
 
 
@@ -132,6 +135,6 @@ def write_heatmap(path: Path, results: list[Result]) -> None:
     ax.set_title("tconform verify --matrix: worst over input sets (grey: n.a.)")
     fig.tight_layout()
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")  # keeps the colour-bar label
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())

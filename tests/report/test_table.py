@@ -22,3 +22,18 @@ def test_a_cell_column_appears_only_where_rows_differ_by_cell_alone():
     header, _, first, second = both.splitlines()[:4]
     assert header.split()[:3] == ["case", "runtime", "cell"]
     assert "kv-cache" in first and "no-cache" in second
+
+
+def test_the_pivot_has_one_order_whatever_order_the_results_come_in():
+    """A merged report (shards concatenated) shows the columns a single run shows."""
+    from tconform.report import pivot
+
+    results = [
+        _result("torchscript-opset18-float32-all"),
+        _result("module", "torch"),
+        _result("dynamo-opset23-float32-all"),
+        _result("dynamo-opset18-float32-all"),
+    ]
+    forward, backward = pivot.build(results), pivot.build(results[::-1])
+    assert forward.columns == backward.columns
+    assert forward.columns[0].startswith("dynamo-opset18") and forward.columns[-1] == "torch"
