@@ -96,6 +96,11 @@ def pytest_collection_modifyitems(
     for item, unit in zip(items, units, strict=True):
         if "cuda" in unit.runtime:
             item.add_marker(pytest.mark.gpu)
+    # Collected here rather than by a collector: say so, so that the counts (`--collect-only`'s
+    # "N tests collected") include them.
+    config.hook.pytest_collectreport(
+        report=pytest.CollectReport(session.nodeid, "passed", None, list(items))
+    )
 
 
 class UnitFailed(Exception):

@@ -101,3 +101,12 @@ def test_pytest_tconform_n2_runs_the_units_of_verify(cli, tmp_path):
         == sum(s == "pass" for s in status.values())
         > 0
     )
+
+    # --collect-only counts the units as the tests they are.
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, "--tconform-no-doc",
+         "--collect-only", "-q"],
+        cwd=run, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    cpu_units = [u for u in verified["settings"]["units"]["ids"] if "cuda" not in u]
+    assert f"{len(cpu_units)} tests collected" in listed.stdout, listed.stdout[-2000:]
