@@ -5,13 +5,14 @@ Every result names its model's path, sha256 and origin:
   cached    written by tconform earlier, recorded in its manifest, bytes unchanged
   given     a file the user named (read-only: never exported over, rewritten or deleted)
   module    a PyTorch module run in eager mode (path: its class; sha256: of its weights)
-For ONNX files it also records what the file says of itself: producer, opset imports, IR version
-and element type.
+For ONNX files it also records what the file says of itself: producer, opset imports, IR version,
+the element type of its inputs and outputs, and that of most of its weights.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,8 @@ class ModelProvenance:
     producer: str = ""
     opsets: dict[str, int] = field(default_factory=dict)
     ir_version: int | None = None
-    elem_type: str = ""
+    elem_type: str = ""  # of its floating-point inputs and outputs
+    weight_elem_type: str = ""  # the float type holding most of its initializers' elements
     external_data: dict[str, str] = field(default_factory=dict)  # location -> sha256
 
     def to_dict(self) -> dict[str, object]:
@@ -48,6 +50,11 @@ def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvena
         if elem_type:
             break
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
+    elements: dict[str, int] = {}
+    for tensor in model.graph.initializer:
+        name = _ELEM_TYPES.get(tensor.data_type)
+        if name:
+            elements[name] = elements.get(name, 0) + math.prod(tensor.dims)
     return ModelProvenance(
         path=str(path),
         sha256=sha256,
@@ -56,6 +63,7 @@ def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvena
         opsets={o.domain or "ai.onnx": o.version for o in model.opset_import},
         ir_version=model.ir_version,
         elem_type=elem_type,
+        weight_elem_type=max(elements, key=elements.__getitem__) if elements else "",
     )
 
 

@@ -211,20 +211,20 @@ def _compare_set(result: Result, case: Case, outputs, input_set: golden.InputSet
     result.message = "; ".join(f"{o.name}: {o.message}" for o in failed)
 
 
-def _feeds(inputs: dict[str, np.ndarray], precision: str) -> dict[str, np.ndarray]:
-    """Golden float inputs are float32; a float16 model takes them rounded to float16."""
-    if precision != "float16":
+def _feeds(inputs: dict[str, np.ndarray], io_type: str) -> dict[str, np.ndarray]:
+    """Golden float inputs are float32; a model with float16 inputs takes them rounded."""
+    if io_type != "float16":
         return inputs
     return {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in inputs.items()}
 
 
-def _run_sets(session, case, sets, template: Result, precision: str) -> list[Result]:
+def _run_sets(session, case, sets, template: Result, precision: str, io_type: str) -> list[Result]:
     results = []
     for input_set in sets:
         result = Result(**{**template.__dict__, "input_set": input_set.name})
         started = time.perf_counter()
         try:
-            outputs = session.run(_feeds(input_set.inputs, precision))
+            outputs = session.run(_feeds(input_set.inputs, io_type))
         except Exception as exc:  # a runtime error on valid inputs is a conformance failure
             result.status, result.message = "error", f"{type(exc).__name__}: {exc}".splitlines()[0]
         else:
@@ -278,7 +278,13 @@ def _runtime_results(
     template.fallback_ops = dict(session.fallback_ops)
     if precision == "float16" and runtime.name == "onnxruntime":
         template.notes += float16_notes(model.path, runtime.ep)
-    results = _run_sets(session, case, sets, template, precision)
+    io_type = model.io_type if onnx_file else precision
+    if onnx_file and model.precision != io_type:
+        template.notes.append(
+            f"{model.provenance.weight_elem_type} weights with {io_type} inputs and outputs: "
+            f"judged by the {precision} tolerance row"
+        )
+    results = _run_sets(session, case, sets, template, precision, io_type)
     if template.fallback_ops:
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(template.fallback_ops.items()))
         note = f"warning: nodes fell back to the CPU provider: {ops}"
@@ -303,7 +309,7 @@ def _localise_failures(
     first = failing[0]
     input_set = next(s for s in sets if s.name == first.input_set)
     tol = tolerance_for(first.precision, model.case.tolerance)
-    feeds = _feeds(input_set.inputs, first.precision)
+    feeds = _feeds(input_set.inputs, model.io_type)
     try:
         found = localise_case(
             model.case.name, model.path, feeds, cfg, seed, runtime, tol, model.provenance

@@ -381,3 +381,49 @@ def test_a_deployed_optimised_model_verifies_with_model(
     rows = json.loads(report.read_text())["results"]
     assert {r["model"]["sha256"] for r in rows} == {before}
     assert sha(deployed) == before
+
+
+def float32_io(source, target):
+    """`source` (a float16 model) behind float32 inputs and outputs, as a float16 conversion
+    that keeps the IO types makes it: Casts at the edges, float16 weights inside."""
+    model = onnx.load(str(source))
+    graph, f16, f32 = model.graph, onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    casts_in, casts_out = [], []
+    for value in graph.input:
+        if value.type.tensor_type.elem_type == f16:
+            inner = value.name + "_f16"
+            for node in graph.node:
+                node.input[:] = [inner if n == value.name else n for n in node.input]
+            casts_in.append(onnx.helper.make_node("Cast", [value.name], [inner], to=f16))
+            value.type.tensor_type.elem_type = f32
+    for value in graph.output:
+        inner = value.name + "_f16"
+        for node in graph.node:
+            node.output[:] = [inner if n == value.name else n for n in node.output]
+        casts_out.append(onnx.helper.make_node("Cast", [inner], [value.name], to=f32))
+        value.type.tensor_type.elem_type = f32
+    nodes = [*casts_in, *graph.node, *casts_out]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.save(model, str(target))
+    return target
+
+
+def test_a_float16_model_with_float32_inputs_and_outputs_gets_the_float16_row(
+    cli, workspace, tmp_path
+):
+    code, _, _ = cli("export", "--dtype", "float16", "--case", "norm", "--out", str(tmp_path / "h"))
+    assert code == 0
+    model = float32_io(tmp_path / "h" / "norm" / "model.onnx", tmp_path / "norm-f32io.onnx")
+    before = sha(model)
+    report = tmp_path / "r.json"
+    code, out, err = verify(
+        cli, workspace, "--model", f"norm={model}", "--no-torch", *QUIET, "--json", str(report)
+    )
+    assert code == 0, out + err
+    rows = json.loads(report.read_text())["results"]
+    assert {r["precision"] for r in rows} == {"float16"}
+    assert {r["model"]["elem_type"] for r in rows} == {"float32"}
+    assert {r["model"]["weight_elem_type"] for r in rows} == {"float16"}
+    assert all(any("float16 weights with float32" in n for n in r["notes"]) for r in rows)
+    assert sha(model) == before
