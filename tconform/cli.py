@@ -80,7 +80,8 @@ class QuietWhenReaderGone:
 
 def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _terminate)
-    sys.stdout = QuietWhenReaderGone(sys.stdout)
+    if not isinstance(sys.stdout, QuietWhenReaderGone):
+        sys.stdout = QuietWhenReaderGone(sys.stdout)
     try:
         code = cli.main(args=argv, prog_name="tconform", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):

@@ -58,6 +58,19 @@ def manifest_kind(folder: Path) -> str | None:
     raise UsageError(f"{path}: neither a golden nor an artifacts manifest")
 
 
+def managed_folder(path: Path) -> Path | None:
+    """The golden or artifacts folder that `path` lies in (at any depth), if any: tconform's
+    reports are never written among the files it verifies. A folder whose manifest.json is some
+    other tool's is not tconform's."""
+    for folder in path.resolve().parents:
+        try:
+            if manifest_kind(folder) in (GOLDEN, ARTIFACTS):
+                return folder
+        except (UsageError, OSError):
+            continue
+    return None
+
+
 def require_artifacts_folder(folder: Path) -> None:
     """Models go only into an artifacts folder: one with an artifacts manifest, or a new one."""
     if manifest_kind(folder) == GOLDEN:

@@ -121,7 +121,7 @@ def load_checked(path: Path) -> onnx.ModelProto:
         raise UsageError(f"{path}: not an ONNX model (no graph)")
     check_external_data(model, path)  # before the checker, which reads external data
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(path))  # external data found beside the file, not in cwd
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UsageError(f"{path}: invalid ONNX model: {first}") from None

@@ -393,3 +393,46 @@ def test_leftovers_of_a_killed_golden_write_are_cleaned_up(cli, tmp_path):
     code, _, _ = cli("golden", "--case", "norm", "--out", str(out))
     assert code == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [".g.unrelated", "g"]
+
+
+# --- reports never land on what is verified -----------------------------------------------------
+
+
+def _tree(*folders):
+    return {p: p.read_bytes() for f in folders for p in sorted(f.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("option", "where", "says"),
+    [
+        ("--json", "golden/manifest.json", "a tconform golden or artifacts folder"),
+        ("--json", "golden/norm/report.json", "a tconform golden or artifacts folder"),
+        ("--junit", "artifacts/manifest.json", "a tconform golden or artifacts folder"),
+        ("--markdown", "artifacts/report.md", "a tconform golden or artifacts folder"),
+        ("--json", "given.bin", "the model under test"),
+        ("--json", "elsewhere/model.onnx", "a model or tensor file name"),
+    ],
+)
+def test_a_report_path_over_verified_files_is_refused_before_the_run(
+    cli, workspace, tmp_path, option, where, says
+):
+    given = tmp_path / "given.bin"  # a model under test need not be called .onnx
+    given.write_bytes((workspace["artifacts"] / "norm" / "model.onnx").read_bytes())
+    (tmp_path / "elsewhere").mkdir()
+    before = _tree(workspace["golden"], workspace["artifacts"], tmp_path / "elsewhere")
+    before[given] = given.read_bytes()
+    root, _, rest = where.partition("/")
+    target = workspace[root] / rest if root in workspace else tmp_path / where
+    code, _, err = verify(cli, workspace, "--model", f"norm={given}", "--case", "norm",
+                          "--no-doc", "-q", option, str(target))  # fmt: skip
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    after = _tree(workspace["golden"], workspace["artifacts"], tmp_path / "elsewhere")
+    after[given] = given.read_bytes()
+    assert after == before
+
+
+def test_two_reports_on_one_file_are_refused(cli, workspace, tmp_path):
+    same = tmp_path / "same.out"
+    code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q", "--json", str(same),
+                          "--junit", str(same))  # fmt: skip
+    assert code == 2 and "name the same file" in err and not same.exists()

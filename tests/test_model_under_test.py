@@ -7,6 +7,7 @@ import hashlib
 import json
 import shutil
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -167,6 +168,28 @@ def test_external_data_outside_the_model_folder_is_refused(cli, workspace, tmp_p
     onnx.save(model, str(path))
     code, _, err = verify(cli, workspace, "--model", f"norm={path}", *QUIET)
     assert code == 2 and "outside the model's folder" in err
+
+
+def test_a_model_with_its_external_data_beside_it_verifies_from_any_folder(
+    cli, workspace, tmp_path
+):
+    """The external data file is looked for in the model's folder, not in the current one."""
+    model = onnx.load(str(workspace["artifacts"] / "norm" / "model.onnx"))
+    path = tmp_path / "ext" / "model.onnx"
+    path.parent.mkdir()
+    onnx.save(model, str(path), save_as_external_data=True, location="model.onnx.data",
+              size_threshold=0)  # fmt: skip
+    assert (path.parent / "model.onnx.data").stat().st_size > 0
+    assert not (Path.cwd() / "model.onnx.data").exists()
+    report = tmp_path / "r.json"
+    code, out, err = verify(cli, workspace, "--model", f"norm={path}", *QUIET, "--no-torch",
+                            "--json", str(report))  # fmt: skip
+    assert code == 0, out + err
+    rows = json.loads(report.read_text())["results"]
+    assert all(
+        r["model"]["external_data"] == {"model.onnx.data": sha(path.parent / "model.onnx.data")}
+        for r in rows
+    )
 
 
 @pytest.mark.parametrize(

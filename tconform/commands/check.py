@@ -12,6 +12,7 @@ from tconform.commands.options import (
     ep_option,
     quiet_option,
     report_options,
+    require_reports_apart,
 )
 from tconform.commands.run import run_and_report
 
@@ -118,6 +119,8 @@ def check(
     from tconform.module_check.localise import render
     from tconform.module_check.runner import parse_tolerance
     from tconform.report import table
+
+    require_reports_apart([model_path] if model_path else [], json_path, junit_path, markdown_path)
 
     def run(report, progress) -> None:
         tolerances = parse_tolerance(per_output)

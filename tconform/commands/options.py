@@ -8,6 +8,7 @@ Importing this module stays cheap (no torch, onnx or onnxruntime): `tconform --h
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -98,9 +99,14 @@ class CommaList(click.ParamType):
         return tuple(dict.fromkeys(self.to_value(item) for item in items))
 
 
+# Files a report must never replace: models and tensors (a given model under test among them).
+NOT_A_REPORT = (".onnx", ".pb", ".data")
+
+
 class ReportPath(click.ParamType):
     """A file a report will be written to, checked before the run: its folder exists and is
-    writable, it is not a folder itself, and it has the suffix its format needs."""
+    writable, it is not a folder itself, it has the suffix its format needs, it is not a model
+    or tensor file, and it does not lie inside a golden or artifacts folder."""
 
     name = "FILE"
 
@@ -113,6 +119,18 @@ class ReportPath(click.ParamType):
             self.fail(f"{path}: the file must end in {self.suffix}", param, ctx)
         if path.is_dir():
             self.fail(f"{path}: is a folder", param, ctx)
+        if path.suffix.lower() in NOT_A_REPORT:
+            self.fail(f"{path}: a model or tensor file name, not a report's", param, ctx)
+        from tconform.folders import managed_folder
+
+        inside = managed_folder(path)
+        if inside is not None:
+            self.fail(
+                f"{path}: inside {inside}, a tconform golden or artifacts folder; reports go "
+                "elsewhere",
+                param,
+                ctx,
+            )
         if path.exists() and not path.is_file():
             self.fail(f"{path}: exists and is not a regular file", param, ctx)
         folder = path.parent
@@ -123,6 +141,14 @@ class ReportPath(click.ParamType):
         ):
             self.fail(f"{path}: not writable", param, ctx)
         return path
+
+
+def require_reports_apart(models, *reports) -> None:
+    """No report may be written over a model under test (whatever that file is called)."""
+    given = {Path(m).resolve() for m in models}
+    for report in reports:
+        if report is not None and Path(report).resolve() in given:
+            raise click.UsageError(f"{report}: the model under test; reports go elsewhere")
 
 
 def preset_option(default: str = DEFAULT_PRESET):
@@ -200,11 +226,22 @@ def report_options(*formats: str):
         "plot": ("--plot", "plot_path", ".png", "Write a PNG plot."),
     }
 
+    dests = [helps[fmt][1] for fmt in formats]
+
     def decorate(command):
+        @functools.wraps(command)
+        def with_distinct_reports(*args, **kwargs):
+            paths = [kwargs[dest].resolve() for dest in dests if kwargs.get(dest)]
+            if len(set(paths)) < len(paths):
+                raise click.UsageError("two report options name the same file; give each its own")
+            return command(*args, **kwargs)
+
         for fmt in reversed(formats):
             flag, dest, suffix, text = helps[fmt]
-            command = click.option(flag, dest, type=ReportPath(suffix), help=text)(command)
-        return command
+            with_distinct_reports = click.option(flag, dest, type=ReportPath(suffix), help=text)(
+                with_distinct_reports
+            )
+        return with_distinct_reports
 
     return decorate
 

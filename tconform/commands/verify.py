@@ -17,6 +17,7 @@ from tconform.commands.options import (
     generation_golden_option,
     quiet_option,
     report_options,
+    require_reports_apart,
     shard_option,
 )
 from tconform.commands.run import run_and_report
@@ -186,6 +187,9 @@ def verify(
         raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
     if generation and (matrix or shard):
         raise click.UsageError("--generation runs on its own: not with --matrix or --shard")
+    model_paths = [item.partition("=")[2].strip() for item in models]
+    reports = (json_path, junit_path, markdown_path, plot_path)
+    require_reports_apart([m for m in model_paths if m], *reports)
     if generation and cases:
         raise click.UsageError(
             "--case selects components; --generation checks every generation golden (name its "
