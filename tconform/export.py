@@ -44,7 +44,7 @@ import torch
 from tconform import registry
 from tconform.config import ATTENTION_KERNELS, ModelConfig
 from tconform.errors import UsageError
-from tconform.files import atomic_write_bytes, atomic_write_json, sha256_file
+from tconform.files import atomic_write_bytes, atomic_write_json, require_inside, sha256_file
 from tconform.folders import (
     ARTIFACTS,
     MANIFEST,
@@ -346,18 +346,20 @@ def read_manifest(out_dir: Path) -> dict:
     path = out_dir / MANIFEST
     if not path.exists():
         return {}
-    data = read_json_manifest(path)
+    data = read_json_manifest(require_inside(out_dir, path))
     check_artifacts_manifest(data, path)
     return data
 
 
-def _is_current(path: Path, key: str, previous: dict | None, force: bool) -> bool:
+def _is_current(path: Path, key: str, previous: dict | None, force: bool, out_dir: Path) -> bool:
     """Whether the model at `path` can be reused as it is (False: export it).
 
     Only tconform's own unchanged file may be replaced: a file that exists with no manifest
-    entry, or whose bytes differ from the recorded sha256, is refused unless `force`."""
+    entry, or whose bytes differ from the recorded sha256, is refused unless `force`; one that
+    is a symlink leading out of the folder is refused."""
     if not path.exists():
         return False
+    require_inside(out_dir, path)
     if not path.is_file():
         raise UsageError(f"{path}: exists and is not a regular file; tconform will not replace it")
     ways_on = (
@@ -581,7 +583,7 @@ def _settle_jobs(jobs, folders, on_done, force, workers) -> list[ExportRecord]:
         key = cache_key(job.case, job.settings)
         previous = folders[job.out_dir].models.get(job.case.name)
         path = job.out_dir / job.case.name / "model.onnx"
-        if _is_current(path, key, previous, force):
+        if _is_current(path, key, previous, force, job.out_dir):
             records[n] = ExportRecord.from_manifest(previous, job.out_dir)
             current.setdefault(key, records[n])
             if on_done:

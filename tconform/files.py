@@ -53,3 +53,12 @@ def sha256_bytes(data: bytes) -> str:
 
 def sha256_file(path: Path) -> str:
     return sha256_bytes(path.read_bytes())
+
+
+def require_inside(root: Path, path: Path) -> Path:
+    """`path`, if it resolves inside `root`. A symlink (the file's, or a folder's on the way)
+    that leads out of the folder is refused: tconform reads nothing outside the folders it is
+    given."""
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise UsageError(f"{path}: a symlink that leads outside {root}; tconform reads only inside")
+    return path

@@ -29,7 +29,7 @@ from tconform import registry
 from tconform.compare import TOLERANCES
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
-from tconform.files import atomic_write_json, sha256_bytes
+from tconform.files import atomic_write_json, require_inside, sha256_bytes
 from tconform.folders import (
     GOLDEN,
     MANIFEST,
@@ -225,7 +225,7 @@ def read_manifest(golden_dir: Path) -> dict:
     path = golden_dir / MANIFEST
     if not path.exists():
         raise UsageError(f"{path}: missing; {golden_dir} is empty or not a golden folder")
-    manifest = read_json_manifest(path)
+    manifest = read_json_manifest(require_inside(golden_dir, path))
     if manifest.get("kind", GOLDEN) != GOLDEN or "models" in manifest:
         raise UsageError(f"{path}: an artifacts manifest, not a golden one")
     check_golden_manifest(manifest, path)
@@ -242,12 +242,13 @@ _HEADER_BYTES = 4096
 _LARGEST_ITEM = 8  # int64 ids
 
 
-def _read_tensor(path: Path, expected_sha: str, shape: list[int] | None = None) -> tuple:
-    """(name, array) of a golden .pb: a regular file, no larger than its shape allows, with
-    the manifest's sha256 and its data inline (external data is refused: it would be read from
-    wherever the tensor points and escape the hash)."""
+def _read_tensor(path: Path, expected_sha: str, shape: list[int] | None, root: Path) -> tuple:
+    """(name, array) of a golden .pb: a regular file inside `root` (the golden folder), no
+    larger than its shape allows, with the manifest's sha256 and its data inline (external data
+    is refused: it would be read from wherever the tensor points and escape the hash)."""
     if not path.is_file():
         raise UsageError(f"{path}: missing or not a regular file")
+    require_inside(root, path)
     if shape is not None:
         limit = int(np.prod(shape, dtype=np.int64)) * _LARGEST_ITEM + _HEADER_BYTES
         if path.stat().st_size > limit:
@@ -309,7 +310,9 @@ def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) ->
             for k, spec in enumerate(specs):
                 rel = f"{set_name}/{kind}_{k}.pb"
                 path = golden_dir / case.name / rel
-                name, array = _read_tensor(path, entry["sha256"][rel], shapes.get(spec.name))
+                name, array = _read_tensor(
+                    path, entry["sha256"][rel], shapes.get(spec.name), golden_dir
+                )
                 _check_tensor(path, name, array, spec, shapes, cfg)
                 loaded[kind][spec.name] = array
         sets.append(InputSet(set_name, loaded["input"], loaded["output"]))

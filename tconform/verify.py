@@ -38,7 +38,7 @@ from tconform.export import (
     folder_settings,
     read_manifest,
 )
-from tconform.files import sha256_file
+from tconform.files import require_inside, sha256_file
 from tconform.folders import folder_lock
 from tconform.fp16 import float16_notes
 from tconform.models import ModelUnderTest, given_model
@@ -152,6 +152,7 @@ def held_model(
     path = artifacts_dir / case.name / "model.onnx"
     if not path.exists():
         raise UsageError(f"{path}: missing (--no-export exports nothing; run `tconform export`)")
+    require_inside(artifacts_dir, path)
     entry = manifest.get("models", {}).get(case.name)
     if entry is None:
         return given_model(case, cfg, path)

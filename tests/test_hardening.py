@@ -436,3 +436,20 @@ def test_two_reports_on_one_file_are_refused(cli, workspace, tmp_path):
     code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q", "--json", str(same),
                           "--junit", str(same))  # fmt: skip
     assert code == 2 and "name the same file" in err and not same.exists()
+
+
+@pytest.mark.parametrize(
+    "inside",
+    ["golden/norm/test_data_set_0/input_0.pb", "golden/norm", "golden/manifest.json",
+     "artifacts/norm/model.onnx"],
+)  # fmt: skip
+def test_a_symlink_out_of_a_folder_is_refused(cli, workspace, tmp_path, inside):
+    """Same bytes, but outside the folder: nothing outside the given folders is read."""
+    root, _, rest = inside.partition("/")
+    path = workspace[root] / rest
+    outside = tmp_path / "outside" / path.name
+    outside.parent.mkdir()
+    path.rename(outside)
+    path.symlink_to(outside)
+    code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q")
+    assert code == 2 and "leads outside" in err and len(err.strip().splitlines()) == 1, err

@@ -30,7 +30,7 @@ import numpy as np
 from tconform import golden as golden_files
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
-from tconform.files import atomic_write_json, sha256_bytes
+from tconform.files import atomic_write_json, require_inside, sha256_bytes
 from tconform.folders import GOLDEN, MANIFEST, folder_lock, read_json_manifest
 from tconform.generation.driver import (
     BOS,
@@ -227,7 +227,7 @@ def read_manifest(folder: Path) -> dict:
     path = folder / MANIFEST
     if not path.is_file():
         raise UsageError(f"{path}: missing (run `tconform golden --generation` to make it)")
-    manifest = read_json_manifest(path)
+    manifest = read_json_manifest(require_inside(folder, path))
     if manifest.get("kind") != GOLDEN or manifest.get("generation") is not True:
         raise UsageError(f"{path}: not a generation golden manifest")
     if not isinstance(manifest.get("cases"), dict) or not manifest["cases"]:
@@ -254,7 +254,10 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, list[GenerationCase]]:
             for k, tensor in enumerate(names):
                 rel = f"test_data_set_0/{kind}_{k}.pb"
                 stored_name, array = golden_files._read_tensor(
-                    folder / name / rel, entry["sha256"].get(rel, ""), entry["shapes"].get(tensor)
+                    folder / name / rel,
+                    entry["sha256"].get(rel, ""),
+                    entry["shapes"].get(tensor),
+                    folder,
                 )
                 if stored_name != tensor:
                     raise UsageError(
