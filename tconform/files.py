@@ -62,3 +62,23 @@ def require_inside(root: Path, path: Path) -> Path:
     if not path.resolve().is_relative_to(root.resolve()):
         raise UsageError(f"{path}: a symlink that leads outside {root}; tconform reads only inside")
     return path
+
+
+MAX_REPORT_BYTES = 512 * 2**20  # far above a full matrix's report; refused before reading
+
+
+def read_json_object(path: Path, max_bytes: int = MAX_REPORT_BYTES, what: str = "JSON") -> dict:
+    """A JSON file holding an object, or one-line UsageError naming the file: a regular file
+    (never a pipe, which would block), no larger than `max_bytes`, valid UTF-8 JSON."""
+    if not path.is_file():
+        raise UsageError(f"{path}: missing or not a regular file")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise UsageError(f"{path}: {size} bytes, too large for a {what} file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are both
+        raise UsageError(f"{path}: not a readable {what} file ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: not a tconform {what} file (a JSON object is expected)")
+    return data

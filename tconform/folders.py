@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import sys
 import time
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tconform.errors import UsageError
+from tconform.files import read_json_object
 
 MANIFEST = "manifest.json"
 GOLDEN = "tconform-golden"
@@ -28,17 +28,7 @@ LOCK_WAIT_S = float(os.environ.get("TCONFORM_LOCK_TIMEOUT", "900"))  # then give
 
 def read_json_manifest(path: Path) -> dict:
     """A manifest's JSON object, or one-line UsageError naming the file."""
-    if not path.is_file():
-        raise UsageError(f"{path}: missing or not a regular file")
-    if path.stat().st_size > MAX_MANIFEST_BYTES:
-        raise UsageError(f"{path}: {path.stat().st_size} bytes, too large for a manifest")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable JSON manifest ({exc})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: not a tconform manifest (a JSON object is expected)")
-    return data
+    return read_json_object(path, MAX_MANIFEST_BYTES, "manifest")
 
 
 def manifest_kind(folder: Path) -> str | None:

@@ -98,6 +98,7 @@ class Result:
     def from_dict(cls, data: dict) -> Result:
         """The inverse of `to_dict` (a JSON report's result, read back by `report merge`)."""
         values = dict(data)
+        values["status"] = str(Status(data["status"]))  # ValueError for a status tconform lacks
         values["outputs"] = [OutputComparison(**o) for o in data.get("outputs", [])]
         values["model"] = ModelProvenance(**data["model"]) if data.get("model") else None
         return cls(**values)

@@ -9,11 +9,11 @@ steady that a 1% drift from machine load would be called a change.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from tconform.errors import UsageError
+from tconform.files import read_json_object
 from tconform.report.text import format_table
 from tconform.results import Status
 
@@ -30,11 +30,8 @@ KEY = ("case", "engine", "ep", "batch", "seq")
 
 def load_report(path: Path) -> dict:
     """A bench JSON, or a one-line UsageError for anything else."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable JSON file ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema") not in SCHEMAS:
+    data = read_json_object(Path(path), what="bench report")
+    if data.get("schema") not in SCHEMAS:
         raise UsageError(f"{path}: not a tconform bench report (schema {', '.join(SCHEMAS)})")
     if not isinstance(data.get("results"), list):
         raise UsageError(f"{path}: a bench report without results")

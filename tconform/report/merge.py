@@ -8,10 +8,10 @@ full run would have written: the same results unit for unit, so the same exit co
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tconform.errors import UsageError
+from tconform.files import read_json_object
 from tconform.report import RunReport
 from tconform.results import Result
 from tconform.units import digest
@@ -19,11 +19,8 @@ from tconform.units import digest
 
 def read_shard(path: Path) -> dict:
     """A verify JSON report that records its units; anything else is refused in one line."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: not a JSON file ({exc})") from None
-    if not isinstance(data, dict) or data.get("tool") != "tconform" or "results" not in data:
+    data = read_json_object(path, what="report")
+    if data.get("tool") != "tconform" or not isinstance(data.get("results"), list):
         raise UsageError(f"{path}: not a tconform JSON report")
     if data.get("command") != "verify":
         raise UsageError(f"{path}: a report of `tconform {data.get('command')}`, not of verify")
@@ -33,6 +30,19 @@ def read_shard(path: Path) -> dict:
     units = settings.get("units")
     if not isinstance(units, dict) or not isinstance(units.get("ids"), list):
         raise UsageError(f"{path}: records no work units (written by an older tconform?)")
+    if not (
+        all(isinstance(u, str) for u in units["ids"])
+        and isinstance(units.get("total"), int)
+        and isinstance(units.get("sha256"), str)
+    ):
+        raise UsageError(f"{path}: settings.units needs string ids, an integer total and a sha256")
+    error = data.get("error")
+    if error is not None and not (
+        isinstance(error, dict)
+        and isinstance(error.get("message"), str)
+        and isinstance(error.get("exit_code"), int)
+    ):
+        raise UsageError(f"{path}: its error entry needs a message and an exit code")
     return data
 
 
@@ -51,7 +61,12 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
     (unless the run stopped early, which the merged report then says)."""
     from tconform.verify import result_unit
 
-    results = [Result.from_dict(r) for r in data["results"]]
+    results = []
+    for n, entry in enumerate(data["results"]):
+        try:
+            results.append(Result.from_dict(entry))
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise UsageError(f"{path}: result {n} is not a verify result ({exc})") from None
     held = {result_unit(r) for r in results}
     stray = sorted(held - set(declared))
     if stray:

@@ -69,5 +69,5 @@ def test_a_json_from_another_tool_is_a_usage_error(tmp_path):
         load_report(path)
     broken = tmp_path / "broken.json"
     broken.write_text("{")
-    with pytest.raises(UsageError, match="not a readable JSON"):
+    with pytest.raises(UsageError, match="not a readable bench report"):
         load_report(broken)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tconform.errors import UsageError
-from tconform.report.merge import _missing_shards, read_shard
+from tconform.report.merge import _missing_shards, merge, read_shard
 
 pytestmark = pytest.mark.unit
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.unit
         ({"tool": "tconform", "command": "bench", "results": []}, "not of verify"),
         ({"tool": "tconform", "command": "verify", "results": [], "settings": {}},
          "records no work units"),
-        ([1, 2], "not a tconform JSON report"),
+        ([1, 2], "a JSON object is expected"),
     ],
 )  # fmt: skip
 def test_read_shard_refuses_with_the_reason(tmp_path, content, says):
@@ -33,3 +33,53 @@ def test_read_shard_refuses_with_the_reason(tmp_path, content, says):
 def test_missing_shards_are_named_when_the_reports_say_which_they_are():
     assert _missing_shards(["1/4", "3/4"]).startswith("no report of shard 2/4, 4/4")
     assert _missing_shards(["1/2", None]) == "the reports hold shards 1/2, None"
+
+
+def _shard(**changes) -> dict:
+    """A one-unit shard report, as verify writes it, with `changes` made."""
+    unit = "norm/dynamo-opset18-float32-all/ort-cpu/test_data_set_0"
+    from tconform.units import digest
+
+    report = {
+        "tool": "tconform", "command": "verify", "version": "1", "error": None,
+        "settings": {"golden_manifest_sha256": "0" * 64,
+                     "units": {"ids": [unit], "total": 1, "sha256": digest([unit]),
+                               "shard": "1/1"}},
+        "results": [{"case": "norm", "component": "norm", "runtime": "onnxruntime", "ep": "cpu",
+                     "ep_actual": ["CPUExecutionProvider"], "input_set": "test_data_set_0",
+                     "status": "pass", "unit": unit}],
+    }  # fmt: skip
+    report.update(changes)
+    return report
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"results": 5}, "not a tconform JSON report"),
+        ({"error": "text"}, "error entry needs a message"),
+        ({"results": [{"status": "bogus"}]}, "result 0 is not a verify result"),
+        ({"results": [7]}, "result 0 is not a verify result"),
+    ],
+)
+def test_malformed_shards_are_one_line_errors(tmp_path, changes, says):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(_shard()))
+    assert merge([path]).results[0].status == "pass"  # the well-formed one merges
+    path.write_text(json.dumps(_shard(**changes)))
+    with pytest.raises(UsageError, match=says):
+        merge([path])
+
+
+def test_a_pipe_or_a_huge_file_is_refused_before_reading(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="not a regular file"):
+        read_shard(fifo)  # would block forever if it were opened
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as f:
+        f.truncate(2**30)  # sparse: no disk used
+    with pytest.raises(UsageError, match="too large"):
+        read_shard(huge)
