@@ -48,13 +48,12 @@ def manifest_kind(folder: Path) -> str | None:
     raise UsageError(f"{path}: neither a golden nor an artifacts manifest")
 
 
-def managed_folder(path: Path) -> Path | None:
-    """The golden or artifacts folder that `path` lies in (at any depth), if any: tconform's
-    reports are never written among the files it verifies. A folder whose manifest.json is some
-    other tool's is not tconform's."""
+def managed_folder(path: Path, kinds: tuple[str, ...] = (GOLDEN, ARTIFACTS)) -> Path | None:
+    """The folder of one of `kinds` that `path` lies in (at any depth), if any. A folder whose
+    manifest.json is some other tool's is not tconform's."""
     for folder in path.resolve().parents:
         try:
-            if manifest_kind(folder) in (GOLDEN, ARTIFACTS):
+            if manifest_kind(folder) in kinds:
                 return folder
         except (UsageError, OSError):
             continue
@@ -62,10 +61,12 @@ def managed_folder(path: Path) -> Path | None:
 
 
 def require_artifacts_folder(folder: Path) -> None:
-    """Models go only into an artifacts folder: one with an artifacts manifest, or a new one."""
-    if manifest_kind(folder) == GOLDEN:
+    """Models go only into an artifacts folder: one with an artifacts manifest, or a new one;
+    never into a golden folder, nor anywhere inside one."""
+    golden = managed_folder(folder / MANIFEST, (GOLDEN,))  # the folder itself or one above it
+    if golden is not None:
         raise UsageError(
-            f"{folder} holds goldens ({folder / MANIFEST} is a golden manifest); "
+            f"{folder} is or lies in a golden folder ({golden / MANIFEST}); "
             "models go into an artifacts folder of their own (e.g. --out artifacts)"
         )
 

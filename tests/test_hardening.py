@@ -453,3 +453,18 @@ def test_a_symlink_out_of_a_folder_is_refused(cli, workspace, tmp_path, inside):
     path.symlink_to(outside)
     code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q")
     assert code == 2 and "leads outside" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("doc", "--artifacts", "{golden}", "-q"),
+        ("export", "--case", "norm", "--out", "{golden}/sub"),
+    ],
+)
+def test_models_never_go_into_or_under_a_golden_folder(cli, workspace, args):
+    golden = workspace["golden"]
+    before = _tree(golden)
+    code, _, err = cli(*(a.format(golden=golden) for a in args))
+    assert code == 2 and "is or lies in a golden folder" in err, err
+    assert _tree(golden) == before and not (golden / "sub").exists()

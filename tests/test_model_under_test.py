@@ -270,7 +270,7 @@ def test_no_export_verifies_the_folder_and_refuses_a_missing_model(cli, workspac
 def test_export_refuses_a_golden_folder(cli, workspace):
     before = sha(workspace["golden"] / "manifest.json")
     code, _, err = cli("export", "--out", str(workspace["golden"]), "--case", "norm")
-    assert code == 2 and "holds goldens" in err
+    assert code == 2 and "is or lies in a golden folder" in err
     assert sha(workspace["golden"] / "manifest.json") == before
 
 
@@ -279,7 +279,7 @@ def test_verify_refuses_a_golden_folder_as_artifacts(cli, workspace):
         "verify", "--golden", str(workspace["golden"]), "--artifacts", str(workspace["golden"]),
         "--case", "norm", *QUIET,
     )  # fmt: skip
-    assert code == 2 and "holds goldens" in err
+    assert code == 2 and "is or lies in a golden folder" in err
 
 
 def test_golden_force_replaces_only_golden_folders(cli, workspace, tmp_path):

@@ -19,6 +19,7 @@ from tconform.config import ModelConfig
 from tconform.doc.cases import RuntimeCheck
 from tconform.errors import ProviderUnavailable, TconformError
 from tconform.export import ExportJob, ExportRecord, ExportSettings, build_module, export_cases
+from tconform.folders import require_artifacts_folder
 from tconform.provenance import ModelProvenance, module_provenance
 from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subject
 
@@ -56,6 +57,7 @@ class ComponentRunner:
         records: list[ExportRecord] = (),
         runtimes: dict[str, Runtime] | None = None,
     ) -> None:
+        require_artifacts_folder(artifacts_dir)  # its models go to DIR/doc/<config>/
         self.artifacts_dir = artifacts_dir
         self.runtimes = runtimes if runtimes is not None else doc_runtimes(["cpu"])
         # Models settled by the caller's export pool, keyed by their location: their origin
