@@ -63,12 +63,23 @@ def check_golden_manifest(data: dict, path: Path) -> None:
 
     config_of(data, path)
     expect_int(data.get("seed"), path, "'seed'", 0, MAX_SEED)
+    # Written for the reader, not used in a run; still, a manifest is well formed or refused.
+    tolerances = expect_object(data.get("tolerances", {}), path, "'tolerances'")
+    for row, limits in tolerances.items():
+        limits = expect_object(limits, path, f"tolerance {row!r}")
+        if not all(isinstance(limits.get(k), int | float) for k in ("atol", "rtol")):
+            raise _fail(path, f"tolerance {row!r}", "needs numbers atol and rtol")
+    if data.get("stored_dtype", "float32") != "float32":
+        raise _fail(path, "'stored_dtype'", "must be float32 (goldens are stored in float32)")
     cases = expect_object(data.get("cases"), path, "'cases'")
     for name, entry in cases.items():
         where = f"case {name!r}"
         if name not in case_names():
             raise _fail(path, where, "is not a case this tconform knows")
         entry = expect_object(entry, path, where)
+        for field in ("inputs", "outputs"):
+            if field in entry:
+                expect_names(entry[field], path, f"{where} {field!r}")
         sets = expect_object(entry.get("sets"), path, f"{where} 'sets'")
         for set_name, shapes in sets.items():
             expect_str(set_name, path, f"{where} set name", SET_NAME)

@@ -120,6 +120,19 @@ def case_with_number(ws):
     _save_manifest(ws["golden"], manifest)
 
 
+def case_inputs_not_names(ws):
+    manifest = _manifest(ws["golden"])
+    manifest["cases"]["norm"]["inputs"] = 5
+    manifest["cases"]["norm"]["outputs"] = None
+    _save_manifest(ws["golden"], manifest)
+
+
+def tolerances_not_a_table(ws):
+    manifest = _manifest(ws["golden"])
+    manifest["tolerances"] = "x"
+    _save_manifest(ws["golden"], manifest)
+
+
 def model_flipped(ws):
     path = ws["artifacts"] / "norm" / "model.onnx"
     data = bytearray(path.read_bytes())
@@ -166,6 +179,8 @@ CORPUS = [
     (case_folder_escapes, 2, 2, None),
     (extra_set_folder, 2, 2, None),
     (case_with_number, 2, 2, None),
+    (case_inputs_not_names, 2, 2, None),
+    (tolerances_not_a_table, 2, 2, None),
     (model_flipped, 2, 0, None),
     (model_fifo, 2, 0, None),
     (artifacts_manifest_garbage, 2, 0, None),
