@@ -191,6 +191,14 @@ def assignment(
     return dict(placement), dict(fallback_ops)
 
 
+def quiet_run() -> ort.RunOptions:
+    """Run options that keep ONNX Runtime's own log of a failing kernel off stderr: the error
+    comes back as the exception, which the result reports in one line."""
+    options = ort.RunOptions()
+    options.log_severity_level = 4  # fatal only
+    return options
+
+
 @dataclass
 class OrtSession:
     session: ort.InferenceSession
@@ -200,7 +208,7 @@ class OrtSession:
     device: tuple[str, int] = ("cpu", 0)  # OrtValue device type and id of the provider
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(None, feeds)
+        return self.session.run(None, feeds, quiet_run())
 
     def run_bound(
         self, feeds: Mapping[str, np.ndarray | ort.OrtValue], keep: Collection[str]
@@ -217,7 +225,7 @@ class OrtSession:
         names = [output.name for output in self.session.get_outputs()]
         for name in names:
             binding.bind_output(name, *(self.device if name in keep else ("cpu", 0)))
-        self.session.run_with_iobinding(binding)
+        self.session.run_with_iobinding(binding, quiet_run())
         values = binding.get_outputs()
         return {
             name: value if name in keep else value.numpy()

@@ -217,3 +217,23 @@ def test_cuda_session_places_nodes_on_cuda(artifacts, tf32):
     feeds = _feeds(case)
     for got, want in zip(session.run(feeds), reference.run(feeds), strict=True):
         np.testing.assert_allclose(got, want, atol=5e-3 if tf32 else 1e-5, rtol=1e-3)
+
+
+def test_a_kernel_error_is_raised_without_onnx_runtimes_own_log(tmp_path, capfd):
+    """A runtime error comes back as the exception (verify reports it in one line); ONNX
+    Runtime's C++ logger writes nothing of it to stderr."""
+    from onnx import helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [3, 5])
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"])], "g", [x], [y],
+                              [shape])  # fmt: skip
+    path = tmp_path / "reshape.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9),
+              str(path))  # fmt: skip
+    session = OrtRuntime("cpu").open(path)
+    capfd.readouterr()
+    with pytest.raises(Exception, match="cannot be reshaped"):
+        session.run({"x": np.zeros(7, np.float32)})
+    assert capfd.readouterr().err == ""
