@@ -5,6 +5,7 @@ Every result names its model's path, sha256 and origin:
   cached    written by tconform earlier, recorded in its manifest, bytes unchanged
   given     a file the user named (read-only: never exported over, rewritten or deleted)
   module    a PyTorch module run in eager mode (path: its class; sha256: of its weights)
+  oracle    the float64 NumPy oracle (path: its function; sha256: of the weights it was given)
 For ONNX files it also records what the file says of itself: producer, opset imports, IR version,
 the element type of its inputs and outputs, and that of most of its weights.
 """
@@ -16,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ORIGINS = ("exported", "cached", "given", "module")
+ORIGINS = ("exported", "cached", "given", "module", "oracle")
 
 _ELEM_TYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
 
@@ -79,4 +80,18 @@ def module_provenance(module, dtype: str = "float32") -> ModelProvenance:
         sha256=digest.hexdigest(),
         origin="module",
         elem_type=dtype,
+    )
+
+
+def oracle_provenance(function, params: dict) -> ModelProvenance:
+    """The float64 oracle: its function, and a digest of the weights it ran with, by name."""
+    digest = hashlib.sha256()
+    for name in sorted(params):
+        digest.update(name.encode())
+        digest.update(params[name].tobytes())
+    return ModelProvenance(
+        path=f"{function.__module__}.{function.__qualname__}",
+        sha256=digest.hexdigest(),
+        origin="oracle",
+        elem_type="float64",
     )

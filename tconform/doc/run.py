@@ -20,7 +20,7 @@ from tconform.doc.cases import RuntimeCheck
 from tconform.errors import ProviderUnavailable, TconformError
 from tconform.export import ExportJob, ExportRecord, ExportSettings, build_module, export_cases
 from tconform.folders import require_artifacts_folder
-from tconform.provenance import ModelProvenance, module_provenance
+from tconform.provenance import ModelProvenance, module_provenance, oracle_provenance
 from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subject
 
 DOC_ARTIFACTS = "doc"  # subfolder of the artifacts dir
@@ -91,9 +91,10 @@ class ComponentRunner:
         self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str
     ) -> ModelProvenance | None:
         """The model `runtime` (a label, or "oracle") ran for this check: the ONNX file, the
-        torch module, or None for the oracle."""
+        torch module, or the oracle's function with its weights."""
         if runtime == "oracle":
-            return None
+            case = registry.get_case(case_name)
+            return oracle_provenance(case.oracle, self.params(case_name, cfg))
         if self.runtimes[runtime].consumes == "module":
             return module_provenance(self.session(runtime, case_name, cfg, config_name).module)
         return self._records[str(self.model_path(case_name, cfg, config_name))].provenance()

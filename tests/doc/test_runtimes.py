@@ -78,6 +78,9 @@ def test_cli_table_json_and_exit_code(runner, tmp_path):
     data = json.loads(out.read_text())
     assert data["command"] == "doc" and data["exit_code"] == 0 and data["environment"]["cpu"]
     assert {r["case"] for r in data["results"]} >= {"doc:000-attention-scores"}
+    oracle_runs = [r for r in data["results"] if r["runtime"] == "oracle" and r["outputs"]]
+    assert oracle_runs and all(r["model"]["origin"] == "oracle" for r in oracle_runs)
+    assert all(r["model"]["sha256"] and r["model"]["path"] for r in oracle_runs)
     scores = next(c for c in data["details"]["cases"] if c["id"] == "000-attention-scores")
     assert {
         "id",
