@@ -10,10 +10,10 @@ Every runtime is reached through the same `Session.run(feeds) -> outputs` (tconf
 so a stepper is the same code for the float64 oracle, PyTorch and each ONNX Runtime provider:
 it only differs in the sessions it is given, one per generation model (tconform.generation.models).
 
-On ONNX Runtime the cached stepper runs with IO binding (`OrtSession.run_bound`): the keys and
-values stay on the provider's device between steps (on CUDA they never cross to the host), and
-only the new token's log-probabilities come back. Beam search's reorder gathers them through
-the host (docs/generation.md).
+On an ONNX Runtime provider with device memory (CUDA) the cached stepper runs with IO binding
+(`OrtSession.run_bound`): the keys and values stay on the device between steps, and only the
+new token's log-probabilities come back. Beam search's reorder gathers them through the host
+(docs/generation.md).
 """
 
 from __future__ import annotations
@@ -175,6 +175,8 @@ def make_stepper(
 ) -> Stepper:
     """A stepper over `sessions`: with the cache or the whole prefix each step."""
     if cache:
-        bound = all(hasattr(session, "run_bound") for session in sessions.values())
+        # IO binding where the provider keeps tensors off the host; on the CPU provider NumPy
+        # feeds measured 3-5 % faster per token (docs/generation.md), so the cache stays NumPy.
+        bound = all(getattr(s, "device", ("cpu",))[0] != "cpu" for s in sessions.values())
         return CachedStepper(sessions, cfg, np.float64 if oracle else np.float32, bound)
     return PrefixStepper(sessions, cfg)

@@ -101,8 +101,7 @@ def test_bench_generate_reports_per_token_figures_floor_and_plot(
     report = json.loads(report_path.read_text())
     rows = {row["engine"]: row for row in report["rows"]}
     assert set(rows) == {"ort-cpu", "torch"}
-    assert rows["ort-cpu"]["cache_on"] == "cpu"  # IO binding
-    assert rows["torch"]["cache_on"] == "numpy"
+    assert {row["cache_on"] for row in rows.values()} == {"numpy"}  # IO binding is for CUDA
     for row in rows.values():
         assert len(row["cached_by_prefix_ms"]) == len(row["no_cache_by_prefix_ms"]) == 4
         assert 0 < row["cached_p50_ms"] <= row["cached_p90_ms"]

@@ -64,9 +64,10 @@ def test_cache_equals_no_cache(golden_cases, generation_artifacts, runtime_name)
 def test_io_bound_cache_stays_with_the_session_and_decodes_as_the_host_path(
     golden_cases, generation_artifacts
 ):
-    """ONNX Runtime's cached stepper keeps keys/values as OrtValues between steps (IO binding);
-    it gives bit-identical log-probabilities to the same sessions fed NumPy arrays, for greedy
-    (no reorder) and beam search (reorders through the host)."""
+    """The IO-bound cached stepper (what CUDA runs) keeps keys/values as OrtValues between
+    steps; on the CPU provider it gives bit-identical log-probabilities to the same sessions fed
+    NumPy arrays (what the CPU runs), for greedy (no reorder) and beam search (reorders through
+    the host)."""
     import onnxruntime as ort
 
     sessions = sessions_for(
@@ -75,9 +76,9 @@ def test_io_bound_cache_stays_with_the_session_and_decodes_as_the_host_path(
     for name in ("right_padding-greedy", "right_padding-beam3"):
         case = next(c for c in golden_cases if c.name == name)
         src_ids, src_keep, prefix = decode_inputs(case)
-        bound = make_stepper(sessions, TINY, True)
-        assert isinstance(bound, CachedStepper) and bound.bound
-        host = CachedStepper(sessions, TINY, bound=False)
+        host = make_stepper(sessions, TINY, True)
+        assert isinstance(host, CachedStepper) and not host.bound  # the CPU's default
+        bound = CachedStepper(sessions, TINY, bound=True)
         runs = [
             generate(stepper, src_ids, src_keep, case.decoding, case.strategy, prefix)
             for stepper in (bound, host)
