@@ -115,12 +115,17 @@ def check(
     """
     from tconform.errors import UsageError
     from tconform.module_check import check as run_check
+    from tconform.module_check.exporting import OWN_FILES, OWN_RECORD
     from tconform.module_check.inputs import load_factory, read_npz
     from tconform.module_check.localise import render
     from tconform.module_check.runner import parse_tolerance
     from tconform.report import table
 
-    require_reports_apart([model_path] if model_path else [], json_path, junit_path, markdown_path)
+    folder = out_dir or Path("artifacts") / "check" / target.replace(":", ".")
+    kept = [model_path] if model_path else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
+    require_reports_apart(
+        kept, json_path, junit_path, markdown_path, what="a file tconform check reads or keeps"
+    )
 
     def run(report, progress) -> None:
         tolerances = parse_tolerance(per_output)
@@ -142,7 +147,7 @@ def check(
             rtol=rtol,
             tolerances=tolerances,
             onnx_model=model_path,
-            out_dir=out_dir or Path("artifacts") / "check" / target.replace(":", "."),
+            out_dir=folder,
             localise=True if localise_all else None,
             with_torch=not no_torch,
             allow_missing_ep=allow_missing_ep,

@@ -143,12 +143,13 @@ class ReportPath(click.ParamType):
         return path
 
 
-def require_reports_apart(models, *reports) -> None:
-    """No report may be written over a model under test (whatever that file is called)."""
-    given = {Path(m).resolve() for m in models}
+def require_reports_apart(inputs, *reports, what: str = "an input of this run") -> None:
+    """No report may be written over a file the run reads or keeps (a model under test, a
+    shard report being merged, tconform check's own files), whatever that file is called."""
+    kept = {Path(path).resolve() for path in inputs}
     for report in reports:
-        if report is not None and Path(report).resolve() in given:
-            raise click.UsageError(f"{report}: the model under test; reports go elsewhere")
+        if report is not None and Path(report).resolve() in kept:
+            raise click.UsageError(f"{report}: {what}; reports go elsewhere")
 
 
 def preset_option(default: str = DEFAULT_PRESET):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tconform.commands.options import quiet_option, report_options
+from tconform.commands.options import quiet_option, report_options, require_reports_apart
 from tconform.commands.run import run_and_report
 
 
@@ -33,6 +33,7 @@ def merge(reports, json_path, junit_path, markdown_path, plot_path, quiet) -> No
     from tconform.report import pivot, table
     from tconform.report.merge import merge as merge_reports
 
+    require_reports_apart(reports, json_path, junit_path, markdown_path, plot_path)
     settings: dict = {}
 
     def run(report, progress) -> None:

@@ -189,7 +189,7 @@ def verify(
         raise click.UsageError("--generation runs on its own: not with --matrix or --shard")
     model_paths = [item.partition("=")[2].strip() for item in models]
     reports = (json_path, junit_path, markdown_path, plot_path)
-    require_reports_apart([m for m in model_paths if m], *reports)
+    require_reports_apart([m for m in model_paths if m], *reports, what="the model under test")
     if generation and cases:
         raise click.UsageError(
             "--case selects components; --generation checks every generation golden (name its "

@@ -28,7 +28,7 @@ from torch import nn
 from tconform import export as project_export
 from tconform.errors import UsageError
 from tconform.files import atomic_write_bytes, atomic_write_json, sha256_file
-from tconform.folders import MANIFEST
+from tconform.folders import MANIFEST, managed_folder
 from tconform.module_check.inputs import ModuleInputs
 from tconform.module_check.oracle import eval_mode
 
@@ -142,7 +142,7 @@ def export_module(
 
 
 OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
-_OWN_FILES = ("model.onnx", "export.log")
+OWN_FILES = ("model.onnx", "export.log")
 
 
 def _recorded(folder: Path) -> dict:
@@ -158,13 +158,14 @@ def require_own_export_folder(folder: Path) -> None:
     folder, never a golden or artifacts folder, never over a file it did not write."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder}: exists and is not a folder")
-    if (folder / MANIFEST).exists():
+    managed = managed_folder(folder / MANIFEST)  # the folder itself, or one above it
+    if (folder / MANIFEST).exists() or managed is not None:
         raise UsageError(
-            f"{folder} holds {folder / MANIFEST} (a golden or artifacts folder); check --out "
-            "needs a folder of its own"
+            f"{folder} is or lies in a golden or artifacts folder ({managed or folder}); "
+            "check --out needs a folder of its own"
         )
     recorded = _recorded(folder)
-    for name in _OWN_FILES:
+    for name in OWN_FILES:
         path = folder / name
         if path.exists() and (not path.is_file() or sha256_file(path) != recorded.get(name)):
             ways = f"check it as it is with --model {path}, or " if name == "model.onnx" else ""
@@ -175,5 +176,5 @@ def require_own_export_folder(folder: Path) -> None:
 
 
 def _record_own_files(folder: Path) -> None:
-    hashes = {n: sha256_file(folder / n) for n in _OWN_FILES if (folder / n).is_file()}
+    hashes = {n: sha256_file(folder / n) for n in OWN_FILES if (folder / n).is_file()}
     atomic_write_json(folder / OWN_RECORD, {"tool": "tconform check", "sha256": hashes})

@@ -145,4 +145,12 @@ def test_check_replaces_only_its_own_export(cli, user_package, tmp_path):
     golden.mkdir()
     (golden / "manifest.json").write_text('{"kind": "tconform-golden"}')
     _one_line_exit_2(*cli("check", target, "--out", str(golden), "-q"), "a folder of its own")
+    _one_line_exit_2(*cli("check", target, "--out", str(golden / "sub"), "-q"), "lies in")
     assert sorted(p.name for p in golden.iterdir()) == ["manifest.json"]
+
+    # Its reports never land on its own files, which the next run relies on.
+    for name in ("check.json", "export.log"):
+        _one_line_exit_2(
+            *cli("check", target, "--out", str(own), "--markdown", str(own / name), "-q"),
+            "a file tconform check reads or keeps",
+        )

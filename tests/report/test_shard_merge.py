@@ -88,6 +88,11 @@ def test_merge_refuses_missing_duplicated_and_foreign_reports(cli, small, tmp_pa
     code, _, err = cli("report", "merge", s1, s1, s2)
     assert code == 2 and "is in both" in err
 
+    before = (small / "s1.json").read_bytes()
+    code, _, err = cli("report", "merge", s1, s2, "--junit", s1)  # never over an input
+    assert code == 2 and "an input of this run" in err
+    assert (small / "s1.json").read_bytes() == before
+
     other = json.loads((small / "s2.json").read_text())
     other["settings"]["golden_manifest_sha256"] = "0" * 64
     (tmp_path / "other.json").write_text(json.dumps(other))
