@@ -73,18 +73,46 @@ def require_artifacts_folder(folder: Path) -> None:
 
 def require_replaceable_golden_folder(folder: Path) -> None:
     """`golden --force` replaces a golden folder, or fills an empty or missing one; never
-    anything else."""
+    anything else, and never one inside another golden or artifacts folder."""
+    outer = managed_folder(folder)
+    if outer is not None:
+        raise UsageError(
+            f"{folder} lies in {outer}, a tconform golden or artifacts folder; goldens go into a "
+            "folder of their own"
+        )
     if not folder.exists():
         return
     if not folder.is_dir():
         raise UsageError(f"{folder}: exists and is not a folder")
     kind = manifest_kind(folder)
     if kind == GOLDEN:
+        unlisted = files_not_listed(folder)
+        if unlisted:
+            raise UsageError(
+                f"{folder / unlisted[0]}: not a file of the golden manifest; tconform replaces "
+                "only the files it wrote (move it away first)"
+            )
         return
     if kind is None and not any(folder.iterdir()):
         return
     what = "an artifacts folder" if kind == ARTIFACTS else "a folder that is not a golden folder"
     raise UsageError(f"{folder} is {what}; golden --force replaces only golden folders")
+
+
+def files_not_listed(folder: Path) -> list[str]:
+    """Files in a golden folder (relative paths) that its manifest does not list: someone
+    else's, which replacing the folder would delete."""
+    cases = read_json_manifest(folder / MANIFEST).get("cases")
+    listed = {MANIFEST}
+    for name, entry in (cases if isinstance(cases, dict) else {}).items():
+        hashes = entry.get("sha256") if isinstance(entry, dict) else None
+        listed.update(f"{name}/{rel}" for rel in (hashes if isinstance(hashes, dict) else {}))
+    on_disk = {
+        path.relative_to(folder).as_posix()
+        for path in folder.rglob("*")
+        if path.is_file() or path.is_symlink()
+    }
+    return sorted(on_disk - listed)
 
 
 def lock_path(folder: Path) -> Path:

@@ -101,8 +101,7 @@ def write(
     existing golden folder keeps its other cases: the named ones are added, or replaced with
     force; the folder's preset and seed must be the ones asked for.
     """
-    if golden_dir.exists() and not golden_dir.is_dir():
-        raise UsageError(f"{golden_dir}: exists and is not a folder")
+    require_replaceable_golden_folder(golden_dir)  # before the lock file goes beside it
     golden_dir.parent.mkdir(parents=True, exist_ok=True)
     with folder_lock(golden_dir):
         kept: dict = {}

@@ -146,3 +146,17 @@ def test_committed_manifest_records_the_current_tolerance_table():
     )
     recorded = {k: (v["atol"], v["rtol"]) for k, v in manifest["tolerances"].items()}
     assert recorded == {f"{p}/{c}": (t.atol, t.rtol) for (p, c), t in TOLERANCES.items()}
+
+
+def test_goldens_never_go_inside_another_tconform_folder_or_over_a_users_file(tmp_path):
+    folder = tmp_path / "g"
+    golden.write(folder, TINY, 1, CASES[:1], "tiny")
+    before = _tree(folder)
+    with pytest.raises(UsageError, match="lies in"):
+        golden.write(folder / "sub", TINY, 1, CASES[:1], "tiny")
+    assert _tree(folder) == before and not list(folder.glob(".*"))  # not even a lock file
+    notes = folder / "feed_forward" / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(UsageError, match="notes.txt: not a file of the golden manifest"):
+        golden.write(folder, TINY, 1, CASES[:1], "tiny", force=True)
+    assert notes.read_text() == "mine"

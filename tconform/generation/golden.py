@@ -188,6 +188,7 @@ def write(folder: Path, cfg: ModelConfig, seed: int, preset: str, force: bool = 
     """Write the generation goldens into `folder`, replacing it whole (as tconform.golden does)."""
     if folder.exists() and any(folder.iterdir()) and not force:
         raise UsageError(f"{folder} already holds files; pass --force to replace goldens")
+    golden_files.require_replaceable_golden_folder(folder)  # before the lock file goes beside it
     folder.parent.mkdir(parents=True, exist_ok=True)
     with folder_lock(folder):
         golden_files.require_replaceable_golden_folder(folder)
