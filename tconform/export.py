@@ -357,9 +357,9 @@ def _is_current(path: Path, key: str, previous: dict | None, force: bool, out_di
     Only tconform's own unchanged file may be replaced: a file that exists with no manifest
     entry, or whose bytes differ from the recorded sha256, is refused unless `force`; one that
     is a symlink leading out of the folder is refused."""
+    require_inside(out_dir, path)  # also when missing: its case folder may lead out
     if not path.exists():
         return False
-    require_inside(out_dir, path)
     if not path.is_file():
         raise UsageError(f"{path}: exists and is not a regular file; tconform will not replace it")
     ways_on = (
@@ -496,7 +496,7 @@ class _Folder:
 
     def place(self, record: ExportRecord, staged: Path) -> ExportRecord:
         """Record `record` and move its staged file into place."""
-        target = self.out_dir / record.path
+        target = require_inside(self.out_dir, self.out_dir / record.path)
         entry = record.to_manifest()
         if target.is_file():
             entry["previous_sha256"] = sha256_file(target)

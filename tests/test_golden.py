@@ -157,6 +157,6 @@ def test_goldens_never_go_inside_another_tconform_folder_or_over_a_users_file(tm
     assert _tree(folder) == before and not list(folder.glob(".*"))  # not even a lock file
     notes = folder / "feed_forward" / "notes.txt"
     notes.write_text("mine")
-    with pytest.raises(UsageError, match="notes.txt: not a file of the golden manifest"):
+    with pytest.raises(UsageError, match=r"notes\.txt: not a file of the golden manifest"):
         golden.write(folder, TINY, 1, CASES[:1], "tiny", force=True)
     assert notes.read_text() == "mine"

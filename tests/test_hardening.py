@@ -468,3 +468,19 @@ def test_models_never_go_into_or_under_a_golden_folder(cli, workspace, args):
     code, _, err = cli(*(a.format(golden=golden) for a in args))
     assert code == 2 and "is or lies in a golden folder" in err, err
     assert _tree(golden) == before and not (golden / "sub").exists()
+
+
+def test_an_export_never_writes_through_a_case_folder_leading_out(cli, workspace, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    case_dir = workspace["artifacts"] / "norm"
+    for f in case_dir.iterdir():
+        f.unlink()
+    case_dir.rmdir()
+    case_dir.symlink_to(outside, target_is_directory=True)
+    for args in (("export", "--case", "norm", "--out", str(workspace["artifacts"])),
+                 ("verify", "--golden", str(workspace["golden"]), "--artifacts",
+                  str(workspace["artifacts"]), "--case", "norm", "--no-doc", "-q")):  # fmt: skip
+        code, _, err = cli(*args)
+        assert code == 2 and "leads outside" in err, err
+    assert not any(outside.iterdir())
