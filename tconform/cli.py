@@ -80,6 +80,11 @@ class QuietWhenReaderGone:
 
 def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _terminate)
+    # Started with stdout or stderr closed (`>&-`): what would go there goes nowhere.
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the process)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
     if not isinstance(sys.stdout, QuietWhenReaderGone):
         sys.stdout = QuietWhenReaderGone(sys.stdout)
     try:

@@ -250,3 +250,20 @@ def test_a_reader_that_goes_away_does_not_change_the_exit_code():
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert b"Traceback" not in err and b"Exception ignored" not in err
+
+
+def test_a_closed_stdout_does_not_change_the_exit_code():
+    """`tconform ... >&-`: started without a stdout, the command still exits with its code."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tconform", "--version"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+        preexec_fn=lambda: __import__("os").close(1),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr
