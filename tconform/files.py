@@ -77,8 +77,8 @@ def read_json_object(path: Path, max_bytes: int = MAX_REPORT_BYTES, what: str = 
         raise UsageError(f"{path}: {size} bytes, too large for a {what} file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are both
-        raise UsageError(f"{path}: not a readable {what} file ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:  # undecodable, invalid, too deep
+        raise UsageError(f"{path}: not a readable {what} file ({type(exc).__name__})") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: not a tconform {what} file (a JSON object is expected)")
     return data

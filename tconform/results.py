@@ -6,6 +6,9 @@ Its dict form is the stable JSON schema documented in the README ("JSON report")
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -96,9 +99,54 @@ class Result:
 
     @classmethod
     def from_dict(cls, data: dict) -> Result:
-        """The inverse of `to_dict` (a JSON report's result, read back by `report merge`)."""
-        values = dict(data)
-        values["status"] = str(Status(data["status"]))  # ValueError for a status tconform lacks
-        values["outputs"] = [OutputComparison(**o) for o in data.get("outputs", [])]
-        values["model"] = ModelProvenance(**data["model"]) if data.get("model") else None
+        """The inverse of `to_dict` (a JSON report's result, read back by `report merge`);
+        ValueError naming the field for anything `to_dict` could not have written."""
+        values = checked_fields(cls, data)
+        values["status"] = str(Status(values["status"]))  # ValueError for a status tconform lacks
+        values["outputs"] = [
+            OutputComparison(**checked_fields(OutputComparison, o)) for o in data.get("outputs", [])
+        ]
+        model = data.get("model")
+        values["model"] = (
+            ModelProvenance(**checked_fields(ModelProvenance, model)) if model else None
+        )
         return cls(**values)
+
+
+def checked_fields(cls: type, data: object) -> dict:
+    """`data` (a JSON object) as keyword arguments of the dataclass `cls`, every value checked
+    against its field's type hint, so that a report read back cannot put a number where a name
+    belongs; ValueError naming the field otherwise."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a {cls.__name__} must be an object, not {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for name, value in data.items():
+        if name not in known:
+            raise ValueError(f"{cls.__name__} has no field {name!r}")
+        if not _matches(value, hints[name]):
+            raise ValueError(f"{name} {value!r} is not a {hints[name]}")
+    return dict(data)
+
+
+def _matches(value: object, hint: object) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (str, bool):
+        return isinstance(value, hint)
+    if origin is list:
+        return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            _matches(k, args[0]) and _matches(v, args[1]) for k, v in value.items()
+        )
+    if dataclasses.is_dataclass(hint):
+        return isinstance(value, dict)  # its own fields are checked where it is built
+    return hint is object

@@ -10,11 +10,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tconform.errors import UsageError
+from tconform.errors import (
+    EXIT_EP_UNAVAILABLE,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    UsageError,
+)
 from tconform.files import read_json_object
 from tconform.report import RunReport
 from tconform.results import Result
 from tconform.units import digest
+
+# The exit codes a run that stopped early records (README, "Exit codes").
+ERROR_EXIT_CODES = (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    EXIT_EP_UNAVAILABLE,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+)
 
 
 def read_shard(path: Path) -> dict:
@@ -40,9 +56,10 @@ def read_shard(path: Path) -> dict:
     if error is not None and not (
         isinstance(error, dict)
         and isinstance(error.get("message"), str)
-        and isinstance(error.get("exit_code"), int)
+        and error.get("exit_code") in ERROR_EXIT_CODES
     ):
-        raise UsageError(f"{path}: its error entry needs a message and an exit code")
+        codes = ", ".join(map(str, ERROR_EXIT_CODES))
+        raise UsageError(f"{path}: its error entry needs a message and an exit code ({codes})")
     return data
 
 

@@ -60,6 +60,7 @@ def _shard(**changes) -> dict:
         ({"error": "text"}, "error entry needs a message"),
         ({"results": [{"status": "bogus"}]}, "result 0 is not a verify result"),
         ({"results": [7]}, "result 0 is not a verify result"),
+        ({"error": {"message": "m", "exit_code": 99}}, "error entry needs"),
     ],
 )
 def test_malformed_shards_are_one_line_errors(tmp_path, changes, says):
@@ -83,3 +84,26 @@ def test_a_pipe_or_a_huge_file_is_refused_before_reading(tmp_path):
         f.truncate(2**30)  # sparse: no disk used
     with pytest.raises(UsageError, match="too large"):
         read_shard(huge)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("case", 7), ("case", None), ("input_set", 7), ("cell", ["x"]), ("runtime", {}),
+     ("notes", 7), ("placement", "zz"), ("seconds", "zz"), ("ep_actual", [1])],
+)  # fmt: skip
+def test_a_result_field_of_the_wrong_type_is_named(tmp_path, field, value):
+    """What `to_dict` could not have written is refused, naming the field, before any table or
+    JUnit file is rendered from it."""
+    report = _shard()
+    report["results"][0][field] = value
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(report))
+    with pytest.raises(UsageError, match=f"result 0 is not a verify result.*{field}"):
+        merge([path])
+
+
+def test_a_deeply_nested_file_is_refused(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UsageError, match="RecursionError"):
+        read_shard(path)
