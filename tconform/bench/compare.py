@@ -35,7 +35,31 @@ def load_report(path: Path) -> dict:
         raise UsageError(f"{path}: not a tconform bench report (schema {', '.join(SCHEMAS)})")
     if not isinstance(data.get("results"), list):
         raise UsageError(f"{path}: a bench report without results")
+    for n, row in enumerate(_measured(data)):
+        problem = _row_problem(row)
+        if problem:
+            raise UsageError(f"{path}: result {n}: {problem}")
     return data
+
+
+def _row_problem(row: dict) -> str:
+    """What makes a measured row unusable for a comparison ('' when nothing does)."""
+    for name in ("case", "engine", "ep"):
+        if not isinstance(row.get(name), str):
+            return f"{name} must be a name"
+    for name in ("batch", "seq", "runs"):
+        value = row.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"{name} must be a positive integer"
+    for name in ("p50_ms", "mean_ms", "std_ms"):
+        value = row.get(name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
+            return f"{name} must be a number >= 0"
+        if not math.isfinite(value):
+            return f"{name} must be finite"
+    if row["p50_ms"] == 0:
+        return "p50_ms must be above 0"
+    return ""
 
 
 def _measured(report: dict) -> list[dict]:

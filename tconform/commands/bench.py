@@ -172,6 +172,9 @@ def bench(
     if compare:
         from tconform.bench.compare import compare_reports, compare_table, load_report
 
+        if json_path or markdown_path or plot_path:
+            raise click.UsageError("--compare prints its table only; drop --json/--markdown/--plot")
+
         click.echo(compare_table(compare_reports(*(load_report(p) for p in compare))))
         return
     from tconform.bench.runner import bench_settings, run_bench

@@ -71,3 +71,29 @@ def test_a_json_from_another_tool_is_a_usage_error(tmp_path):
     broken.write_text("{")
     with pytest.raises(UsageError, match="not a readable bench report"):
         load_report(broken)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [("p50_ms", 0, "p50_ms must be above 0"), ("p50_ms", None, "p50_ms must be a number"),
+     ("std_ms", "zz", "std_ms must be a number"), ("mean_ms", float("nan"), "mean_ms"),
+     ("runs", None, "runs must be a positive integer"), ("case", ["x"], "case must be a name"),
+     ("batch", "1", "batch must be a positive integer")],
+)  # fmt: skip
+def test_a_measured_row_it_cannot_compare_is_named(tmp_path, field, value, says):
+    data = report(40.0, 0.4)
+    data["results"][0][field] = value
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match=f"result 0: {says}"):
+        load_report(path)
+
+
+def test_compare_refuses_report_options_it_would_not_write(cli, tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(report(40.0, 0.4)))
+    code, _, err = cli(
+        "bench", "--compare", str(path), str(path), "--json", str(tmp_path / "c.json")
+    )
+    assert code == 2 and "--compare prints its table only" in err
+    assert not (tmp_path / "c.json").exists()
