@@ -58,10 +58,10 @@ class ModelUnderTest:
 
     @property
     def precision(self) -> str:
-        """Its tolerance row: float16 when its inputs and outputs or most of its weights are
-        float16 (a float16 conversion that kept float32 inputs and outputs computes in float16);
-        a Cast or a few float16 weights inside a float32 model do not loosen it."""
-        if "float16" in (self.io_type, self.provenance.weight_elem_type):
+        """Its tolerance row: float16 when its inputs and outputs are float16, or most of its
+        operations take float16 (a float16 conversion that kept float32 inputs and
+        outputs); float16 weights Cast back to float32, or a Cast pair, do not loosen it."""
+        if "float16" in (self.io_type, self.provenance.compute_elem_type):
             return "float16"
         return self.io_type
 

@@ -7,13 +7,13 @@ Every result names its model's path, sha256 and origin:
   module    a PyTorch module run in eager mode (path: its class; sha256: of its weights)
   oracle    the float64 NumPy oracle (path: its function; sha256: of the weights it was given)
 For ONNX files it also records what the file says of itself: producer, opset imports, IR version,
-the element type of its inputs and outputs, and that of most of its weights.
+the element type of its inputs and outputs, and the one most of its operations take.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,7 +31,7 @@ class ModelProvenance:
     opsets: dict[str, int] = field(default_factory=dict)
     ir_version: int | None = None
     elem_type: str = ""  # of its floating-point inputs and outputs
-    weight_elem_type: str = ""  # the float type holding most of its initializers' elements
+    compute_elem_type: str = ""  # the float type most of its operations take
     external_data: dict[str, str] = field(default_factory=dict)  # location -> sha256
 
     def to_dict(self) -> dict[str, object]:
@@ -51,11 +51,6 @@ def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvena
         if elem_type:
             break
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
-    elements: dict[str, int] = {}
-    for tensor in model.graph.initializer:
-        name = _ELEM_TYPES.get(tensor.data_type)
-        if name:
-            elements[name] = elements.get(name, 0) + math.prod(tensor.dims)
     return ModelProvenance(
         path=str(path),
         sha256=sha256,
@@ -64,8 +59,32 @@ def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvena
         opsets={o.domain or "ai.onnx": o.version for o in model.opset_import},
         ir_version=model.ir_version,
         elem_type=elem_type,
-        weight_elem_type=max(elements, key=elements.__getitem__) if elements else "",
+        compute_elem_type=compute_type(model),
     )
+
+
+def compute_type(model) -> str:
+    """The float type most of `model`'s node inputs have ('' when none is known): a float16
+    conversion that kept float32 inputs and outputs computes in float16, while float16 weights
+    Cast back to float32, or a Cast pair in between, leave it float32."""
+    import onnx
+
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # an op ONNX's inference rejects: what the file itself states is enough
+        graph = model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info)}
+    types.update({t.name: t.data_type for t in graph.initializer})
+    for node in graph.node:  # Casts say their output type even where inference stopped
+        if node.op_type == "Cast":
+            types[node.output[0]] = next((a.i for a in node.attribute if a.name == "to"), 0)
+    votes = Counter(
+        _ELEM_TYPES[types[name]]
+        for node in graph.node
+        for name in node.input
+        if types.get(name) in _ELEM_TYPES
+    )
+    return votes.most_common(1)[0][0] if votes else ""
 
 
 def module_provenance(module, dtype: str = "float32") -> ModelProvenance:

@@ -282,7 +282,8 @@ def _runtime_results(
     io_type = model.io_type if onnx_file else precision
     if onnx_file and model.precision != io_type:
         template.notes.append(
-            f"{model.provenance.weight_elem_type} weights with {io_type} inputs and outputs: "
+            f"{model.provenance.compute_elem_type} computation with {io_type} inputs and "
+            "outputs: "
             f"judged by the {precision} tolerance row"
         )
     results = _run_sets(session, case, sets, template, precision, io_type)

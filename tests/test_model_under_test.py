@@ -447,6 +447,34 @@ def test_a_float16_model_with_float32_inputs_and_outputs_gets_the_float16_row(
     rows = json.loads(report.read_text())["results"]
     assert {r["precision"] for r in rows} == {"float16"}
     assert {r["model"]["elem_type"] for r in rows} == {"float32"}
-    assert {r["model"]["weight_elem_type"] for r in rows} == {"float16"}
-    assert all(any("float16 weights with float32" in n for n in r["notes"]) for r in rows)
+    assert {r["model"]["compute_elem_type"] for r in rows} == {"float16"}
+    assert all(any("float16 computation with float32" in n for n in r["notes"]) for r in rows)
     assert sha(model) == before
+
+
+def test_float16_weights_cast_back_to_float32_keep_the_float32_row(cli, workspace, tmp_path):
+    """Every weight stored in float16 and Cast back before use: the model computes in float32,
+    so it is judged by the float32 row, where the rounded weights fail."""
+    model = onnx.load(str(workspace["artifacts"] / "feed_forward" / "model.onnx"))
+    graph = model.graph
+    casts = []
+    for tensor in graph.initializer:
+        if tensor.data_type == onnx.TensorProto.FLOAT and len(tensor.dims) == 2:
+            half = numpy_helper.from_array(
+                numpy_helper.to_array(tensor).astype(np.float16), tensor.name + "_f16"
+            )
+            casts.append(onnx.helper.make_node("Cast", [half.name], [tensor.name], to=1))
+            tensor.CopyFrom(half)
+    assert len(casts) == 2
+    nodes = [*casts, *graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    path = tmp_path / "ff-f16-weights.onnx"
+    onnx.save(model, str(path))
+    report = tmp_path / "r.json"
+    code, out, err = verify(cli, workspace, "--model", f"feed_forward={path}", "--no-torch",
+                            *QUIET, "--json", str(report))  # fmt: skip
+    assert code == 1, out + err
+    rows = json.loads(report.read_text())["results"]
+    assert {r["precision"] for r in rows} == {"float32"}
+    assert {r["model"]["compute_elem_type"] for r in rows} == {"float32"}

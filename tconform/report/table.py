@@ -58,8 +58,8 @@ def model_legend(results: list[Result]) -> list[str]:
                 if model.opsets
                 else "",
                 model.elem_type,
-                f"{model.weight_elem_type} weights"
-                if model.weight_elem_type not in ("", model.elem_type)
+                f"{model.compute_elem_type} inside"
+                if model.compute_elem_type not in ("", model.elem_type)
                 else "",
             )
             if part
