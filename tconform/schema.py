@@ -67,8 +67,14 @@ def check_golden_manifest(data: dict, path: Path) -> None:
     tolerances = expect_object(data.get("tolerances", {}), path, "'tolerances'")
     for row, limits in tolerances.items():
         limits = expect_object(limits, path, f"tolerance {row!r}")
-        if not all(isinstance(limits.get(k), int | float) for k in ("atol", "rtol")):
-            raise _fail(path, f"tolerance {row!r}", "needs numbers atol and rtol")
+        if not all(
+            isinstance(limits.get(k), int | float) and 0 <= limits[k] <= 1 for k in ("atol", "rtol")
+        ):
+            raise _fail(path, f"tolerance {row!r}", "needs atol and rtol between 0 and 1")
+    if not isinstance(data.get("preset", ""), str):
+        raise _fail(path, "'preset'", "must be a preset's name")
+    if not isinstance(data.get("input_sets", []), list):
+        raise _fail(path, "'input_sets'", "must be a list")
     if data.get("stored_dtype", "float32") != "float32":
         raise _fail(path, "'stored_dtype'", "must be float32 (goldens are stored in float32)")
     cases = expect_object(data.get("cases"), path, "'cases'")

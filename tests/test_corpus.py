@@ -133,6 +133,12 @@ def tolerances_not_a_table(ws):
     _save_manifest(ws["golden"], manifest)
 
 
+def tolerance_out_of_range(ws):
+    manifest = _manifest(ws["golden"])
+    manifest["tolerances"]["float32/component"]["atol"] = float("nan")
+    _save_manifest(ws["golden"], manifest)
+
+
 def model_flipped(ws):
     path = ws["artifacts"] / "norm" / "model.onnx"
     data = bytearray(path.read_bytes())
@@ -181,6 +187,7 @@ CORPUS = [
     (case_with_number, 2, 2, None),
     (case_inputs_not_names, 2, 2, None),
     (tolerances_not_a_table, 2, 2, None),
+    (tolerance_out_of_range, 2, 2, None),
     (model_flipped, 2, 0, None),
     (model_fifo, 2, 0, None),
     (artifacts_manifest_garbage, 2, 0, None),
