@@ -125,7 +125,8 @@ def checked_fields(cls: type, data: object) -> dict:
         if name not in known:
             raise ValueError(f"{cls.__name__} has no field {name!r}")
         if not _matches(value, hints[name]):
-            raise ValueError(f"{name} {value!r} is not a {hints[name]}")
+            kind = getattr(hints[name], "__name__", str(hints[name]))
+            raise ValueError(f"{name} {value!r}: expected {kind}")
     return dict(data)
 
 

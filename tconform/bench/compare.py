@@ -107,6 +107,8 @@ def compare_reports(before: dict, after: dict) -> list[dict]:
 
 
 def compare_table(rows: list[dict]) -> str:
+    if not rows:  # nothing compared is not a comparison
+        raise UsageError("the two reports share no measured row (case, engine, ep, shape)")
     header = ("case", "engine", "ep", "BxS", "A p50", "B p50", "B/A", "±noise", "verdict")
     cells = [
         (

@@ -21,7 +21,11 @@ from tconform.compare import Tolerance, compare_output, tolerance_for
 from tconform.errors import ProviderUnavailable, UsageError
 from tconform.files import sha256_file
 from tconform.models import load_checked
-from tconform.module_check.exporting import DEFAULT_OPSET, export_module
+from tconform.module_check.exporting import (
+    DEFAULT_OPSET,
+    export_module,
+    require_own_export_folder,
+)
 from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
 from tconform.module_check.localise import Localisation
 from tconform.module_check.localise import localise as localise_model
@@ -289,6 +293,9 @@ def check(
     for input_name in dynamic_axes:
         if input_name not in inputs.names:
             raise UsageError(f"dynamic axes: the module has no input {input_name!r}")
+    export_dir = Path(out_dir or Path("artifacts") / "check" / name)
+    if onnx_model is None:
+        require_own_export_folder(export_dir)  # before anything slow runs
 
     progress(f"{name}: running the module in eager mode")
     device = module_device(module)
@@ -303,7 +310,7 @@ def check(
         model_path = Path(onnx_model)
         provenance = _given_model(model_path)
     else:
-        model_path = Path(out_dir or Path("artifacts") / "check" / name) / "model.onnx"
+        model_path = export_dir / "model.onnx"
         progress(f"{name}: exporting with {exporter} to {model_path}")
         export_module(
             module, own_inputs, output_names, model_path, exporter, opset, dynamic_axes, name

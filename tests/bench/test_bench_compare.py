@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from tconform.bench.compare import MIN_CHANGE, compare_reports, load_report, verdict
+from tconform.bench.compare import (
+    MIN_CHANGE,
+    compare_reports,
+    compare_table,
+    load_report,
+    verdict,
+)
 from tconform.bench.runner import SCHEMA
 from tconform.errors import UsageError
 
@@ -60,6 +66,8 @@ def test_rows_missing_on_one_side_are_left_out():
     other = report(40.0, 0.4)
     other["results"][0]["case"] = "feed_forward"
     assert compare_reports(report(40.0, 0.4), other) == []
+    with pytest.raises(UsageError, match="share no measured row"):  # nothing compared: no pass
+        compare_table([])
 
 
 def test_a_json_from_another_tool_is_a_usage_error(tmp_path):
