@@ -55,6 +55,12 @@ def sha256_file(path: Path) -> str:
     return sha256_bytes(path.read_bytes())
 
 
+def files_under(folder: Path) -> set[str]:
+    """Every file below `folder` (anything but a folder, a dangling symlink included), as POSIX
+    paths relative to it."""
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir()}
+
+
 def require_inside(root: Path, path: Path) -> Path:
     """`path`, if it resolves inside `root`. A symlink (the file's, or a folder's on the way)
     that leads out of the folder is refused: tconform reads nothing outside the folders it is

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tconform.errors import UsageError
-from tconform.files import read_json_object
+from tconform.files import files_under, read_json_object
 
 MANIFEST = "manifest.json"
 GOLDEN = "tconform-golden"
@@ -48,10 +48,13 @@ def manifest_kind(folder: Path) -> str | None:
     raise UsageError(f"{path}: neither a golden nor an artifacts manifest")
 
 
-def managed_folder(path: Path, kinds: tuple[str, ...] = (GOLDEN, ARTIFACTS)) -> Path | None:
-    """The folder of one of `kinds` that `path` lies in (at any depth), if any. A folder whose
-    manifest.json is some other tool's is not tconform's."""
-    for folder in path.resolve().parents:
+def managed_folder(
+    path: Path, kinds: tuple[str, ...] = (GOLDEN, ARTIFACTS), itself: bool = False
+) -> Path | None:
+    """The folder of one of `kinds` that `path` lies in (at any depth), or `path` itself with
+    `itself`, if any. A folder whose manifest.json is some other tool's is not tconform's."""
+    resolved = path.resolve()
+    for folder in (resolved, *resolved.parents) if itself else resolved.parents:
         try:
             if manifest_kind(folder) in kinds:
                 return folder
@@ -63,7 +66,7 @@ def managed_folder(path: Path, kinds: tuple[str, ...] = (GOLDEN, ARTIFACTS)) -> 
 def require_artifacts_folder(folder: Path) -> None:
     """Models go only into an artifacts folder: one with an artifacts manifest, or a new one;
     never into a golden folder, nor anywhere inside one."""
-    golden = managed_folder(folder / MANIFEST, (GOLDEN,))  # the folder itself or one above it
+    golden = managed_folder(folder, (GOLDEN,), itself=True)
     if golden is not None:
         raise UsageError(
             f"{folder} is or lies in a golden folder ({golden / MANIFEST}); "
@@ -107,12 +110,7 @@ def files_not_listed(folder: Path) -> list[str]:
     for name, entry in (cases if isinstance(cases, dict) else {}).items():
         hashes = entry.get("sha256") if isinstance(entry, dict) else None
         listed.update(f"{name}/{rel}" for rel in (hashes if isinstance(hashes, dict) else {}))
-    on_disk = {
-        path.relative_to(folder).as_posix()
-        for path in folder.rglob("*")
-        if path.is_file() or path.is_symlink()
-    }
-    return sorted(on_disk - listed)
+    return sorted(files_under(folder) - listed)
 
 
 def lock_path(folder: Path) -> Path:

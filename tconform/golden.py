@@ -29,7 +29,7 @@ from tconform import registry
 from tconform.compare import TOLERANCES
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
-from tconform.files import atomic_write_json, require_inside, sha256_bytes
+from tconform.files import atomic_write_json, files_under, require_inside, sha256_bytes
 from tconform.folders import (
     GOLDEN,
     MANIFEST,
@@ -281,10 +281,6 @@ def expected_files(case: Case, cfg: ModelConfig, set_names) -> list[str]:
     ]
 
 
-def _files_on_disk(case_dir: Path) -> set[str]:
-    return {p.relative_to(case_dir).as_posix() for p in case_dir.rglob("*") if not p.is_dir()}
-
-
 def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) -> list[InputSet]:
     """Load a case's input sets, checking each file's sha256, names, shapes and dtypes. The case
     folder must hold exactly the files its manifest lists, and at least one input set."""
@@ -296,7 +292,7 @@ def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) ->
         raise UsageError(f"{manifest_path}: case {case.name!r} has no input sets: nothing to check")
     case_dir = golden_dir / case.name
     expected = expected_files(case, cfg, entry["sets"])
-    unlisted = sorted(_files_on_disk(case_dir) - set(expected)) if case_dir.is_dir() else []
+    unlisted = sorted(files_under(case_dir) - set(expected)) if case_dir.is_dir() else []
     if unlisted:
         raise UsageError(f"{case_dir / unlisted[0]}: not listed in {manifest_path}")
     unhashed = [rel for rel in expected if not isinstance(entry["sha256"].get(rel), str)]

@@ -87,16 +87,22 @@ def compute_type(model) -> str:
     return votes.most_common(1)[0][0] if votes else ""
 
 
+def _weights_sha256(named_arrays) -> str:
+    """sha256 over each weight's name and bytes, in the order given."""
+    digest = hashlib.sha256()
+    for name, array in named_arrays:
+        digest.update(name.encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def module_provenance(module, dtype: str = "float32") -> ModelProvenance:
     """A PyTorch module: its class, and a digest of its parameters and buffers in order."""
-    digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    weights = module.state_dict().items()
     cls = type(module)
     return ModelProvenance(
         path=f"{cls.__module__}.{cls.__qualname__}",
-        sha256=digest.hexdigest(),
+        sha256=_weights_sha256((n, t.detach().cpu().contiguous().numpy()) for n, t in weights),
         origin="module",
         elem_type=dtype,
     )
@@ -104,13 +110,9 @@ def module_provenance(module, dtype: str = "float32") -> ModelProvenance:
 
 def oracle_provenance(function, params: dict) -> ModelProvenance:
     """The float64 oracle: its function, and a digest of the weights it ran with, by name."""
-    digest = hashlib.sha256()
-    for name in sorted(params):
-        digest.update(name.encode())
-        digest.update(params[name].tobytes())
     return ModelProvenance(
         path=f"{function.__module__}.{function.__qualname__}",
-        sha256=digest.hexdigest(),
+        sha256=_weights_sha256((name, params[name]) for name in sorted(params)),
         origin="oracle",
         elem_type="float64",
     )

@@ -115,13 +115,13 @@ def check(
     """
     from tconform.errors import UsageError
     from tconform.module_check import check as run_check
-    from tconform.module_check.exporting import OWN_FILES, OWN_RECORD
+    from tconform.module_check.exporting import OWN_FILES, OWN_RECORD, default_export_dir
     from tconform.module_check.inputs import load_factory, read_npz
     from tconform.module_check.localise import render
     from tconform.module_check.runner import parse_tolerance
     from tconform.report import table
 
-    folder = out_dir or Path("artifacts") / "check" / target.replace(":", ".")
+    folder = out_dir or default_export_dir(target)
     kept = [model_path] if model_path else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
     require_reports_apart(
         kept, json_path, junit_path, markdown_path, what="a file tconform check reads or keeps"

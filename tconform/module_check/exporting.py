@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import os
 import sys
@@ -27,7 +26,7 @@ from torch import nn
 
 from tconform import export as project_export
 from tconform.errors import UsageError
-from tconform.files import atomic_write_bytes, atomic_write_json, sha256_file
+from tconform.files import atomic_write_bytes, atomic_write_json, read_json_object, sha256_file
 from tconform.folders import MANIFEST, managed_folder
 from tconform.module_check.inputs import ModuleInputs
 from tconform.module_check.oracle import eval_mode
@@ -145,12 +144,18 @@ OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
 OWN_FILES = ("model.onnx", "export.log")
 
 
+def default_export_dir(name: str) -> Path:
+    """Where `tconform check` exports a module named `name` unless told otherwise."""
+    return Path("artifacts") / "check" / name.replace(":", ".")
+
+
 def _recorded(folder: Path) -> dict:
+    """The sha256 of each file check wrote here, as a readable check.json records them."""
     try:
-        record = json.loads((folder / OWN_RECORD).read_text())
-    except (OSError, ValueError):
+        hashes = read_json_object(folder / OWN_RECORD, what="check record").get("sha256")
+    except UsageError:  # missing or unreadable: nothing here is known to be check's own
         return {}
-    return record.get("sha256", {}) if isinstance(record, dict) else {}
+    return hashes if isinstance(hashes, dict) else {}
 
 
 def require_own_export_folder(folder: Path) -> None:
@@ -158,7 +163,7 @@ def require_own_export_folder(folder: Path) -> None:
     folder, never a golden or artifacts folder, never over a file it did not write."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder}: exists and is not a folder")
-    managed = managed_folder(folder / MANIFEST)  # the folder itself, or one above it
+    managed = managed_folder(folder, itself=True)
     if (folder / MANIFEST).exists() or managed is not None:
         raise UsageError(
             f"{folder} is or lies in a golden or artifacts folder ({managed or folder}); "

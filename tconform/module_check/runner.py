@@ -23,6 +23,7 @@ from tconform.files import sha256_file
 from tconform.models import load_checked
 from tconform.module_check.exporting import (
     DEFAULT_OPSET,
+    default_export_dir,
     export_module,
     require_own_export_folder,
 )
@@ -293,7 +294,7 @@ def check(
     for input_name in dynamic_axes:
         if input_name not in inputs.names:
             raise UsageError(f"dynamic axes: the module has no input {input_name!r}")
-    export_dir = Path(out_dir or Path("artifacts") / "check" / name)
+    export_dir = Path(out_dir or default_export_dir(name))
     if onnx_model is None:
         require_own_export_folder(export_dir)  # before anything slow runs
 
