@@ -207,15 +207,20 @@ def allow_missing_ep_option():
     )
 
 
-def artifacts_option(help: str):
+def folder_option(flag: str, dest: str, default: Path, help: str):
+    """An option naming a folder (never a file), with its default shown."""
     return click.option(
-        "--artifacts",
-        "artifacts_dir",
+        flag,
+        dest,
         type=click.Path(path_type=Path, file_okay=False),
-        default=Path("artifacts"),
+        default=default,
         show_default=True,
         help=help,
     )
+
+
+def artifacts_option(help: str):
+    return folder_option("--artifacts", "artifacts_dir", Path("artifacts"), help)
 
 
 def report_options(*formats: str):
@@ -252,13 +257,11 @@ def quiet_option():
 
 
 def generation_golden_option():
-    return click.option(
+    return folder_option(
         "--golden-generation",
         "golden_generation_dir",
-        type=click.Path(path_type=Path, file_okay=False),
-        default=Path("golden-generation"),
-        show_default=True,
-        help="Generation goldens (with --generation).",
+        Path("golden-generation"),
+        "Generation goldens (with --generation).",
     )
 
 
