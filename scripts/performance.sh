@@ -2,7 +2,8 @@
 # Re-measure docs/performance.md in one command: the machine (lscpu, load), `tconform bench` on
 # the whole model at 1x32 and 8x128 with 2 threads (both ONNX Runtime graph variants and torch
 # eager, 4 s per measurement) and ONNX Runtime's per-op profile (JSON,
-# markdown, plot), and the plain-onnxruntime cross-check of the best variants' p50s.
+# markdown, plot), the plain-onnxruntime cross-check of the best variants' p50s, and the time of
+# the model's matrix products alone (scripts/matmul_bound.py).
 # Usage: scripts/performance.sh [OUT_DIR]   (default results/performance)
 set -euo pipefail
 
@@ -18,4 +19,6 @@ tconform bench --case transformer --shape 1x32 --shape 8x128 --threads 2 --ep cp
     --plot "$out/bench-transformer.png" | tee "$out/bench-transformer.txt"
 python scripts/plain_timing.py "$out/bench-transformer.json" \
     --json "$out/plain-timing.json" | tee "$out/plain-timing.txt"
+python scripts/matmul_bound.py "$out/bench-transformer.json" \
+    --json "$out/matmul-bound.json" | tee "$out/matmul-bound.txt"
 echo "load after: $(uptime)" >>"$out/machine.txt"

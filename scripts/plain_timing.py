@@ -4,11 +4,12 @@ tconform's timing code, as a cross-check of its p50s (docs/performance.md).
     python scripts/plain_timing.py BENCH.json [--runs 20] [--json OUT.json]
 
 For every "best" entry of the bench report (the fastest ONNX Runtime variant per case, shape
-and provider; CPU only), it loads the same model file with the same threads and session config
-and times it on the same inputs, with intra-op spinning as the bench had it, the other way,
-and with the worker threads pinned to cores (session.intra_op_thread_affinities); then the
-torch reference in eager mode. Each figure is the median of --runs calls after 2 warm-ups. It
-prints whether the plain p50 agrees with the bench's within 35 %.
+and provider; CPU only), it loads the same model file with the same threads, session config
+and disabled graph transformers, and times it on the same inputs, with intra-op spinning as the
+bench had it, the other way, and with the worker threads pinned to cores
+(session.intra_op_thread_affinities); then the torch reference in eager mode. Each figure is
+the median of --runs calls after 2 warm-ups. It prints whether the plain p50 agrees with the
+bench's within 35 %.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from tconform import registry
 from tconform.config import get_preset
 from tconform.export import ExportSettings, build_module
+from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO
 from tconform.runtimes.torch import TorchRuntime
 
 AGREEMENT = 0.35
@@ -42,12 +44,23 @@ def median_ms(run, runs: int, warmup: int = 2) -> float:
     return float(np.median(times) * 1e3)
 
 
-def ort_session(model: str, threads: int, config: dict[str, str]) -> ort.InferenceSession:
+def ort_session(
+    model: str, threads: int, config: dict[str, str], disabled_optimizers: list[str]
+) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     for key, value in config.items():
         options.add_session_config_entry(key, value)
-    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model,
+        options,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=disabled_optimizers,
+    )
+    # ONNX Runtime sets the calling thread's subnormal flags for a process's first session only;
+    # set them as this session asks, as the bench does (OrtRuntime.match_calling_thread).
+    torch.set_flush_denormal(config.get(DENORMAL_AS_ZERO) == "1")
+    return session
 
 
 def session_configs(bench_config: dict[str, str], threads: int) -> dict[str, dict[str, str]]:
@@ -89,10 +102,12 @@ def main() -> None:
         runs = max(3, args.runs if best["batch"] * best["seq"] <= 256 else args.runs // 4)
         figures = {}
         for name, config in session_configs(settings.get("session_config", {}), threads).items():
-            session = ort_session(row["details"]["model"], threads, config)
+            disabled = settings.get("disabled_optimizers", [])  # as bench had them
+            session = ort_session(row["details"]["model"], threads, config, disabled)
             run = lambda s=session, f=feeds: s.run(None, f)  # noqa: E731
             figures[f"onnxruntime {name}"] = median_ms(run, runs)
             del session
+        torch.set_flush_denormal(False)  # as bench: torch with its defaults (engines.py)
         _, params = build_module(case, ExportSettings(cfg))  # the export's weights
         module = TorchRuntime().open(case.module_target(cfg, params)).module
         tensors = [torch.from_numpy(feeds[spec.name]) for spec in case.inputs(cfg)]

@@ -35,6 +35,22 @@ def workspace(tmp_path, built) -> dict[str, Path]:
 
 
 @pytest.fixture
+def thread_flushes_subnormals():
+    """Whether this thread's float arithmetic turns a subnormal into zero, judged on the bits
+    (with the flags set, a comparison with a subnormal treats it as zero too). Restores
+    PyTorch's default afterwards, so no later test inherits a flag set here."""
+    import numpy as np
+    import torch
+
+    def flushes() -> bool:
+        product = np.array([1e-40], np.float32) * np.float32(1)
+        return int(product.view(np.uint32)[0]) == 0
+
+    yield flushes
+    torch.set_flush_denormal(False)
+
+
+@pytest.fixture
 def cli(capsys):
     """Run `tconform ARGS` in-process: cli(*args) -> (exit code, stdout, stderr). An exception
     other than SystemExit escapes and fails the test: the CLI must never show a traceback."""

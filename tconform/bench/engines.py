@@ -203,6 +203,8 @@ def open_torch(
 ) -> OpenedEngine:
     """The reference module on the torch runtime (eager, or torch.compile) on `ep`, inputs
     already on the device; every run ends synchronised with the device."""
+    # PyTorch's default, subnormals kept, whatever an ONNX Runtime engine set on this thread.
+    torch.set_flush_denormal(False)
     runtime = make_runtime("torch-compile" if compiled else "torch", ep)
     session = open_subject(runtime, Subject(module=case.module_target(cfg, params)))
     args = session.arguments(feeds)

@@ -55,6 +55,7 @@ def ort_op_profile(
             runtime.graph_opt,
             runtime.intra_op_threads,
             session_config=dict(runtime.session_config),
+            disabled_optimizers=runtime.disabled_optimizers,
             profile_prefix=str(Path(tmp) / "profile"),
         )
         session = profiling.open(model).session

@@ -26,7 +26,7 @@ from tconform.export import ExportJob, ExportSettings, build_module, default_ops
 from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
 from tconform.results import Status
-from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO, OrtRuntime
 from tconform.runtimes.providers import parse_eps, unavailable_reason
 
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
@@ -37,6 +37,14 @@ SCHEMA = "tconform-bench/3"
 # Busy-waiting intra-op threads win a little on an idle machine and lose a lot where other
 # jobs share the cores (a spinning thread holds a core another process needs; docs/performance.md).
 SPINNING_KEY = "session.intra_op.allow_spinning"
+# Subnormal floats (below 1.2e-38) from the softmax's smallest weights slow ONNX Runtime's
+# matrix products on some CPUs (2x in the fused Attention on an Intel Xeon, docs/performance.md);
+# flushing them to zero changes outputs far below any tolerance. The flags are the calling
+# thread's too (OrtRuntime.match_calling_thread): the torch engines restore PyTorch's default.
+# ONNX Runtime's SkipLayerNormalization CPU kernel measured several times slower than the
+# LayerNormalization and Add it replaces (docs/performance.md), so bench leaves them unfused;
+# verify at --graph-opt basic runs the same unfused kernels.
+SKIP_LAYER_NORM_FUSION = "SkipLayerNormFusion"
 
 
 def default_threads() -> int:
@@ -71,7 +79,8 @@ def check_shape(shape: tuple[int, int], cases: tuple[Case, ...], cfg: ModelConfi
 
 def bench_settings(
     preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
-    artifacts, profile=False, spinning=False,
+    artifacts, profile=False, spinning=False, skip_layer_norm_fusion=False,
+    flush_denormals=True,
 ) -> BenchSettings:  # fmt: skip
     """Validate every option before anything slow starts."""
     cfg = get_preset(preset)
@@ -93,6 +102,8 @@ def bench_settings(
         artifacts=artifacts or Path("artifacts") / "bench" / preset,
         profile=profile,
         spinning=spinning,
+        skip_layer_norm_fusion=skip_layer_norm_fusion,
+        flush_denormals=flush_denormals,
     )
 
 
@@ -112,6 +123,8 @@ class BenchSettings:
     artifacts: Path
     profile: bool = False
     spinning: bool = False
+    skip_layer_norm_fusion: bool = False
+    flush_denormals: bool = True
 
     @property
     def attentions(self) -> tuple[str, ...]:
@@ -130,7 +143,11 @@ class BenchSettings:
             ep=ep,
             graph_opt=self.graph_opt,
             intra_op_threads=self.threads,
-            session_config={SPINNING_KEY: "1" if self.spinning else "0"},
+            session_config={
+                SPINNING_KEY: "1" if self.spinning else "0",
+                DENORMAL_AS_ZERO: "1" if self.flush_denormals else "0",
+            },
+            disabled_optimizers=() if self.skip_layer_norm_fusion else (SKIP_LAYER_NORM_FUSION,),
         )
 
     def record(self) -> dict[str, object]:
@@ -144,6 +161,7 @@ class BenchSettings:
             "torch_threads": self.threads,
             "graph_optimization": self.graph_opt,
             "session_config": self.ort_runtime("cpu").session_config,
+            "disabled_optimizers": list(self.ort_runtime("cpu").disabled_optimizers),
             "warmup": self.warmup,
             "runs": self.runs,
             "seconds": self.seconds,
@@ -158,6 +176,14 @@ ProgressBar = Callable[[int], AbstractContextManager]
 def run_bench(settings: BenchSettings, log: Log, progress_bar: ProgressBar) -> dict:
     """The whole report: environment, ceilings, unavailable providers, one row per timing, and
     the best variant per case and shape."""
+    try:
+        return _measure_all(settings, log, progress_bar)
+    finally:
+        # The calling thread back to subnormals kept, whatever ONNX Runtime set on it.
+        torch.set_flush_denormal(False)
+
+
+def _measure_all(settings: BenchSettings, log: Log, progress_bar: ProgressBar) -> dict:
     started = utc_now()
     torch.set_num_threads(settings.threads)
     models = _export(settings, log)

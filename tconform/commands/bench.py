@@ -83,6 +83,20 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     "(session.intra_op.allow_spinning); off by default for shared machines.",
 )
 @click.option(
+    "--skip-layer-norm-fusion/--no-skip-layer-norm-fusion",
+    default=False,
+    show_default=True,
+    help="Let ONNX Runtime fuse Add + LayerNormalization into SkipLayerNormalization; off by "
+    "default: its CPU kernel measured slower than the two it replaces (docs/performance.md).",
+)
+@click.option(
+    "--flush-denormals/--keep-denormals",
+    default=True,
+    show_default=True,
+    help="Let ONNX Runtime flush subnormal floats to zero (session.set_denormal_as_zero); on by "
+    "default: they slow its matrix products on some CPUs (docs/performance.md).",
+)
+@click.option(
     "--profile",
     is_flag=True,
     help="Add ONNX Runtime's per-op-type time and the share outside matrix products per row.",
@@ -135,6 +149,8 @@ def bench(
     seconds,
     artifacts,
     spinning,
+    skip_layer_norm_fusion,
+    flush_denormals,
     profile,
     json_path,
     markdown_path,
@@ -182,7 +198,7 @@ def bench(
 
     settings = bench_settings(
         preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
-        artifacts, profile, spinning,
+        artifacts, profile, spinning, skip_layer_norm_fusion, flush_denormals,
     )  # fmt: skip
     stderr = click.get_text_stream("stderr")
     log = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr

@@ -39,6 +39,8 @@ from tconform.runtimes.providers import (
 
 # Copy nodes the CUDA provider inserts between host and device; they belong to the provider.
 _COPY_OPS = {"MemcpyToHost", "MemcpyFromHost"}
+# Session config: "1" flushes subnormal floats to zero (see OrtRuntime.match_calling_thread).
+DENORMAL_AS_ZERO = "session.set_denormal_as_zero"
 
 
 class KernelMissing(TconformError):
@@ -71,6 +73,9 @@ class OrtRuntime:
     # Session config entries (SessionOptions.add_session_config_entry), e.g. bench's
     # "session.intra_op.allow_spinning"; recorded with the settings.
     session_config: dict[str, str] = field(default_factory=dict)
+    # Names of ONNX Runtime's graph transformers not to run (InferenceSession's
+    # disabled_optimizers), e.g. bench's "SkipLayerNormFusion"; recorded with the settings.
+    disabled_optimizers: tuple[str, ...] = ()
 
     @property
     def provider(self) -> str:
@@ -104,6 +109,7 @@ class OrtRuntime:
             "graph_optimization": self.graph_opt,
             "intra_op_threads": self.intra_op_threads,
             "session_config": dict(self.session_config),
+            "disabled_optimizers": list(self.disabled_optimizers),
             "onnxruntime": ort.__version__,
         }
 
@@ -129,7 +135,10 @@ class OrtRuntime:
         with captured_stderr() as log:
             try:
                 session = ort.InferenceSession(
-                    str(model_path), self.session_options(), providers=providers
+                    str(model_path),
+                    self.session_options(),
+                    providers=providers,
+                    disabled_optimizers=list(self.disabled_optimizers),
                 )
             except Exception as exc:  # ORT raises its own exception types
                 session, error = None, exc
@@ -141,9 +150,21 @@ class OrtRuntime:
             raise ProviderUnavailable(
                 f"{self.ep}: {reason} (ONNX Runtime ran the session on {', '.join(actual)} only)"
             )
+        self.match_calling_thread()
         placement, fallback_ops = assignment(session, self.provider)
         device = (DEVICE_TYPES.get(self.ep, "cpu"), self.device_id)
         return OrtSession(session, actual, placement, fallback_ops, device)
+
+    def match_calling_thread(self) -> None:
+        """Set this thread's subnormal flags as the session config asks, where it names them.
+
+        ONNX Runtime sets its worker threads for every session, but the calling thread, which
+        runs a share of every kernel, only for the first session of a process: without this a
+        session's speed and bits would depend on which session came first."""
+        if DENORMAL_AS_ZERO in self.session_config:
+            import torch  # its set_flush_denormal sets the same two flags (FTZ and DAZ)
+
+            torch.set_flush_denormal(self.session_config[DENORMAL_AS_ZERO] == "1")
 
     def _load_error(self, model_path: Path, exc: Exception) -> TconformError:
         text = str(exc).strip()

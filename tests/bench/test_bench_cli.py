@@ -72,10 +72,11 @@ def test_short_run_writes_the_documented_reports(tmp_path, monkeypatch, capsys):
         "--engine", "onnxruntime", "--engine", "torch", "--ep", "cpu", "--threads", "1",
         "--warmup", "1", "--runs", "3", "--artifacts", str(tmp_path / "artifacts"),
         "--json", str(out), "--markdown", str(tmp_path / "bench.md"),
-        "--plot", str(tmp_path / "bench.png"), "--profile",
+        "--plot", str(tmp_path / "bench.png"), "--profile", "--skip-layer-norm-fusion",
     )  # fmt: skip
     report = json.loads(out.read_text())
     assert {"environment", "ceiling", "results"} <= set(report)
+    assert report["settings"]["disabled_optimizers"] == []  # --skip-layer-norm-fusion
     assert report["ceiling"]["gemm_gflops"] > 0
     assert report["settings"]["intra_op_threads"] == report["settings"]["torch_threads"] == 1
     rows = report["results"]
@@ -118,7 +119,11 @@ def test_graph_variants_are_engines_and_the_report_names_the_best(tmp_path, monk
         "--artifacts", str(tmp_path / "bench"), "--json", str(out),
     )  # fmt: skip
     report = json.loads(out.read_text())
-    assert report["settings"]["session_config"] == {"session.intra_op.allow_spinning": "0"}
+    assert report["settings"]["session_config"] == {
+        "session.intra_op.allow_spinning": "0",
+        "session.set_denormal_as_zero": "1",
+    }
+    assert report["settings"]["disabled_optimizers"] == ["SkipLayerNormFusion"]  # the default
     rows = {r["engine"]: r for r in report["results"]}
     assert rows["onnxruntime"]["details"]["attention"] == "plain"
     sdpa = rows["onnxruntime-sdpa"]

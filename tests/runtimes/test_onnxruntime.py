@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +238,87 @@ def test_a_kernel_error_is_raised_without_onnx_runtimes_own_log(tmp_path, capfd)
     with pytest.raises(Exception, match="cannot be reshaped"):
         session.run({"x": np.zeros(7, np.float32)})
     assert capfd.readouterr().err == ""
+
+
+def _add_then_layer_norm(tmp_path: Path) -> Path:
+    """Y = LayerNormalization(X + skip), which ONNX Runtime fuses to SkipLayerNormalization."""
+    shape = [1, 4, 8]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "skip"], ["sum"]),
+            helper.make_node("LayerNormalization", ["sum", "gamma", "beta"], ["y"], axis=-1),
+        ],
+        "add_layer_norm",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, shape),
+            helper.make_tensor_value_info("skip", TensorProto.FLOAT, shape),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [
+            onnx.numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+            onnx.numpy_helper.from_array(np.zeros(8, np.float32), "beta"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    path = tmp_path / "add_layer_norm.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+@dataclass
+class SavingOrtRuntime(OrtRuntime):
+    """OrtRuntime that has ONNX Runtime save the graph it optimised (its fusions included)."""
+
+    saved: str = "optimised.onnx"
+
+    def session_options(self) -> ort.SessionOptions:
+        options = super().session_options()
+        options.optimized_model_filepath = self.saved
+        return options
+
+
+@pytest.mark.parametrize(
+    "disabled, expected_ops",
+    [((), {"SkipLayerNormalization"}), (("SkipLayerNormFusion",), {"Add", "LayerNormalization"})],
+)
+def test_disabled_optimizers_reach_the_session_and_the_settings(disabled, expected_ops, tmp_path):
+    runtime = SavingOrtRuntime(disabled_optimizers=disabled, saved=str(tmp_path / "saved.onnx"))
+    runtime.open(_add_then_layer_norm(tmp_path))
+    assert {n.op_type for n in onnx.load(runtime.saved).graph.node} == expected_ops
+    assert runtime.settings()["disabled_optimizers"] == list(disabled)
+
+
+def _square(tmp_path: Path) -> Path:
+    """Y = A * A on one float: 1e-20 squared is the subnormal 1e-40, or zero when flushed."""
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["a", "a"], ["y"])],
+        "square",
+        [value("a", TensorProto.FLOAT, [1])],
+        [value("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    path = tmp_path / "square.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("first, then", [("0", "1"), ("1", "0")])
+def test_every_session_sets_the_calling_thread_as_its_config_asks(
+    first, then, tmp_path, thread_flushes_subnormals
+):
+    # ONNX Runtime itself sets the calling thread for the first session of a process only.
+    path = _square(tmp_path)
+    OrtRuntime(session_config={onnxruntime_runtime.DENORMAL_AS_ZERO: first}).open(path)
+    session = OrtRuntime(session_config={onnxruntime_runtime.DENORMAL_AS_ZERO: then}).open(path)
+    assert thread_flushes_subnormals() == (then == "1")
+    squared = session.run({"a": np.array([1e-20], np.float32)})[0]
+    assert (int(squared.view(np.uint32)[0]) == 0) == (then == "1")
+
+
+def test_a_session_without_the_key_leaves_the_thread_as_it_was(tmp_path, thread_flushes_subnormals):
+    import torch
+
+    torch.set_flush_denormal(True)
+    OrtRuntime().open(_square(tmp_path))
+    assert thread_flushes_subnormals()
