@@ -7,6 +7,7 @@ holds the same value at the same place; a shape or dtype mismatch is a failure o
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -110,7 +111,12 @@ def compare_output(
     allowed = tol.atol + tol.rtol * np.abs(np.where(finite, g, 0.0))
     bad = (finite & (err > allowed)) | bad_nonfinite
     rel = np.where(finite & (g != 0), err / np.where(g != 0, np.abs(g), 1.0), 0.0)
-    used = np.where(finite, err / allowed, 0.0)
+    # The share of its allowance each element used; with none allowed (atol = rtol = 0, an
+    # exactness check) an exact element used none and any error an unbounded share.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(allowed > 0, err / allowed, np.where(err > 0, np.inf, 0.0))
+    used = np.where(finite, share, 0.0)
+    worst_used = float(used.max()) if used.size else 0.0
 
     result = OutputComparison(
         name,
@@ -126,7 +132,8 @@ def compare_output(
         max_rel_err=float(rel.max()) if rel.size else 0.0,
         mean_abs_err=float(err[finite].mean()) if finite.any() else 0.0,
         mismatches=int(bad.sum()),
-        tolerance_used=float(used.max()) if used.size else 0.0,
+        # None where unbounded: JSON has no Infinity (the mismatch count says it failed).
+        tolerance_used=worst_used if np.isfinite(worst_used) else None,
     )
     if bad_nonfinite.any():
         result.kind = "nonfinite"
@@ -149,9 +156,15 @@ def compare_output(
             result.worst.append(
                 {
                     "index": list(idx),
-                    "actual": float(a[idx]),
-                    "golden": float(g[idx]),
-                    "abs_err": float(abs(a[idx] - g[idx])),
+                    "actual": _json_number(a[idx]),
+                    "golden": _json_number(g[idx]),
+                    "abs_err": _json_number(abs(a[idx] - g[idx])),
                 }
             )
     return result
+
+
+def _json_number(value: float) -> float | str:
+    """A float for a report; "nan", "inf" or "-inf" as text, since JSON has no such numbers."""
+    value = float(value)
+    return value if math.isfinite(value) else str(value)

@@ -7,6 +7,7 @@ Its dict form is the stable JSON schema documented in the README ("JSON report")
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Iterable
@@ -126,7 +127,7 @@ def checked_fields(cls: type, data: object) -> dict:
             raise ValueError(f"{cls.__name__} has no field {name!r}")
         if not _matches(value, hints[name]):
             kind = getattr(hints[name], "__name__", str(hints[name]))
-            raise ValueError(f"{name} {value!r}: expected {kind}")
+            raise ValueError(f"{name} {value!r}: expected {kind} (numbers finite)")
     return dict(data)
 
 
@@ -136,8 +137,10 @@ def _matches(value: object, hint: object) -> bool:
         return any(_matches(value, arg) for arg in args)
     if hint is type(None):
         return value is None
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is float:  # tconform writes only finite numbers; JSON has no Infinity or NaN
+        return (
+            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        )
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint in (str, bool):

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -45,3 +47,18 @@ def test_float16_output_compares_against_float32_golden():
     golden = np.array([1.0, 2.0], dtype=np.float32)
     result = compare_output("y", golden.astype(np.float16), golden, Tolerance(1e-2, 1e-2, ""))
     assert result.status == "pass"
+
+
+@pytest.mark.parametrize("error, status, used", [(0.0, "pass", 0.0), (1e-9, "fail", None)])
+def test_a_zero_tolerance_is_an_exactness_check_with_json_safe_figures(error, status, used):
+    """atol = rtol = 0 (what `check --atol 0 --rtol 0` asks): exact is a pass that used none of
+    it, any error a failure whose share is unbounded (None, since JSON has no Infinity)."""
+    import warnings
+
+    golden = np.array([0.0, 1.0, 2.0])
+    actual = golden + np.array([0.0, error, 0.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division warning either
+        result = compare_output("y", actual, golden, Tolerance(0, 0, "exact"))
+    assert (result.status, result.tolerance_used) == (status, used)
+    json.dumps(result.to_dict(), allow_nan=False)  # raises on NaN or Infinity

@@ -3,6 +3,8 @@ passes (as docs/sensitivity.md says), and the model file is never touched by the
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +33,22 @@ def pairs(expectation: str) -> list:
 
 def verify_given_model(case: str, model: Path) -> str:
     """'pass' or 'fail': what `tconform verify --model CASE=PATH` says of `model` against the
-    committed goldens (exit 0 or 1; anything else fails the test)."""
+    committed goldens (exit 0 or 1; anything else fails the test). Its JSON report must be
+    strict JSON, even where the model's outputs are NaN or infinite."""
     from tconform.cli import main
 
-    args = ["verify", "--model", f"{case}={model}", "--golden", str(GOLDEN)]
-    with pytest.raises(SystemExit) as ended:
-        main([*args, "--no-doc", "--no-torch", "-q"])
-    assert ended.value.code in (0, 1), f"verify --model exited {ended.value.code}"
+    with tempfile.TemporaryDirectory() as reports:  # not beside the model: a folder of models
+        report = Path(reports) / "report.json"
+        args = ["verify", "--model", f"{case}={model}", "--golden", str(GOLDEN)]
+        with pytest.raises(SystemExit) as ended:
+            main([*args, "--json", str(report), "--no-doc", "--no-torch", "-q"])
+        assert ended.value.code in (0, 1), f"verify --model exited {ended.value.code}"
+        json.loads(report.read_text(), parse_constant=refuse_nonfinite)
     return "pass" if ended.value.code == 0 else "fail"
+
+
+def refuse_nonfinite(token: str) -> None:
+    raise AssertionError(f"the report holds {token}, which JSON does not have")
 
 
 @pytest.fixture(scope="module")

@@ -89,7 +89,8 @@ def test_a_pipe_or_a_huge_file_is_refused_before_reading(tmp_path):
 @pytest.mark.parametrize(
     ("field", "value"),
     [("case", 7), ("case", None), ("input_set", 7), ("cell", ["x"]), ("runtime", {}),
-     ("notes", 7), ("placement", "zz"), ("seconds", "zz"), ("ep_actual", [1])],
+     ("notes", 7), ("placement", "zz"), ("seconds", "zz"), ("ep_actual", [1]),
+     ("seconds", float("inf")), ("seconds", float("nan"))],
 )  # fmt: skip
 def test_a_result_field_of_the_wrong_type_is_named(tmp_path, field, value):
     """What `to_dict` could not have written is refused, naming the field, before any table or
@@ -99,6 +100,20 @@ def test_a_result_field_of_the_wrong_type_is_named(tmp_path, field, value):
     path = tmp_path / "s.json"
     path.write_text(json.dumps(report))
     with pytest.raises(UsageError, match=f"result 0 is not a verify result.*{field}"):
+        merge([path])
+
+
+def test_an_infinite_error_in_a_passing_output_is_refused(tmp_path):
+    """Python reads `Infinity` as a float; a merged report would carry it on as invalid JSON."""
+    report = _shard()
+    report["results"][0]["outputs"] = [
+        {"name": "y", "shape": [2], "status": "pass", "kind": "ok", "atol": 1e-5, "rtol": 1e-5,
+         "max_abs_err": float("inf")}
+    ]  # fmt: skip
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(report))  # writes the bare token Infinity
+    assert "Infinity" in path.read_text()
+    with pytest.raises(UsageError, match="max_abs_err inf: expected float"):
         merge([path])
 
 
