@@ -45,34 +45,41 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
-class QuietWhenReaderGone:
-    """stdout that stops writing, silently, once its reader has gone (`tconform verify | head`):
-    the run goes on, writes its reports and exits with its own code. (Left alone, click turns
-    the broken pipe into exit 1, which reads as a conformance failure.)"""
+class ForgivingStdout:
+    """stdout that never stops a run. Once its reader has gone (`tconform verify | head`) it
+    drops what follows silently: the run goes on, writes its reports and exits with its own code
+    (left alone, click turns the broken pipe into exit 1, which reads as a conformance failure).
+    Where it cannot be written (`>/dev/full`) it drops the rest too and keeps the error, which
+    main() reports in one line naming stdout once the run, and its reports, are done."""
 
     def __init__(self, stream) -> None:
         self._stream = stream
         self._gone = False
+        self.error: OSError | None = None
 
-    def _reader_gone(self) -> None:
+    def _stop_writing(self) -> None:
         self._gone = True
         # What Python still holds for the real stdout is flushed at exit: into /dev/null.
         os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
 
+    def _attempt(self, action):
+        try:
+            return action()
+        except BrokenPipeError:
+            self._stop_writing()
+        except OSError as exc:
+            self.error = OSError(exc.errno, exc.strerror, "stdout")
+            self._stop_writing()
+        return None
+
     def write(self, text: str) -> int:
         if not self._gone:
-            try:
-                return self._stream.write(text)
-            except BrokenPipeError:
-                self._reader_gone()
+            self._attempt(lambda: self._stream.write(text))
         return len(text)
 
     def flush(self) -> None:
         if not self._gone:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                self._reader_gone()
+            self._attempt(self._stream.flush)
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
@@ -85,10 +92,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the process)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
-    if not isinstance(sys.stdout, QuietWhenReaderGone):
-        sys.stdout = QuietWhenReaderGone(sys.stdout)
+    if not isinstance(sys.stdout, ForgivingStdout):
+        sys.stdout = ForgivingStdout(sys.stdout)
+    sys.stdout.error = None  # an earlier run in this process had its own stdout
     try:
         code = cli.main(args=argv, prog_name="tconform", standalone_mode=False)
+    except SystemExit as exc:  # a command that ended with its exit code (sys.exit, ctx.exit)
+        code = exc.code
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("tconform: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -108,4 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     except MemoryError:
         click.echo("tconform: error: out of memory (try a smaller shape or preset)", err=True)
         sys.exit(EXIT_USAGE)
+    sys.stdout.flush()  # what is still buffered meets a full disk here, not unseen at exit
+    lost = sys.stdout.error
+    if lost is not None:  # the run and its reports are done; what it printed is lost
+        click.echo(f"tconform: error: {lost.filename}: {lost.strerror}", err=True)
+        sys.exit(code or EXIT_USAGE)
     sys.exit(code or 0)

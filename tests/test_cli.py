@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -250,6 +251,28 @@ def test_a_reader_that_goes_away_does_not_change_the_exit_code():
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert b"Traceback" not in err and b"Exception ignored" not in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_stdout_is_one_line_naming_it_after_the_reports(workspace, tmp_path):
+    """`tconform verify ... >/dev/full`: the run and its JSON report complete, then one line
+    says it was stdout that could not be written (exit 2: the printed output is lost)."""
+    import subprocess
+    import sys
+
+    report = tmp_path / "r.json"
+    args = ["--golden", str(workspace["golden"]), "--artifacts", str(workspace["artifacts"])]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "tconform", "verify", *args, *FAST, "--case", "norm",
+             "--json", str(report)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == ["tconform: error: stdout: No space left on device"]
+    assert {r["status"] for r in json.loads(report.read_text())["results"]} == {"pass"}
 
 
 def test_a_closed_stdout_does_not_change_the_exit_code():
