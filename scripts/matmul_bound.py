@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from tconform.bench.timing import timed_runs
 from tconform.config import ModelConfig, get_preset
 from tconform.costs import transformer_flops
 from tconform.runtimes.onnxruntime import OrtRuntime
@@ -62,18 +62,6 @@ def products_model(products: list[tuple[int, int]], path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def time_ms(run, runs: int, warmup: int = 3) -> tuple[float, float]:
-    """(best, median) wall time of `run` in ms."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return min(times) * 1e3, float(np.median(times)) * 1e3
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bench", type=Path, help="a tconform bench JSON report")
@@ -104,7 +92,8 @@ def main() -> None:
             assert flop + per_head == transformer_flops(cfg, batch, seq, seq), "product list"
             x = np.random.default_rng(1).standard_normal((rows_in, cfg.d_model), np.float32)
             runs = args.runs if rows_in <= 256 else max(3, args.runs // 6)
-            best_ms, median_ms = time_ms(lambda s=session, x=x: s.run(None, {"x": x}), runs)
+            times = timed_runs(lambda s=session, x=x: s.run(None, {"x": x}), warmup=3, runs=runs)
+            best_ms, median_ms = min(times) * 1e3, float(np.median(times)) * 1e3
             row = {
                 "case": "transformer", "batch": batch, "seq": seq,
                 "products": len(products), "gflop": round(flop / 1e9, 3),
