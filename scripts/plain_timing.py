@@ -102,7 +102,9 @@ def main() -> None:
         runs = max(3, args.runs if best["batch"] * best["seq"] <= 256 else args.runs // 4)
         figures = {}
         for name, config in session_configs(settings.get("session_config", {}), threads).items():
-            disabled = settings.get("disabled_optimizers", [])  # as bench had them
+            disabled = settings.get("disabled_optimizers", {})  # as bench had them
+            if isinstance(disabled, dict):  # per provider; reports of 2026-11-23 have one list
+                disabled = disabled.get("cpu", [])
             session = ort_session(row["details"]["model"], threads, config, disabled)
             run = lambda s=session, f=feeds: s.run(None, f)  # noqa: E731
             figures[f"onnxruntime {name}"] = median_ms(run, runs)

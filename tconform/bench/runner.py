@@ -37,10 +37,6 @@ SCHEMA = "tconform-bench/3"
 # Busy-waiting intra-op threads win a little on an idle machine and lose a lot where other
 # jobs share the cores (a spinning thread holds a core another process needs; docs/performance.md).
 SPINNING_KEY = "session.intra_op.allow_spinning"
-# Subnormal floats (below 1.2e-38) from the softmax's smallest weights slow ONNX Runtime's
-# matrix products on some CPUs (2x in the fused Attention on an Intel Xeon, docs/performance.md);
-# flushing them to zero changes outputs far below any tolerance. The flags are the calling
-# thread's too (OrtRuntime.match_calling_thread): the torch engines restore PyTorch's default.
 # ONNX Runtime's SkipLayerNormalization CPU kernel measured several times slower than the
 # LayerNormalization and Add it replaces (docs/performance.md), so bench leaves them unfused;
 # verify at --graph-opt basic runs the same unfused kernels.
@@ -145,9 +141,15 @@ class BenchSettings:
             intra_op_threads=self.threads,
             session_config={
                 SPINNING_KEY: "1" if self.spinning else "0",
+                # Subnormal floats (below 1.2e-38) from the softmax's smallest weights slowed
+                # the fused Attention 2x on an Intel Xeon (docs/performance.md); flushing them
+                # changed no output bit. The torch engines restore PyTorch's default.
                 DENORMAL_AS_ZERO: "1" if self.flush_denormals else "0",
             },
-            disabled_optimizers=() if self.skip_layer_norm_fusion else (SKIP_LAYER_NORM_FUSION,),
+            # Measured on the CPU provider only; CUDA has its own SkipLayerNormalization kernel.
+            disabled_optimizers=(SKIP_LAYER_NORM_FUSION,)
+            if ep == "cpu" and not self.skip_layer_norm_fusion
+            else (),
         )
 
     def record(self) -> dict[str, object]:
@@ -161,7 +163,9 @@ class BenchSettings:
             "torch_threads": self.threads,
             "graph_optimization": self.graph_opt,
             "session_config": self.ort_runtime("cpu").session_config,
-            "disabled_optimizers": list(self.ort_runtime("cpu").disabled_optimizers),
+            "disabled_optimizers": {
+                ep: list(self.ort_runtime(ep).disabled_optimizers) for ep in self.eps
+            },
             "warmup": self.warmup,
             "runs": self.runs,
             "seconds": self.seconds,

@@ -76,7 +76,7 @@ def test_short_run_writes_the_documented_reports(tmp_path, monkeypatch, capsys):
     )  # fmt: skip
     report = json.loads(out.read_text())
     assert {"environment", "ceiling", "results"} <= set(report)
-    assert report["settings"]["disabled_optimizers"] == []  # --skip-layer-norm-fusion
+    assert report["settings"]["disabled_optimizers"] == {"cpu": []}  # --skip-layer-norm-fusion
     assert report["ceiling"]["gemm_gflops"] > 0
     assert report["settings"]["intra_op_threads"] == report["settings"]["torch_threads"] == 1
     rows = report["results"]
@@ -123,7 +123,7 @@ def test_graph_variants_are_engines_and_the_report_names_the_best(tmp_path, monk
         "session.intra_op.allow_spinning": "0",
         "session.set_denormal_as_zero": "1",
     }
-    assert report["settings"]["disabled_optimizers"] == ["SkipLayerNormFusion"]  # the default
+    assert report["settings"]["disabled_optimizers"] == {"cpu": ["SkipLayerNormFusion"]}
     rows = {r["engine"]: r for r in report["results"]}
     assert rows["onnxruntime"]["details"]["attention"] == "plain"
     sdpa = rows["onnxruntime-sdpa"]
