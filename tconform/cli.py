@@ -20,6 +20,7 @@ from tconform.commands.doc import doc
 from tconform.commands.export import export
 from tconform.commands.golden import golden
 from tconform.commands.report import report
+from tconform.commands.run import write_error_reports
 from tconform.commands.verify import verify
 from tconform.errors import (
     EXIT_INTERRUPTED,
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("tconform: terminated", err=True)
         sys.exit(EXIT_TERMINATED)
     except click.ClickException as exc:  # usage errors: one line naming the option, exit 2
+        write_error_reports(cli, sys.argv[1:] if argv is None else argv, exc.format_message(),
+                            exc.exit_code)  # fmt: skip
         click.echo(f"tconform: error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except TconformError as exc:

@@ -108,6 +108,58 @@ def test_a_corrupt_golden_found_midway_still_writes_every_report(cli, workspace,
     assert "stopped early" in paths["md"].read_text()
 
 
+def test_a_bad_option_still_writes_every_report_with_its_error(cli, tmp_path):
+    """Click refuses `--exporter nosuch` before verify starts; CI still finds its reports."""
+    paths = {f: tmp_path / f"r.{f}" for f in ("json", "xml", "md")}
+    code, _, err = cli(
+        "verify", "--exporter", "nosuch", "--json", str(paths["json"]),
+        "--junit", str(paths["xml"]), "--markdown", str(paths["md"]),
+    )  # fmt: skip
+    assert code == 2 and "nosuch" in err and one_line(err)
+    report = json.loads(paths["json"].read_text())
+    assert (report["exit_code"], report["results"]) == (2, [])
+    assert "nosuch" in report["error"]["message"]
+    errors = list(ET.parse(paths["xml"]).getroot().iter("error"))
+    assert any("nosuch" in e.get("message") for e in errors)
+    assert "stopped early (exit 2)" in paths["md"].read_text()
+    # A later bad option replaces what tconform wrote there.
+    assert cli("verify", "--opset", "x", "--json", str(paths["json"]))[0] == 2
+    assert "--opset" in json.loads(paths["json"].read_text())["error"]["message"]
+
+
+def test_a_bad_options_report_never_replaces_what_tconform_did_not_write(cli, tmp_path):
+    users = tmp_path / "notes.json"  # a user's own JSON
+    users.write_text('{"mine": true}\n')
+    assert cli("verify", "--exporter", "nosuch", "--json", str(users))[0] == 2
+    # A model under test, even one that reads like a report, is never a report's target.
+    assert cli("verify", "--exporter", "nosuch", "--json", str(tmp_path / "r.json"))[0] == 2
+    model = tmp_path / "model.json"
+    model.write_bytes((tmp_path / "r.json").read_bytes())
+    assert (
+        cli("verify", "--model", f"norm={model}", "--exporter", "nosuch", "--json", str(model))[0]
+        == 2
+    )
+    # Nor inside a folder the command was given, nor a bench report (its own format).
+    folder = tmp_path / "given"
+    folder.mkdir()
+    assert (
+        cli(
+            "verify",
+            "--golden",
+            str(folder),
+            "--preset",
+            "nosuch",
+            "--json",
+            str(folder / "r.json"),
+        )[0]
+        == 2
+    )
+    assert cli("bench", "--exporter", "nosuch", "--json", str(tmp_path / "b.json"))[0] == 2
+    assert users.read_text() == '{"mine": true}\n'
+    assert model.read_bytes() == (tmp_path / "r.json").read_bytes()
+    assert not (folder / "r.json").exists() and not (tmp_path / "b.json").exists()
+
+
 def test_report_paths_are_checked_before_anything_runs(cli, workspace, tmp_path):
     fresh = tmp_path / "fresh-artifacts"
     for option, value, message in (

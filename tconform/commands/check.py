@@ -14,7 +14,7 @@ from tconform.commands.options import (
     report_options,
     require_reports_apart,
 )
-from tconform.commands.run import run_and_report
+from tconform.commands.run import run_and_report, writes_run_report
 
 
 def _provenance(report) -> str:
@@ -32,6 +32,7 @@ def _provenance(report) -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
+@writes_run_report("check")
 @click.command("check")
 @click.argument("target", metavar="PACKAGE.MODULE:FACTORY")
 @click.option(

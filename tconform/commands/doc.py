@@ -18,7 +18,7 @@ from tconform.commands.options import (
     quiet_option,
     report_options,
 )
-from tconform.commands.run import run_and_report
+from tconform.commands.run import run_and_report, writes_run_report
 
 SHORT = {"pass": "pass", "fail": "FAIL", "unavailable": "n/a", "error": "ERROR", "skip": "skip"}
 
@@ -64,6 +64,7 @@ def format_doc_table(report) -> str:
     )
 
 
+@writes_run_report("doc")
 @click.command("doc")
 @artifacts_option("Artifacts folder; the document components are exported under DIR/doc/<config>/.")
 @ep_option()

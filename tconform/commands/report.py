@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tconform.commands.options import quiet_option, report_options, require_reports_apart
-from tconform.commands.run import run_and_report
+from tconform.commands.run import run_and_report, writes_run_report
 
 
 @click.group("report")
@@ -15,6 +15,7 @@ def report() -> None:
     """Work with the JSON reports of other runs."""
 
 
+@writes_run_report("verify")
 @report.command("merge")
 @click.argument(
     "reports",

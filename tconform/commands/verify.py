@@ -20,7 +20,7 @@ from tconform.commands.options import (
     require_reports_apart,
     shard_option,
 )
-from tconform.commands.run import run_and_report
+from tconform.commands.run import run_and_report, writes_run_report
 
 
 def _export():
@@ -62,6 +62,7 @@ def matrix_axis_options(command):
     return command
 
 
+@writes_run_report("verify")
 @click.command("verify")
 @click.option(
     "--golden",

@@ -28,3 +28,17 @@ def build(report: RunReport) -> dict[str, object]:
 
 def write(path: Path, report: RunReport) -> None:
     atomic_write_json(path, build(report))
+
+
+def is_own(path: Path) -> bool:
+    """Whether `path` holds a JSON report tconform wrote (so replacing it loses nothing)."""
+    from tconform.errors import UsageError
+    from tconform.files import read_json_object
+
+    try:
+        data = read_json_object(path)
+    except UsageError:
+        return False
+    return data.get("tool") == "tconform" and str(data.get("schema", "")).startswith(
+        "tconform-report/"
+    )

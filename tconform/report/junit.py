@@ -71,6 +71,15 @@ def build(report: RunReport) -> ET.Element:
     return root
 
 
+def is_own(path: Path) -> bool:
+    """Whether `path` holds JUnit XML tconform wrote (so replacing it loses nothing)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError):
+        return False
+    return root.tag == "testsuites" and root.get("name", "").startswith("tconform ")
+
+
 def write(path: Path, report: RunReport) -> None:
     tree = ET.ElementTree(build(report))
     ET.indent(tree)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from tconform.files import atomic_write_bytes
@@ -9,6 +10,7 @@ from tconform.report import RunReport, pivot
 from tconform.results import Result
 from tconform.runtimes.labels import runtime_label
 
+HEADER = "| case | runtime | precision | providers used | worst tol used | status | model |"
 _RANK = {"pass": 0, "tie": 1, "skip": 1, "unavailable": 2, "fail": 3, "error": 4}
 
 
@@ -34,10 +36,7 @@ def build(report: RunReport) -> str:
             f"{report.error['message']}",
             "",
         ]
-    lines += [
-        "| case | runtime | precision | providers used | worst tol used | status | model |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines += [HEADER, "|---|---|---|---|---|---|---|"]
     for (case, runtime), r in worst.items():
         used = "-" if r.worst_used is None else f"{r.worst_used:.1%}"
         model = f"{r.model.origin} `{r.model.path}` {r.model.sha256[:12]}" if r.model else "-"
@@ -79,6 +78,15 @@ def _localisations(found: list[dict]) -> list[str]:
             name = b["path"] or "(whole module)"
             lines.append(f"| `{name}` | {b['cls'].rsplit('.', 1)[-1]} | {figures} |")
     return lines
+
+
+def is_own(path: Path) -> bool:
+    """Whether `path` holds a markdown summary tconform wrote (so replacing it loses nothing)."""
+    try:
+        with path.open(encoding="utf-8") as text:
+            return any(line.rstrip("\n") == HEADER for line in itertools.islice(text, 8))
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def write(path: Path, report: RunReport) -> None:
