@@ -366,18 +366,6 @@ def _wait_for_workers(process: subprocess.Popen, timeout: float = 60) -> list[ps
     pytest.fail("the export pool never started")
 
 
-def _wait_for_the_first_model(process: subprocess.Popen) -> tuple[list[psutil.Process], str]:
-    """The export's workers and its stderr so far, once the first model is exported: the pool
-    is then running work, past the spawn window in which export.py documents that a Ctrl-C can
-    be lost (seen on a 2-core machine as an export that ran to the end, exit 0)."""
-    read = []
-    for text in process.stderr:
-        read.append(text)
-        if " exported " in text:
-            return psutil.Process(process.pid).children(recursive=True), "".join(read)
-    pytest.fail(f"the export ended before its first model: {''.join(read)}")
-
-
 def _all_gone(processes: list[psutil.Process], timeout: float = 15) -> bool:
     _, alive = psutil.wait_procs(processes, timeout=timeout)
     return not alive
@@ -389,10 +377,9 @@ def _all_gone(processes: list[psutil.Process], timeout: float = 15) -> bool:
 )
 def test_a_signal_during_export_ends_promptly_with_one_line(tmp_path, sig, code, line):
     process = _tconform("export", "--out", str(tmp_path / "a"), "--jobs", "2")
-    workers, read = _wait_for_the_first_model(process)
+    workers = _wait_for_workers(process)
     os.killpg(process.pid, sig) if sig == signal.SIGINT else process.send_signal(sig)
-    _, rest = process.communicate(timeout=60)
-    err = read + rest
+    _, err = process.communicate(timeout=60)
     assert process.returncode == code, err
     assert err.strip().splitlines()[-1] == f"tconform: {line}" and "Traceback" not in err
     assert "terminate called" not in err
