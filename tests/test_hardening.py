@@ -348,6 +348,9 @@ def _tconform(*args: str, **popen) -> subprocess.Popen:
         text=True,
         env=env,
         start_new_session=True,
+        # Ctrl-C as a terminal delivers it: a test run started in the background by a
+        # non-interactive shell (`pytest &`) has SIGINT ignored, which every child would inherit.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         **popen,
     )
 
