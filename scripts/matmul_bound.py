@@ -17,13 +17,13 @@ p50s: ONNX Runtime's best variant, torch eager and the memory floor.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
+from bench_report import read_bench_report
 from onnx import TensorProto, helper, numpy_helper
 
 from tconform.bench.timing import timed_runs
@@ -63,13 +63,7 @@ def products_model(products: list[tuple[int, int]], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("bench", type=Path, help="a tconform bench JSON report")
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
-    args = parser.parse_args()
-
-    report = json.loads(args.bench.read_text())
+    args, report = read_bench_report(__doc__.splitlines()[0], runs=30)
     settings = report["settings"]
     cfg = get_preset(settings["preset"])
     products = weight_products(cfg)

@@ -3,7 +3,8 @@
 # the whole model at 1x32 and 8x128 with 2 threads (both ONNX Runtime graph variants and torch
 # eager, 4 s per measurement) and ONNX Runtime's per-op profile (JSON,
 # markdown, plot), the plain-onnxruntime cross-check of the best variants' p50s, and the time of
-# the model's matrix products alone (scripts/matmul_bound.py).
+# the model's matrix products alone (scripts/matmul_bound.py), and what the bench's session
+# settings change in the outputs (scripts/settings_outputs.py).
 # Usage: scripts/performance.sh [OUT_DIR]   (default results/performance)
 set -euo pipefail
 
@@ -21,4 +22,6 @@ python scripts/plain_timing.py "$out/bench-transformer.json" \
     --json "$out/plain-timing.json" | tee "$out/plain-timing.txt"
 python scripts/matmul_bound.py "$out/bench-transformer.json" \
     --json "$out/matmul-bound.json" | tee "$out/matmul-bound.txt"
+python scripts/settings_outputs.py "$out/bench-transformer.json" \
+    --json "$out/settings-outputs.json" | tee "$out/settings-outputs.txt"
 echo "load after: $(uptime)" >>"$out/machine.txt"

@@ -14,14 +14,13 @@ bench's within 35 %.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import torch
+from bench_report import best_cpu_rows, read_bench_report
 
 from tconform import registry
 from tconform.config import get_preset
@@ -78,24 +77,12 @@ def session_configs(bench_config: dict[str, str], threads: int) -> dict[str, dic
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("bench", type=Path, help="a tconform bench JSON report")
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
-    args = parser.parse_args()
-
-    report = json.loads(args.bench.read_text())
+    args, report = read_bench_report(__doc__.splitlines()[0], runs=20)
     settings = report["settings"]
     cfg, threads = get_preset(settings["preset"]), settings["intra_op_threads"]
     torch.set_num_threads(threads)
     checks = []
-    for best in (b for b in report["best"] if b["ep"] == "cpu"):
-        row = next(
-            r
-            for r in report["results"]
-            if (r["case"], r["batch"], r["seq"], r["ep"], r["engine"])
-            == (best["case"], best["batch"], best["seq"], "cpu", best["best_engine"])
-        )
+    for best, row in best_cpu_rows(report):
         case = registry.get_case(best["case"])
         shape = registry.Shape(best["batch"], best["seq"], best["seq"])
         feeds = registry.make_inputs(case, cfg, shape, np.random.default_rng(0))  # as bench

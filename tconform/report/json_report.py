@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tconform.files import atomic_write_json
+from tconform.errors import UsageError
+from tconform.files import atomic_write_json, read_json_object
 from tconform.report import RunReport
 from tconform.versions import tool_version
 
@@ -31,14 +32,11 @@ def write(path: Path, report: RunReport) -> None:
 
 
 def is_own(path: Path) -> bool:
-    """Whether `path` holds a JSON report tconform wrote (so replacing it loses nothing)."""
-    from tconform.errors import UsageError
-    from tconform.files import read_json_object
-
+    """Whether `path` holds a JSON report tconform wrote (so replacing it loses nothing), of
+    this schema or an earlier version of it."""
     try:
         data = read_json_object(path)
     except UsageError:
         return False
-    return data.get("tool") == "tconform" and str(data.get("schema", "")).startswith(
-        "tconform-report/"
-    )
+    family = SCHEMA.rsplit("/", 1)[0] + "/"
+    return data.get("tool") == "tconform" and str(data.get("schema", "")).startswith(family)
