@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,8 @@ from onnx import TensorProto, helper, numpy_helper
 from tconform.bench.timing import timed_runs
 from tconform.config import ModelConfig, get_preset
 from tconform.costs import transformer_flops
+from tconform.execution import Subject, open_subject
+from tconform.models import derived_file
 from tconform.runtimes.onnxruntime import OrtRuntime
 
 
@@ -68,14 +71,14 @@ def main() -> None:
     cfg = get_preset(settings["preset"])
     products = weight_products(cfg)
     runtime = OrtRuntime(
-        intra_op_threads=settings["intra_op_threads"],
+        threads=settings["intra_op_threads"],
         session_config=settings.get("session_config", {}),
     )
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         path = Path(tmp) / "weight_products.onnx"
         products_model(products, path)
-        session = runtime.open(path).session
+        opened = stack.enter_context(open_subject(runtime, Subject(derived_file(path))))
         entries = (b for b in report["best"] if b["case"] == "transformer" and b["ep"] == "cpu")
         for best in entries:
             batch, seq = best["batch"], best["seq"]
@@ -86,7 +89,8 @@ def main() -> None:
             assert flop + per_head == transformer_flops(cfg, batch, seq, seq), "product list"
             x = np.random.default_rng(1).standard_normal((rows_in, cfg.d_model), np.float32)
             runs = args.runs if rows_in <= 256 else max(3, args.runs // 6)
-            times = timed_runs(lambda s=session, x=x: s.run(None, {"x": x}), warmup=3, runs=runs)
+            call = opened.timed_call({"x": x})
+            times = timed_runs(call.run, warmup=3, runs=runs)
             best_ms, median_ms = min(times) * 1e3, float(np.median(times)) * 1e3
             row = {
                 "case": "transformer", "batch": batch, "seq": seq,

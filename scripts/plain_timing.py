@@ -26,7 +26,6 @@ from tconform import registry
 from tconform.config import get_preset
 from tconform.export import ExportSettings, build_module
 from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO
-from tconform.runtimes.torch import TorchRuntime
 
 AGREEMENT = 0.35
 SPINNING = "session.intra_op.allow_spinning"
@@ -97,8 +96,7 @@ def main() -> None:
             figures[f"onnxruntime {name}"] = median_ms(run, runs)
             del session
         torch.set_flush_denormal(False)  # as bench: torch with its defaults (engines.py)
-        _, params = build_module(case, ExportSettings(cfg))  # the export's weights
-        module = TorchRuntime().open(case.module_target(cfg, params)).module
+        module, _ = build_module(case, ExportSettings(cfg))  # the export's module and weights
         tensors = [torch.from_numpy(feeds[spec.name]) for spec in case.inputs(cfg)]
         with torch.inference_mode():
             figures["torch eager"] = median_ms(lambda m=module, t=tensors: m(*t), runs)

@@ -13,6 +13,7 @@ output's largest absolute difference from the defaults, and whether it is bit-id
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 from bench_report import best_cpu_rows, read_bench_report
@@ -20,6 +21,8 @@ from bench_report import best_cpu_rows, read_bench_report
 from tconform import registry
 from tconform.bench.runner import SKIP_LAYER_NORM_FUSION
 from tconform.config import get_preset
+from tconform.execution import Subject, open_subject
+from tconform.models import given_file
 from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO, OrtRuntime
 
 SETTINGS = {
@@ -27,6 +30,11 @@ SETTINGS = {
     "Add + LayerNormalization unfused": ({DENORMAL_AS_ZERO: "0"}, (SKIP_LAYER_NORM_FUSION,)),
     "both (the bench's defaults)": ({DENORMAL_AS_ZERO: "1"}, (SKIP_LAYER_NORM_FUSION,)),
 }
+
+
+def run_once(runtime: OrtRuntime, model: str, feeds: dict) -> list[np.ndarray]:
+    with open_subject(runtime, Subject(given_file(Path(model)))) as opened:
+        return opened.run(feeds)
 
 
 def main() -> None:
@@ -39,14 +47,14 @@ def main() -> None:
         shape = registry.Shape(best["batch"], best["seq"], best["seq"])
         feeds = registry.make_inputs(case, cfg, shape, np.random.default_rng(0))  # as bench
         # ONNX Runtime's default, named so that this thread is reset too (match_calling_thread).
-        kept = OrtRuntime(intra_op_threads=threads, session_config={DENORMAL_AS_ZERO: "0"})
-        defaults = kept.open(model).run(feeds)
+        kept = OrtRuntime(threads=threads, session_config={DENORMAL_AS_ZERO: "0"})
+        defaults = run_once(kept, model, feeds)
         what = f"{best['case']} {best['batch']}x{best['seq']} {best['best_engine']}"
         for name, (config, disabled) in SETTINGS.items():
             runtime = OrtRuntime(
-                intra_op_threads=threads, session_config=config, disabled_optimizers=disabled
+                threads=threads, session_config=config, disabled_optimizers=disabled
             )
-            changed_outputs = runtime.open(model).run(feeds)
+            changed_outputs = run_once(runtime, model, feeds)
             for index, (base, changed) in enumerate(zip(defaults, changed_outputs, strict=True)):
                 diff = float(np.abs(changed.astype(np.float64) - base).max())
                 same = bool(np.array_equal(changed.view(np.uint8), base.view(np.uint8)))

@@ -8,9 +8,12 @@ holds the same value at the same place; a shape or dtype mismatch is a failure o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from tconform.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -168,3 +171,27 @@ def _json_number(value: float) -> float | str:
     """A float for a report; "nan", "inf" or "-inf" as text, since JSON has no such numbers."""
     value = float(value)
     return value if math.isfinite(value) else str(value)
+
+
+def judge_outputs(tolerance: Callable[[str, str], Tolerance]):
+    """The judge every command uses (tconform.execution.Judge): each expected output of the
+    input set against the output of that name, or of that position where the model names its
+    outputs otherwise (a model made elsewhere); `tolerance(precision, output name)`."""
+
+    def judge(outputs: Mapping[str, np.ndarray], input_set, precision: str):
+        expected = input_set.outputs
+        if set(expected) <= set(outputs):
+            pairs = [(name, outputs[name]) for name in expected]
+        elif len(expected) == len(outputs):
+            pairs = list(zip(expected, outputs.values(), strict=True))
+        else:
+            raise UsageError(
+                f"returns {len(outputs)} outputs ({', '.join(outputs)}); {len(expected)} are "
+                f"expected ({', '.join(expected)})"
+            )
+        return [
+            compare_output(name, np.asarray(actual), expected[name], tolerance(precision, name))
+            for name, actual in pairs
+        ]
+
+    return judge

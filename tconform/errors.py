@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 EXIT_OK = 0
 EXIT_FAILURE = 1  # a conformance failure: some output is outside tolerance
 EXIT_USAGE = 2  # bad arguments, missing or corrupt files, environment problems
@@ -32,6 +35,42 @@ class ProviderUnavailable(TconformError):
     exit_code = EXIT_EP_UNAVAILABLE
 
 
+class KernelMissing(TconformError):
+    """A runtime has no kernel for an op at the model's element type (ONNX Runtime's
+    NOT_IMPLEMENTED, say). Not a conformance failure: every command reports it as `skip` with
+    this message."""
+
+    def __init__(self, runtime: str, op_type: str, dtype: str) -> None:
+        super().__init__(f"{runtime} has no {dtype} kernel for {op_type}")
+        self.runtime = runtime
+        self.op_type = op_type
+        self.dtype = dtype
+
+
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread (like KeyboardInterrupt for SIGINT) so that every
     `finally` runs: workers are stopped and nothing is left half-written."""
+
+
+def first_line(exc: BaseException) -> str:
+    """One line for an exception: its type and the first line of its message. SystemExit is
+    named as what it is (a call of sys.exit), never obeyed."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def calling_user_code(what: str) -> Iterator[None]:
+    """Around code tconform calls but did not write (a factory, a module's forward, its
+    export): whatever it raises, sys.exit and GeneratorExit included, becomes one UsageError
+    line naming `what`; only Ctrl-C and SIGTERM pass through, to end the run as signals do."""
+    try:
+        yield
+    except (KeyboardInterrupt, Terminated):
+        raise
+    except TconformError:
+        raise
+    except BaseException as exc:
+        raise UsageError(f"{what}: {first_line(exc)}") from None

@@ -44,9 +44,10 @@ _KIND_TYPES = {
 
 @dataclass(frozen=True)
 class ModelUnderTest:
-    """One case's model file and its provenance; `precision` is its float element type."""
+    """A model file (one case's, or a user's module's: case None) and its provenance;
+    `precision` is the float type it computes in."""
 
-    case: Case
+    case: Case | None
     path: Path
     provenance: ModelProvenance
     notes: tuple[str, ...] = ()
@@ -95,6 +96,27 @@ def given_model(case: Case, cfg: ModelConfig, path: Path, origin: str = "given")
     """A file tconform did not write, checked to be a model that can stand in for `case`."""
     model = load_checked(path)
     check_signature(model, case, cfg, path)
+    return _hashed(path, model, origin, case)
+
+
+def given_file(path: Path, origin: str = "given") -> ModelUnderTest:
+    """Any ONNX file, checked to be a readable model (a regular file first: a FIFO or a device
+    is refused before it is opened), then hashed with its external data."""
+    return _hashed(path, load_checked(path), origin)
+
+
+def derived_file(path: Path, model: onnx.ModelProto | None = None) -> ModelUnderTest:
+    """A file tconform wrote from the model under test (localisation's boundary copy, a cut
+    subgraph, an injected fault): hashed and described, not checked as a user's file would be
+    (a boundary copy's extra outputs carry no shapes, which ONNX's checker refuses)."""
+    if model is None:
+        model = onnx.load(str(path), load_external_data=False)
+    return _hashed(path, model, "derived")
+
+
+def _hashed(
+    path: Path, model: onnx.ModelProto, origin: str, case: Case | None = None
+) -> ModelUnderTest:
     provenance = onnx_provenance(path, origin, sha256_file(path), model)
     digests = external_digests(model, path)
     return ModelUnderTest(case, path, replace(provenance, external_data=digests))

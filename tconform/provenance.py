@@ -6,6 +6,8 @@ Every result names its model's path, sha256 and origin:
   given     a file the user named (read-only: never exported over, rewritten or deleted)
   module    a PyTorch module run in eager mode (path: its class; sha256: of its weights)
   oracle    the float64 NumPy oracle (path: its function; sha256: of the weights it was given)
+  derived   a temporary file tconform made from the model under test (localisation's copy
+            that returns boundary tensors, a subgraph cut out of it)
 For ONNX files it also records what the file says of itself: producer, opset imports, IR version,
 the element type of its inputs and outputs, and the one most of its operations take.
 """
@@ -17,7 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ORIGINS = ("exported", "cached", "given", "module", "oracle")
+ORIGINS = ("exported", "cached", "given", "module", "oracle", "derived")
 
 _ELEM_TYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
 

@@ -52,6 +52,7 @@ def _options(config: pytest.Config):
 
     from tconform.commands.verify import MATRIX_AXES
     from tconform.errors import TconformError
+    from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps
     from tconform.verify import VerifyOptions
 
@@ -69,7 +70,7 @@ def _options(config: pytest.Config):
     return VerifyOptions(
         golden_dir=Path(config.getoption("--tconform-golden")),
         artifacts_dir=Path(config.getoption("--tconform-artifacts")),
-        eps=eps,
+        runtimes=RuntimeOptions(eps=tuple(eps)),
         cases=tuple(config.getoption("--tconform-case")),
         with_doc=not config.getoption("--tconform-no-doc"),
         matrix=config.getoption("--tconform-matrix"),

@@ -78,13 +78,6 @@ class Case:
         hash=False,  # a case is hashed by its other fields
     )
 
-    def module_target(self, cfg: ModelConfig, params: dict[str, np.ndarray]):
-        """The reference module with these weights, as the torch runtimes open it."""
-        from tconform.runtimes import ModuleTarget
-        from tconform.weights import load_params
-
-        return ModuleTarget(lambda: load_params(self.build(cfg), params), self.inputs(cfg))
-
     def make_params(self, cfg: ModelConfig, seed: int) -> dict[str, np.ndarray]:
         """The case's deterministic float32-representable weights (tconform/weights.py)."""
         from tconform.weights import make_params

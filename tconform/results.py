@@ -86,6 +86,13 @@ class Result:
     cell: str = ""  # verify: the cell it ran in (tconform.units; e.g. dynamo-opset18-float32-all)
     unit: str = ""  # verify: the id of its work unit (tconform.units.unit_id)
 
+    @classmethod
+    def about(cls, case: str, component: str, **known: object) -> Result:
+        """A row as a command knows it before anything ran: the execution layer fills in the
+        runtime, what ran and the verdict (tconform.execution)."""
+        blank = {"runtime": "", "ep": "", "ep_actual": [], "input_set": "", "status": "pass"}
+        return cls(case=case, component=component, **{**blank, **known})
+
     @property
     def worst_used(self) -> float | None:
         used = [o.tolerance_used for o in self.outputs if o.tolerance_used is not None]

@@ -17,14 +17,16 @@ from pathlib import Path
 import onnx
 
 from tconform import golden, registry
-from tconform.compare import compare_output, tolerance_for
+from tconform.compare import judge_outputs, tolerance_for
+from tconform.execution import Subject, execute
 from tconform.export import ExportJob, ExportSettings, export_jobs
 from tconform.faults import DETECTABLE, FAULTS, MARGIN_FACTOR, MARGINAL, Fault
 from tconform.files import atomic_write_bytes
 from tconform.golden import InputSet
+from tconform.models import derived_file
 from tconform.registry import Case
-from tconform.results import Status
-from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.results import Result, Status
+from tconform.runtimes import make_runtime
 
 
 @dataclass
@@ -44,27 +46,25 @@ def _used(comparison) -> float:
 
 
 def check_model(model_path: Path, case: Case, sets: list[InputSet]) -> Check:
-    """Run `model_path` as `case` on ONNX Runtime's CPU provider on every input set."""
-    tol = tolerance_for("float32", case.tolerance)
-    session = OrtRuntime("cpu").open(model_path)
+    """Run `model_path` as `case` on ONNX Runtime's CPU provider on every input set
+    (tconform.execution, as verify runs it)."""
+    judge = judge_outputs(lambda precision, _: tolerance_for(precision, case.tolerance))
+    results = execute(
+        make_runtime("onnxruntime"),
+        Subject(derived_file(model_path)),
+        sets,
+        judge,
+        Result.about(case.name, case.component),
+    )
     check = Check(Status.PASS, 0.0)
-    for input_set in sets:
-        try:
-            outputs = session.run(input_set.inputs)
-        except Exception as exc:  # a runtime error on valid inputs is a failure of the model
-            check.status = Status.ERROR
-            check.message = check.message or f"{input_set.name}: {type(exc).__name__}: {exc}"
-            check.per_set[input_set.name] = math.inf
-            continue
-        comparisons = [
-            compare_output(name, actual, input_set.outputs[name], tol)
-            for name, actual in zip(input_set.outputs, outputs, strict=True)
-        ]
-        check.per_set[input_set.name] = max(_used(c) for c in comparisons)
-        for c in comparisons:
-            if c.status == "fail" and check.status == Status.PASS:
-                check.status = Status.FAIL
-                check.message = f"{input_set.name} {c.name}: {c.message}"
+    for result in results:
+        if result.status == Status.ERROR:
+            check.per_set[result.input_set] = math.inf
+        else:
+            check.per_set[result.input_set] = max((_used(c) for c in result.outputs), default=0.0)
+        if result.status != Status.PASS and check.status == Status.PASS:
+            check.status = Status(result.status)
+            check.message = f"{result.input_set}: {result.message}"
     check.tolerance_used = max(check.per_set.values(), default=0.0)
     return check
 

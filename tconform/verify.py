@@ -14,7 +14,6 @@ Which model stands for a case:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -24,9 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from tconform import doc, golden, registry
-from tconform.compare import compare_output, tolerance_for
+from tconform.compare import judge_outputs, tolerance_for
 from tconform.config import ModelConfig
-from tconform.errors import ProviderUnavailable, UsageError
+from tconform.errors import UsageError
+from tconform.execution import Subject, case_module, execute
 from tconform.export import (
     DEFAULT_OPSET,
     ExportJob,
@@ -40,15 +40,12 @@ from tconform.export import (
 )
 from tconform.files import require_inside, sha256_file
 from tconform.folders import folder_lock
-from tconform.fp16 import float16_notes
 from tconform.models import ModelUnderTest, given_model
 from tconform.module_check.localise import Localisation
-from tconform.provenance import module_provenance
 from tconform.registry import Case
 from tconform.report import RunReport
 from tconform.results import Result, allow_missing
-from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subject, runtime_class
-from tconform.runtimes.onnxruntime import KernelMissing
+from tconform.runtimes import Runtime, RuntimeOptions, label, make_runtimes
 from tconform.units import (
     GIVEN,
     MODULE,
@@ -67,18 +64,14 @@ from tconform.units import (
 class VerifyOptions:
     golden_dir: Path = Path("golden")
     artifacts_dir: Path = Path("artifacts")
-    eps: list[str] = field(default_factory=lambda: ["cpu"])
+    # which runtimes on which providers, with their options (--runtime, --ep, --tf32, ...)
+    runtimes: RuntimeOptions = field(default_factory=RuntimeOptions)
     cases: tuple[str, ...] = ()
     allow_missing_ep: bool = False
     strict_placement: bool = False
-    tf32: bool = False
-    device_id: int = 0
-    provider_options: dict[str, str] = field(default_factory=dict)
-    with_torch: bool = True
     with_doc: bool = True
     models: dict[str, Path] = field(default_factory=dict)  # --model CASE=PATH
     export: bool = True  # False: --no-export, verify what the artifacts folder holds
-    runtimes: tuple[str, ...] = ("onnxruntime", "torch")  # names in tconform.runtimes.RUNTIMES
     localise: bool = False  # name the first diverging submodule of each failing ORT result
     attention: str | None = None  # --attention: the kernel the models must use [folder's own]
     shard: tuple[int, int] | None = None  # --shard K/N: check only shard K of N
@@ -201,100 +194,10 @@ def models_under_test(
     return chosen, records[len(rest) :]
 
 
-def _compare_set(result: Result, case: Case, outputs, input_set: golden.InputSet, precision: str):
-    tol = tolerance_for(precision, case.tolerance)
-    result.outputs = [
-        compare_output(name, actual, input_set.outputs[name], tol)
-        for name, actual in zip(input_set.outputs, outputs, strict=True)
-    ]
-    failed = [o for o in result.outputs if o.status == "fail"]
-    result.status = "fail" if failed else "pass"
-    result.message = "; ".join(f"{o.name}: {o.message}" for o in failed)
-
-
-def _feeds(inputs: dict[str, np.ndarray], io_type: str) -> dict[str, np.ndarray]:
-    """Golden float inputs are float32; a model with float16 inputs takes them rounded."""
-    if io_type != "float16":
-        return inputs
-    return {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in inputs.items()}
-
-
-def _run_sets(session, case, sets, template: Result, precision: str, io_type: str) -> list[Result]:
-    results = []
-    for input_set in sets:
-        result = Result(**{**template.__dict__, "input_set": input_set.name})
-        started = time.perf_counter()
-        try:
-            outputs = session.run(_feeds(input_set.inputs, io_type))
-        except Exception as exc:  # a runtime error on valid inputs is a conformance failure
-            result.status, result.message = "error", f"{type(exc).__name__}: {exc}".splitlines()[0]
-        else:
-            _compare_set(result, case, outputs, input_set, precision)
-        result.seconds = time.perf_counter() - started
-        results.append(result)
-    return results
-
-
-def _runtime_results(
-    runtime: Runtime,
-    case: Case,
-    model: ModelUnderTest | None,
-    subject: Subject,
-    sets,
-    options: VerifyOptions,
-) -> list[Result]:
-    """One result per input set of `case` on `runtime` (each `unavailable` or `skip`, with the
-    reason, when it could not run). `model`: the ONNX file, for runtimes that consume one."""
-    onnx_file = runtime.consumes == "onnx"
-    precision = "float16" if onnx_file and model.precision == "float16" else runtime.precision
-    template = Result(
-        case.name,
-        case.component,
-        runtime.name,
-        runtime.ep,
-        [],
-        "",
-        "pass",
-        precision=precision,
-        model=model.provenance if onnx_file else None,
-        notes=list(model.notes) if onnx_file else [],
-    )
-    try:
-        session = open_subject(runtime, subject)
-    except (ProviderUnavailable, KernelMissing) as exc:
-        # A missing float16 kernel is a fact about the runtime, reported, not a failure.
-        status = "unavailable" if isinstance(exc, ProviderUnavailable) else "skip"
-        return [
-            Result(
-                **{**template.__dict__, "input_set": s.name, "status": status, "message": str(exc)}
-            )
-            for s in sets
-        ]
-    if onnx_file:
-        model.confirm_unchanged()  # the session holds exactly the bytes the provenance names
-    else:
-        template.model = module_provenance(session.module, runtime.precision)
-    template.ep_actual = list(session.providers)
-    template.placement = dict(session.placement)
-    template.fallback_ops = dict(session.fallback_ops)
-    if precision == "float16" and runtime.name == "onnxruntime":
-        template.notes += float16_notes(model.path, runtime.ep)
-    io_type = model.io_type if onnx_file else precision
-    if onnx_file and model.precision != io_type:
-        template.notes.append(
-            f"{model.provenance.compute_elem_type} computation with {io_type} inputs and "
-            "outputs: "
-            f"judged by the {precision} tolerance row"
-        )
-    results = _run_sets(session, case, sets, template, precision, io_type)
-    if template.fallback_ops:
-        ops = ", ".join(f"{op} x{n}" for op, n in sorted(template.fallback_ops.items()))
-        note = f"warning: nodes fell back to the CPU provider: {ops}"
-        for r in results:
-            r.notes = [note, *r.notes]
-            if options.strict_placement and r.status == "pass":
-                r.status, r.message = "fail", f"{note} (--strict-placement)"
-    return results
+def _judge(case: Case):
+    """The goldens of `case`, each output under the case's tolerance row at the run's
+    precision."""
+    return judge_outputs(lambda precision, _: tolerance_for(precision, case.tolerance))
 
 
 def _localise_failures(
@@ -306,12 +209,15 @@ def _localise_failures(
     from tconform.module_check.localise import localise_case
 
     failing = [r for r in results if r.status == "fail"]
-    if not failing or runtime.name != "onnxruntime":
+    if not failing or runtime.consumes != "onnx":
         return []
     first = failing[0]
     input_set = next(s for s in sets if s.name == first.input_set)
     tol = tolerance_for(first.precision, model.case.tolerance)
-    feeds = _feeds(input_set.inputs, model.io_type)
+    feeds = {
+        k: v.astype(np.float16) if model.io_type == "float16" and v.dtype == np.float32 else v
+        for k, v in input_set.inputs.items()
+    }
     try:
         found = localise_case(
             model.case.name, model.path, feeds, cfg, seed, runtime, tol, model.provenance
@@ -330,23 +236,7 @@ def _localise_failures(
 def verify_runtimes(options: VerifyOptions, graph_opt: str = "all") -> list[Runtime]:
     """Every requested runtime on every requested provider it supports (ONNX Runtime at the
     graph-optimisation level `graph_opt`)."""
-    names = [n for n in options.runtimes if options.with_torch or n != "torch"]
-    shared = {
-        "tf32": options.tf32,
-        "device_id": options.device_id,
-        "provider_options": options.provider_options,
-        "graph_opt": graph_opt,
-    }
-    runtimes = []
-    for name in names:
-        cls = runtime_class(name)
-        accepted = {f.name for f in dataclass_fields(cls)}
-        for ep in options.eps:
-            if ep in cls.eps:
-                runtimes.append(
-                    make_runtime(name, ep, **{k: v for k, v in shared.items() if k in accepted})
-                )
-    return runtimes
+    return make_runtimes(options.runtimes.replace(graph_opt=graph_opt))
 
 
 @dataclass(frozen=True)
@@ -587,7 +477,7 @@ def _verify_locked(
         "exporter": list(options.exporters) if settings is None else settings.exporter,
         "opset": list(options.opsets) if settings is None else settings.opset,
         "attention": None if settings is None else settings.attention,
-        "eps": options.eps,
+        "eps": list(options.runtimes.eps),
         "allow_missing_ep": options.allow_missing_ep,
         "runtimes": {label(lane.runtime): lane.runtime.settings() for lane in lanes},
         "localise": options.localise,
@@ -640,14 +530,7 @@ def _verify_locked(
         report.details["localisation"] = [found.to_dict() for found in localisations]
     if with_doc:
         progress("document checks")
-        doc_results = doc.verify_results(
-            options.eps,
-            options.artifacts_dir,
-            doc_records,
-            tf32=options.tf32,
-            device_id=options.device_id,
-            provider_options=options.provider_options,
-        )
+        doc_results = doc.verify_results(options.runtimes, options.artifacts_dir, doc_records)
         for r in doc_results:  # one unit for all of them (tconform.units.documents_unit)
             r.cell, r.unit = documents_unit().cell, documents_unit().id
         report.results += doc_results
@@ -677,11 +560,10 @@ def _lane_results(lane: Lane, models, params, cfg: ModelConfig, sets, options) -
             for s in sets
         ]
     else:
-        model = None
-        if runtime.consumes == "onnx":
-            model = models[lane.model_key]
-        subject = Subject(model.path if model else None, case.module_target(cfg, params))
-        results = _runtime_results(runtime, case, model, subject, sets, options)
+        model = models[lane.model_key] if runtime.consumes == "onnx" else None
+        subject = Subject(model, case_module(case, cfg, params))
+        row = Result.about(case.name, case.component)
+        results = execute(runtime, subject, sets, _judge(case), row, options.strict_placement)
     for r in results:
         r.cell = lane.cell
         r.unit = unit_id(case.name, lane.cell, label(runtime), r.input_set)

@@ -4,13 +4,17 @@ reference, and memory copy bandwidth (for the memory-bound floor of batch-1 case
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from tconform.bench.timing import round_sig, timed_runs
+from tconform.execution import Subject, open_subject
+from tconform.models import derived_file
 from tconform.runtimes.onnxruntime import OrtRuntime
 from tconform.versions import cpu_name
 
@@ -38,36 +42,19 @@ def matmul_model(size: int) -> bytes:
 
 def ort_gemm_gflops(runtime: OrtRuntime, size: int | None = None, runs: int = 15) -> float:
     """Best-of-`runs` GFLOP/s of a float32 (size^3) MatMul in ONNX Runtime on `runtime`'s
-    provider and threads. The best run estimates the ceiling; medians include noise."""
-    import tempfile
-    from pathlib import Path
-
+    provider and threads (on a provider with device memory with input and output bound there,
+    so no host copies are timed). The best run estimates the ceiling; medians include noise."""
     size = size or GEMM_SIZE  # read at call time, so tests can shrink it
+    a = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "matmul.onnx"
         path.write_bytes(matmul_model(size))
-        session = runtime.open(path).session
-    a = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
-    if runtime.ep == "cuda":
-        return _ort_cuda_gemm_gflops(session, a, runs)
-    times = timed_runs(lambda: session.run(None, {"A": a}), warmup=2, runs=runs)
+        subject = Subject(derived_file(path))
+        with open_subject(runtime, subject) as opened:
+            call = opened.timed_call({"A": a}, io_binding=runtime.device_memory)
+            times = timed_runs(call.run, warmup=2, runs=runs)
+            call.close()
     return 2 * size**3 / min(times) / 1e9
-
-
-def _ort_cuda_gemm_gflops(session, a: np.ndarray, runs: int) -> float:
-    """The CUDA ceiling with input and output bound on the device (no host copies timed)."""
-    import onnxruntime as ort
-
-    binding = session.io_binding()
-    binding.bind_ortvalue_input("A", ort.OrtValue.ortvalue_from_numpy(a, "cuda", 0))
-    binding.bind_output("Y", "cuda")
-
-    def run() -> None:
-        session.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-
-    times = timed_runs(run, warmup=2, runs=runs)
-    return 2 * a.shape[0] ** 3 / min(times) / 1e9
 
 
 def numpy_gemm_gflops(size: int | None = None, runs: int = 5) -> float:
@@ -96,7 +83,7 @@ def measure_ceiling(runtime: OrtRuntime) -> dict[str, object]:
         "device": f"{runtime.ep} ({cpu_name()})" if runtime.ep == "cpu" else runtime.ep,
         "gemm_gflops": round(ort_gemm_gflops(runtime), 2),
         "gemm_source": f"ONNX Runtime MatMul {GEMM_SIZE}^3 float32, {runtime.provider}, "
-        f"intra_op_threads={runtime.intra_op_threads}, best of 15 runs",
+        f"intra_op_threads={runtime.threads}, best of 15 runs",
     }
     if runtime.ep == "cpu":
         ceiling["numpy_gemm_gflops"] = round(numpy_gemm_gflops(), 2)

@@ -7,7 +7,6 @@ import gc
 from collections.abc import Callable
 
 from tconform.bench.ceiling import memory_floor_ms
-from tconform.bench.engines import OpenedEngine
 from tconform.bench.timing import (
     current_rss_mb,
     latency_stats,
@@ -19,6 +18,7 @@ from tconform.bench.timing import (
 from tconform.config import ModelConfig
 from tconform.registry import Case, Shape
 from tconform.results import Status
+from tconform.runtimes import TimedCall
 
 
 def measure(
@@ -28,7 +28,7 @@ def measure(
     seq: int,
     engine: str,
     ep: str,
-    opener: Callable[[], OpenedEngine],
+    opener: Callable[[], TimedCall],
     ceiling: dict,
     timing: dict,
 ) -> dict:

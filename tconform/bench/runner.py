@@ -16,17 +16,19 @@ import torch
 
 from tconform import registry
 from tconform.bench.ceiling import measure_ceiling, remeasure_ceiling
-from tconform.bench.engines import ORT_VARIANTS, engine_openers, parse_engines
+from tconform.bench.engines import BASELINE, ORT_VARIANTS, engine_openers, parse_engines
 from tconform.bench.measure import measure
-from tconform.bench.profile import ort_op_profile, outside_matmul_share
+from tconform.bench.profile import op_profile, outside_matmul_share
 from tconform.bench.summary import best_variants
 from tconform.config import ModelConfig, get_preset
 from tconform.errors import ProviderUnavailable, UsageError
 from tconform.export import ExportJob, ExportSettings, build_module, default_opset, export_jobs
+from tconform.models import ModelUnderTest, derived_file
 from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
 from tconform.results import Status
-from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO, OrtRuntime
+from tconform.runtimes import Runtime, make_runtime
+from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO
 from tconform.runtimes.providers import parse_eps, unavailable_reason
 
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
@@ -134,11 +136,14 @@ class BenchSettings:
             return self.artifacts
         return self.artifacts.with_name(f"{self.artifacts.name}-{attention}")
 
-    def ort_runtime(self, ep: str) -> OrtRuntime:
-        return OrtRuntime(
-            ep=ep,
+    def runtime(self, name: str, ep: str) -> Runtime:
+        """The runtime `name` on `ep` as this bench times it: its threads, and for ONNX
+        Runtime its session settings (make_runtime gives each runtime the ones it takes)."""
+        return make_runtime(
+            name,
+            ep,
             graph_opt=self.graph_opt,
-            intra_op_threads=self.threads,
+            threads=self.threads,
             session_config={
                 SPINNING_KEY: "1" if self.spinning else "0",
                 # Subnormal floats (below 1.2e-38) from the softmax's smallest weights slowed
@@ -162,9 +167,9 @@ class BenchSettings:
             "intra_op_threads": self.threads,
             "torch_threads": self.threads,
             "graph_optimization": self.graph_opt,
-            "session_config": self.ort_runtime("cpu").session_config,
+            "session_config": self.runtime(BASELINE, "cpu").session_config,
             "disabled_optimizers": {
-                ep: list(self.ort_runtime(ep).disabled_optimizers) for ep in self.eps
+                ep: list(self.runtime(BASELINE, ep).disabled_optimizers) for ep in self.eps
             },
             "warmup": self.warmup,
             "runs": self.runs,
@@ -202,10 +207,10 @@ def _measure_all(settings: BenchSettings, log: Log, progress_bar: ProgressBar) -
                 feeds = registry.make_inputs(
                     case, settings.cfg, Shape(batch, seq, seq), np.random.default_rng(0)
                 )
-                of_case = {attention: paths[case.name] for attention, paths in models.items()}
+                of_case = {attention: found[case.name] for attention, found in models.items()}
                 openers = engine_openers(
                     settings.engines, tuple(ceilings), case, settings.cfg, params, feeds,
-                    of_case, settings.ort_runtime,
+                    of_case, settings.runtime,
                 )  # fmt: skip
                 for engine, ep, opener in openers:
                     row = measure(
@@ -223,7 +228,7 @@ def _measure_all(settings: BenchSettings, log: Log, progress_bar: ProgressBar) -
                         _profile(settings, row, feeds, log)
     for ep, ceiling in ceilings.items():
         log(f"measuring the {ep} GEMM ceiling again ...")
-        remeasure_ceiling(settings.ort_runtime(ep), ceiling, rows)
+        remeasure_ceiling(settings.runtime(BASELINE, ep), ceiling, rows)
     return {
         "tool": "tconform bench",
         "schema": SCHEMA,
@@ -237,8 +242,8 @@ def _measure_all(settings: BenchSettings, log: Log, progress_bar: ProgressBar) -
     }
 
 
-def _export(settings: BenchSettings, log: Log) -> dict[str, dict[str, Path]]:
-    """{attention kernel: {case: model path}} for every kernel the engines need."""
+def _export(settings: BenchSettings, log: Log) -> dict[str, dict[str, ModelUnderTest]]:
+    """{attention kernel: {case: model}} for every kernel the engines need."""
     log(
         f"exporting {len(settings.cases)} models x {len(settings.attentions)} attention kernels "
         f"at preset {settings.preset} (cached; the base whole model is ~400 MB and takes a "
@@ -256,9 +261,10 @@ def _export(settings: BenchSettings, log: Log) -> dict[str, dict[str, Path]]:
     records = export_jobs(
         jobs, on_done=lambda r: log(f"  {r.location}: {'reused' if r.cached else 'exported'}")
     )
-    models: dict[str, dict[str, Path]] = {}
+    models: dict[str, dict[str, ModelUnderTest]] = {}
     for job, record in zip(jobs, records, strict=True):
-        models.setdefault(job.settings.attention, {})[job.case.name] = Path(record.location)
+        model = ModelUnderTest(job.case, Path(record.location), record.provenance())
+        models.setdefault(job.settings.attention, {})[job.case.name] = model
     return models
 
 
@@ -271,7 +277,7 @@ def _ceilings(settings: BenchSettings, log: Log) -> tuple[dict[str, dict], list[
         if reason is None:
             try:
                 log(f"measuring the {ep} GEMM ceiling and memory bandwidth ...")
-                ceilings[ep] = measure_ceiling(settings.ort_runtime(ep))
+                ceilings[ep] = measure_ceiling(settings.runtime(BASELINE, ep))
                 continue
             except ProviderUnavailable as exc:
                 reason = str(exc)
@@ -285,8 +291,8 @@ def _measurement_count(settings: BenchSettings, eps: list[str]) -> int:
     case = settings.cases[0]
     openers = engine_openers(
         settings.engines, tuple(eps), case, settings.cfg, {}, {},
-        dict.fromkeys(settings.attentions, Path()),
-        settings.ort_runtime,
+        dict.fromkeys(settings.attentions),
+        settings.runtime,
     )  # fmt: skip
     return len(openers) * len(settings.cases) * len(settings.shapes)
 
@@ -298,6 +304,7 @@ def _graph_opt(settings: BenchSettings, engine: str) -> str | None:
 def _profile(settings: BenchSettings, row: dict, feeds: dict[str, np.ndarray], log: Log) -> None:
     """ONNX Runtime's per-op profile of the row's graph, and its share outside matrix products."""
     log(f"  profiling {row['case']} {row['batch']}x{row['seq']} {row['engine']}/{row['ep']} ...")
-    model = Path(row["details"]["model"])
-    row["profile"] = ort_op_profile(settings.ort_runtime(row["ep"]), model, feeds)
+    model = derived_file(Path(row["details"]["model"]))
+    runtime = settings.runtime(BASELINE, row["ep"])
+    row["profile"] = op_profile(runtime, model, feeds)
     row["outside_matmul_share"] = outside_matmul_share(row["profile"])

@@ -150,7 +150,7 @@ def check(
             onnx_model=model_path,
             out_dir=folder,
             localise=True if localise_all else None,
-            with_torch=not no_torch,
+            runtimes=("onnxruntime",) if no_torch else ("onnxruntime", "torch"),
             allow_missing_ep=allow_missing_ep,
             tf32=tf32,
             name=target,

@@ -75,12 +75,13 @@ def doc(artifacts_dir, ep_spec, allow_missing_ep, json_path, junit_path, markdow
     """Check every worked number and stated property of the five documents."""
     from tconform.doc import report_results, run_document_checks
     from tconform.results import allow_missing
+    from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps
 
     def run(report, progress) -> None:
         eps = parse_eps(ep_spec)
         report.settings = {"artifacts": str(artifacts_dir), "eps": eps}
-        checked = run_document_checks(eps, artifacts_dir, progress)
+        checked = run_document_checks(RuntimeOptions(eps=tuple(eps)), artifacts_dir, progress)
         report.details = checked.to_dict()
         report.results = report_results(checked)
         if allow_missing_ep:

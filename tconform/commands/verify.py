@@ -177,6 +177,7 @@ def verify(
     could not run (unless --allow-missing-ep).
     """
     from tconform.models import parse_model_options
+    from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps, parse_provider_options
     from tconform.verify import VerifyOptions
     from tconform.verify import verify as run_verify
@@ -203,21 +204,23 @@ def verify(
         from tconform.registry import get_case as lookup
 
     def run(report, progress) -> None:
+        names = tuple(runtime_names) or RuntimeOptions.names
         options = VerifyOptions(
             golden_dir=golden_dir,
             artifacts_dir=artifacts_dir,
-            eps=parse_eps(ep_spec),
+            runtimes=RuntimeOptions(
+                tuple(n for n in names if not (no_torch and n == "torch")),
+                tuple(parse_eps(ep_spec)),
+                tf32=tf32,
+                device_id=device_id,
+                provider_options=parse_provider_options(list(provider_options)),
+            ),
             cases=cases,
             allow_missing_ep=allow_missing_ep,
             strict_placement=strict_placement,
-            tf32=tf32,
-            device_id=device_id,
-            provider_options=parse_provider_options(list(provider_options)),
-            with_torch=not no_torch,
             with_doc=not no_doc,
             models=parse_model_options(models, lookup),
             export=not no_export,
-            runtimes=tuple(runtime_names) or VerifyOptions.runtimes,
             localise=localise,
             attention=attention,
             shard=shard,

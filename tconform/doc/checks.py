@@ -16,7 +16,8 @@ from tconform import registry
 from tconform.config import PRESETS
 from tconform.doc import properties
 from tconform.doc.run import ComponentRunner
-from tconform.errors import ProviderUnavailable, TconformError
+from tconform.errors import TconformError
+from tconform.execution import NotRun
 from tconform.provenance import ModelProvenance
 
 PROPERTY_CONFIG = PRESETS["tiny"]
@@ -181,9 +182,9 @@ def property_outcomes(runner: ComponentRunner, runtimes: list[str]) -> list[Prop
             limit = properties.LIMITS[runner.precision(runtime)]
             try:
                 violation = m.measure(runner, runtime)
-            except ProviderUnavailable as exc:
+            except NotRun as why:  # unavailable, or skip (a kernel missing)
                 outcomes.append(
-                    PropertyOutcome(m.id, m.statement, runtime, "unavailable", message=str(exc))
+                    PropertyOutcome(m.id, m.statement, runtime, str(why.status), message=str(why))
                 )
                 continue
             except TconformError as exc:

@@ -16,12 +16,10 @@ from tconform.doc.checks import (
     PropertyOutcome,
     property_outcomes,
 )
-from tconform.doc.run import ComponentRunner, RuntimeOutcome, doc_runtimes
+from tconform.doc.run import COMPONENT, ComponentRunner, RuntimeOutcome, doc_runtimes
 from tconform.export import ExportJob, ExportRecord, export_jobs
 from tconform.results import Result
-from tconform.runtimes import Runtime
-
-COMPONENT = "document check"
+from tconform.runtimes import Runtime, RuntimeOptions
 
 
 @dataclass
@@ -72,31 +70,29 @@ def required_exports(artifacts_dir: Path) -> list[ExportJob]:
 
 
 def run_document_checks(
-    eps: list[str],
+    options: RuntimeOptions,
     artifacts_dir: Path,
     progress: Callable[[str], None] = lambda _: None,
     records: list[ExportRecord] | None = None,
-    **runtime_options,
 ) -> DocReport:
     """Evaluate every document case, run the ones with numbers for a component on every
-    runtime (exports cached under artifacts_dir/doc/), and check every stated property.
-    `records`: the document models, when the caller has exported them already;
-    `runtime_options`: ONNX Runtime's options (tf32, device_id, provider_options)."""
-    runtimes = doc_runtimes(eps, **runtime_options)
+    runtime of `options` (exports cached under artifacts_dir/doc/), and check every stated
+    property. `records`: the document models, when the caller has exported them already."""
+    runtimes = doc_runtimes(options)
     if records is None:
         jobs = required_exports(artifacts_dir)
         progress(
             f"document checks: {len(jobs)} models (cached where current) in {artifacts_dir}/doc"
         )
         records = export_jobs(jobs)
-    runner = ComponentRunner(artifacts_dir, records, runtimes)
     report = DocReport(runtimes, document_cases())
-    for case in report.cases:
-        if case.runtime is not None:
-            report.case_runtimes[case.id] = {
-                name: runner.run_check(name, case.runtime) for name in runtimes
-            }
-    report.properties = property_outcomes(runner, list(runtimes))
+    with ComponentRunner(artifacts_dir, records, runtimes) as runner:
+        for case in report.cases:
+            if case.runtime is not None:
+                report.case_runtimes[case.id] = {
+                    name: runner.run_check(name, case.runtime) for name in runtimes
+                }
+        report.properties = property_outcomes(runner, list(runtimes))
     return report
 
 
@@ -128,7 +124,7 @@ def report_results(report: DocReport) -> list[Result]:
             )
         )
         for name, outcome in report.case_runtimes.get(case.id, {}).items():
-            runtime, ep, precision = _describe(report, name)
+            runtime, ep, _ = _describe(report, name)
             results.append(
                 Result(
                     f"doc:{case.id}",
@@ -139,7 +135,7 @@ def report_results(report: DocReport) -> list[Result]:
                     "document",
                     outcome.status,
                     outcome.message or f"max abs err {outcome.max_abs_err:.3g} vs exact",
-                    precision=precision,
+                    precision=outcome.precision,
                     outputs=[outcome.comparison] if outcome.comparison else [],
                     placement=outcome.placement,
                     model=outcome.model,
@@ -184,12 +180,7 @@ def _violation(prop: PropertyOutcome) -> list[OutputComparison]:
 
 
 def verify_results(
-    eps: list[str],
-    artifacts_dir: Path,
-    records: list[ExportRecord] | None = None,
-    **runtime_options,
+    options: RuntimeOptions, artifacts_dir: Path, records: list[ExportRecord] | None = None
 ) -> list[Result]:
     """For `tconform verify`: every document case and property as Results."""
-    return report_results(
-        run_document_checks(eps, artifacts_dir, records=records, **runtime_options)
-    )
+    return report_results(run_document_checks(options, artifacts_dir, records=records))

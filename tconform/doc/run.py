@@ -2,54 +2,61 @@
 
 Each case's RuntimeCheck names a registry case and a config; the component is exported once per
 config into artifacts/doc/<config_name>/ (export_cases caches it), opened on every requested
-ONNX Runtime provider and on torch float32, fed the document's numbers and compared with the
-oracle's exact value under the float32 tolerance of the case's class.
+runtime (tconform.execution: the same opening, feeding and judging as verify), fed the
+document's numbers and compared with the oracle's exact value under the tolerance row of the
+case's class at the runtime's precision.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from tconform import registry
-from tconform.compare import OutputComparison, compare_output, tolerance_for
+from tconform.compare import OutputComparison, judge_outputs, tolerance_for
 from tconform.config import ModelConfig
 from tconform.doc.cases import RuntimeCheck
-from tconform.errors import ProviderUnavailable, TconformError
+from tconform.errors import TconformError
+from tconform.execution import NotRun, Opened, Subject, case_module, open_subject, run_judged
 from tconform.export import ExportJob, ExportRecord, ExportSettings, build_module, export_cases
 from tconform.folders import require_artifacts_folder
-from tconform.provenance import ModelProvenance, module_provenance, oracle_provenance
-from tconform.runtimes import Runtime, Subject, label, make_runtime, open_subject
+from tconform.golden import InputSet
+from tconform.models import ModelUnderTest
+from tconform.provenance import ModelProvenance, oracle_provenance
+from tconform.results import Result
+from tconform.runtimes import Runtime, RuntimeOptions, label, make_runtimes
 
 DOC_ARTIFACTS = "doc"  # subfolder of the artifacts dir
+COMPONENT = "document check"
 
 
 @dataclass
 class RuntimeOutcome:
-    status: str  # pass | fail | unavailable | error
+    status: str  # pass | fail | unavailable | skip | error
     max_abs_err: float | None = None
     message: str = ""
     providers: tuple[str, ...] = ()
     comparison: OutputComparison | None = None  # the output against the exact value
     placement: dict[str, int] = field(default_factory=dict)  # ONNX Runtime: provider -> nodes
     model: ModelProvenance | None = None  # what ran (None for the oracle)
+    precision: str = "float32"  # what the run computed in
 
     def to_dict(self) -> dict[str, object]:
         return {"status": self.status, "max_abs_err": self.max_abs_err, "message": self.message}
 
 
-def doc_runtimes(eps: list[str], **options) -> dict[str, Runtime]:
-    """The runtimes the documents' numbers go through, by label: ONNX Runtime on each provider
-    (with verify's options: tf32, device_id, provider_options), then torch float32 on the CPU."""
-    runtimes = [make_runtime("onnxruntime", ep, **options) for ep in eps]
-    runtimes.append(make_runtime("torch", "cpu"))
-    return {label(runtime): runtime for runtime in runtimes}
+def doc_runtimes(options: RuntimeOptions) -> dict[str, Runtime]:
+    """The runtimes the documents' numbers go through, by label: verify's runtimes, with
+    verify's options."""
+    return {label(runtime): runtime for runtime in make_runtimes(options)}
 
 
 class ComponentRunner:
-    """Opens each (component, config, runtime) once and reuses it for every check."""
+    """Opens each (component, config, runtime) once and reuses it for every check; `close()`
+    (or the with-block) releases every session."""
 
     def __init__(
         self,
@@ -59,13 +66,24 @@ class ComponentRunner:
     ) -> None:
         require_artifacts_folder(artifacts_dir)  # its models go to DIR/doc/<config>/
         self.artifacts_dir = artifacts_dir
-        self.runtimes = runtimes if runtimes is not None else doc_runtimes(["cpu"])
+        self.runtimes = runtimes if runtimes is not None else doc_runtimes(RuntimeOptions())
         # Models settled by the caller's export pool, keyed by their location: their origin
         # (exported in this run, or cached) is theirs, not that of a second, cached lookup.
         self._records: dict[str, ExportRecord] = {r.location: r for r in records}
         self._models: dict[tuple[str, str], Path] = {}
-        self._sessions: dict[tuple[str, str, str], object] = {}
+        self._opened: dict[tuple[str, str, str], Opened | NotRun] = {}
         self._params: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+        self._sessions = ExitStack()
+
+    def __enter__(self) -> ComponentRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sessions.close()
+        self._opened.clear()
 
     def export_job(self, case_name: str, cfg: ModelConfig, config_name: str) -> ExportJob:
         """The export that a check of `case_name` at `cfg` needs."""
@@ -95,23 +113,27 @@ class ComponentRunner:
         if runtime == "oracle":
             case = registry.get_case(case_name)
             return oracle_provenance(case.oracle, self.params(case_name, cfg))
-        if self.runtimes[runtime].consumes == "module":
-            return module_provenance(self.session(runtime, case_name, cfg, config_name).module)
-        return self._records[str(self.model_path(case_name, cfg, config_name))].provenance()
+        return self.opened(runtime, case_name, cfg, config_name).provenance
 
-    def session(self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str):
-        """A session of the component on the runtime labelled `runtime`; raises
-        ProviderUnavailable."""
+    def opened(self, runtime: str, case_name: str, cfg: ModelConfig, config_name: str) -> Opened:
+        """The component open on the runtime labelled `runtime`; NotRun where it cannot be."""
         key = (runtime, case_name, config_name)
-        if key not in self._sessions:
+        if key not in self._opened:
             case = registry.get_case(case_name)
-            opened = self.runtimes[runtime]
-            subject = Subject(
-                self.model_path(case_name, cfg, config_name) if opened.consumes == "onnx" else None,
-                case.module_target(cfg, self.params(case_name, cfg)),
-            )
-            self._sessions[key] = open_subject(opened, subject)
-        return self._sessions[key]
+            on = self.runtimes[runtime]
+            model = None
+            if on.consumes == "onnx":
+                record = self._records.get(str(self.model_path(case_name, cfg, config_name)))
+                model = ModelUnderTest(case, Path(record.location), record.provenance())
+            subject = Subject(model, case_module(case, cfg, self.params(case_name, cfg)))
+            try:
+                self._opened[key] = self._sessions.enter_context(open_subject(on, subject))
+            except NotRun as why:
+                self._opened[key] = why
+        found = self._opened[key]
+        if isinstance(found, NotRun):
+            raise found
+        return found
 
     def params(self, case_name: str, cfg: ModelConfig) -> dict[str, np.ndarray]:
         """The seeded weights the export and torch use (the oracle needs the same)."""
@@ -127,47 +149,34 @@ class ComponentRunner:
         if runtime == "oracle":
             case = registry.get_case(case_name)
             return list(registry.run_oracle(case, cfg, self.params(case_name, cfg), feeds))
-        return self.session(runtime, case_name, cfg, config_name).run(feeds)
-
-    def compare(
-        self,
-        runtime: str,
-        case_name: str,
-        cfg: ModelConfig,
-        config_name: str,
-        feeds: dict[str, np.ndarray],
-        output: int,
-        exact: np.ndarray,
-    ) -> RuntimeOutcome:
-        """Run one check; an unusable provider is `unavailable`, never a pass."""
-        tolerance = tolerance_for(self.precision(runtime), registry.get_case(case_name).tolerance)
-        try:
-            session = self.session(runtime, case_name, cfg, config_name)
-            actual = session.run(feeds)[output]
-        except ProviderUnavailable as exc:
-            return RuntimeOutcome("unavailable", message=str(exc))
-        except TconformError as exc:
-            return RuntimeOutcome("error", message=str(exc))
-        result = compare_output(case_name, np.asarray(actual), exact, tolerance)
-        placement = dict(getattr(session, "placement", {}))  # torch sessions have none
-        return RuntimeOutcome(
-            result.status,
-            result.max_abs_err,
-            result.message,
-            tuple(session.providers),
-            result,
-            placement,
-            self.provenance(runtime, case_name, cfg, config_name),
-        )
+        return self.opened(runtime, case_name, cfg, config_name).run(feeds)
 
     def run_check(self, runtime: str, check: RuntimeCheck) -> RuntimeOutcome:
-        """A document case's RuntimeCheck on one runtime."""
-        return self.compare(
-            runtime,
-            check.case,
-            check.cfg,
-            check.config_name,
-            check.feeds,
-            check.output,
-            check.exact,
+        """A document case's RuntimeCheck on one runtime; an unusable provider is
+        `unavailable` and a missing kernel `skip`, never a pass."""
+        case = registry.get_case(check.case)
+        expected = {case.outputs(check.cfg)[check.output].name: check.exact}
+        judge = judge_outputs(lambda precision, _: tolerance_for(precision, case.tolerance))
+        try:
+            opened = self.opened(runtime, check.case, check.cfg, check.config_name)
+            result = run_judged(
+                opened,
+                InputSet("document", check.feeds, expected),
+                judge,
+                Result.about(f"doc:{check.case}", COMPONENT),
+            )
+        except NotRun as why:
+            return RuntimeOutcome(str(why.status), message=str(why))
+        except TconformError as exc:
+            return RuntimeOutcome("error", message=str(exc))
+        comparison = result.outputs[0] if result.outputs else None
+        return RuntimeOutcome(
+            result.status,
+            comparison.max_abs_err if comparison else None,
+            result.message,
+            tuple(result.ep_actual),
+            comparison,
+            result.placement,
+            result.model,
+            result.precision,
         )

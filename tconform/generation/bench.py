@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,15 +23,16 @@ import numpy as np
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
 from tconform.bench.timing import round_sig, timed_runs
 from tconform.config import ModelConfig
-from tconform.errors import ProviderUnavailable
+from tconform.execution import NotRun, Subject, case_module, open_subject
 from tconform.export import ExportSettings
 from tconform.files import atomic_write_bytes, atomic_write_json
 from tconform.generation.driver import Decoding, Strategy, check_request, generate
 from tconform.generation.models import ENCODER, GENERATION_CASES, STEP, export_generation_models
 from tconform.generation.steppers import CachedStepper, make_stepper
+from tconform.models import ModelUnderTest
 from tconform.reference import Transformer
 from tconform.registry import Shape
-from tconform.runtimes import Subject, label, make_runtime, open_subject
+from tconform.runtimes import label, make_runtime
 from tconform.weights import DEFAULT_SEED, make_params
 
 
@@ -85,11 +87,46 @@ def _decode_times(stepper, inputs, settings: GenerateSettings) -> list[list[floa
     return [list(step) for step in zip(*runs[1:], strict=True)]
 
 
+def _decode_row(runtime, sessions, cfg, settings, feeds, floor_ms: float, ep: str) -> dict:
+    """One engine's row: the encoder's latency and each step's, with and without the cache."""
+    src_ids, src_keep = feeds["src_ids"], feeds["src_keep"]
+    encoder = timed_runs(lambda: sessions[ENCODER.name].run(feeds), warmup=1, runs=5)
+    per_step = {}
+    for cache in (True, False):
+        stepper = TimedStepper(make_stepper(sessions, cfg, cache))
+        per_step[cache] = _decode_times(stepper, (src_ids, src_keep), settings)
+        if isinstance(stepper.inner, CachedStepper):
+            cached = stepper.inner
+    row = {"engine": label(runtime), "settings": runtime.settings()}
+    row["cache_bytes"] = cached.cache_bytes()
+    row["cache_on"] = cached.cache_location()
+    row["encoder_ms"] = round_sig(float(np.median(encoder)) * 1e3)
+    for cache, name in ((True, "cached"), (False, "no_cache")):
+        ms = np.array(per_step[cache]) * 1e3  # (steps, repeats)
+        row[f"{name}_p50_ms"] = round_sig(float(np.percentile(ms, 50)))
+        row[f"{name}_p90_ms"] = round_sig(float(np.percentile(ms, 90)))
+        row[f"{name}_by_prefix_ms"] = [round_sig(float(v)) for v in np.median(ms, axis=1)]
+    row["tokens_per_s"] = round_sig(settings.batch * 1e3 / row["cached_p50_ms"])
+    last = settings.new_tokens - 1
+    row["speedup_at_last_token"] = round_sig(
+        row["no_cache_by_prefix_ms"][last] / row["cached_by_prefix_ms"][last]
+    )
+    if ep == "cpu":
+        row["floor_ratio"] = round_sig(row["cached_p50_ms"] / floor_ms)
+    return row
+
+
 def run_generate_bench(settings: GenerateSettings, log) -> dict:
     cfg = settings.cfg
     check_request(cfg, settings.decoding, settings.strategy)
     log(f"generation models in {settings.artifacts}: exported where not current ...")
     records = export_generation_models(ExportSettings(cfg, DEFAULT_SEED), settings.artifacts)
+    models = {
+        case.name: ModelUnderTest(
+            case, Path(records[case.name].location), records[case.name].provenance()
+        )
+        for case in GENERATION_CASES
+    }
     params = make_params(Transformer(cfg), DEFAULT_SEED)
     rng = np.random.default_rng(0)
     src_len = min(settings.src_len, cfg.max_seq_len)
@@ -101,44 +138,22 @@ def run_generate_bench(settings: GenerateSettings, log) -> dict:
     floor_ms = weight_bytes / (bandwidth * 1e9) * 1e3
     rows, unavailable = [], []
     for runtime_name, ep in settings.engines:
-        options = {"intra_op_threads": settings.threads} if runtime_name == "onnxruntime" else {}
-        runtime = make_runtime(runtime_name, ep, **options)
+        runtime = make_runtime(runtime_name, ep, threads=settings.threads)
         log(f"{label(runtime)}: decoding {settings.new_tokens} tokens with and without the cache")
-        try:
-            sessions = {
-                case.name: open_subject(
-                    runtime,
-                    Subject(Path(records[case.name].location), case.module_target(cfg, params)),
-                )
-                for case in GENERATION_CASES
-            }
-        except ProviderUnavailable as exc:
-            unavailable.append({"engine": runtime_name, "ep": ep, "reason": str(exc)})
-            continue
-        encoder = timed_runs(lambda s=sessions: s[ENCODER.name].run(feeds), warmup=1, runs=5)
-        per_step = {}
-        for cache in (True, False):
-            stepper = TimedStepper(make_stepper(sessions, cfg, cache))
-            per_step[cache] = _decode_times(stepper, (src_ids, src_keep), settings)
-            if isinstance(stepper.inner, CachedStepper):
-                cached = stepper.inner
-        row = {"engine": label(runtime), "settings": runtime.settings()}
-        row["cache_bytes"] = cached.cache_bytes()
-        row["cache_on"] = cached.cache_location()
-        row["encoder_ms"] = round_sig(float(np.median(encoder)) * 1e3)
-        for cache, name in ((True, "cached"), (False, "no_cache")):
-            ms = np.array(per_step[cache]) * 1e3  # (steps, repeats)
-            row[f"{name}_p50_ms"] = round_sig(float(np.percentile(ms, 50)))
-            row[f"{name}_p90_ms"] = round_sig(float(np.percentile(ms, 90)))
-            row[f"{name}_by_prefix_ms"] = [round_sig(float(v)) for v in np.median(ms, axis=1)]
-        row["tokens_per_s"] = round_sig(settings.batch * 1e3 / row["cached_p50_ms"])
-        last = settings.new_tokens - 1
-        row["speedup_at_last_token"] = round_sig(
-            row["no_cache_by_prefix_ms"][last] / row["cached_by_prefix_ms"][last]
-        )
-        if ep == "cpu":
-            row["floor_ratio"] = round_sig(row["cached_p50_ms"] / floor_ms)
-        rows.append(row)
+        with ExitStack() as stack:
+            try:
+                sessions = {
+                    case.name: stack.enter_context(
+                        open_subject(
+                            runtime, Subject(models[case.name], case_module(case, cfg, params))
+                        )
+                    )
+                    for case in GENERATION_CASES
+                }
+            except NotRun as why:
+                unavailable.append({"engine": runtime_name, "ep": ep, "reason": str(why)})
+                continue
+            rows.append(_decode_row(runtime, sessions, cfg, settings, feeds, floor_ms, ep))
     return {
         "kind": "tconform-bench-generate",
         "preset": settings.preset,

@@ -6,13 +6,14 @@ per sequence (with whether it is a real token or left padding) and returns the l
 of the token after it, in float64; `reorder` keeps, repeats or permutes sequences (beam search
 expands each source into its beams and follows the surviving ones).
 
-Every runtime is reached through the same `Session.run(feeds) -> outputs` (tconform.runtimes),
-so a stepper is the same code for the float64 oracle, PyTorch and each ONNX Runtime provider:
-it only differs in the sessions it is given, one per generation model (tconform.generation.models).
+Every runtime is reached through the same `run(feeds) -> outputs` of the models opened by the
+execution layer (tconform.execution.Opened), so a stepper is the same code for the float64
+oracle, PyTorch, ONNX Runtime and OpenVINO: it only differs in the opened models it is given,
+one per generation model (tconform.generation.models).
 
-On an ONNX Runtime provider with device memory (CUDA) the cached stepper runs with IO binding
-(`OrtSession.run_bound`): the keys and values stay on the device between steps, and only the
-new token's log-probabilities come back. Beam search's reorder gathers them through the host
+On a runtime with device memory (ONNX Runtime's CUDA provider) the cached stepper runs with IO
+binding (`run_bound`): the keys and values stay on the device between steps, and only the new
+token's log-probabilities come back. Beam search's reorder gathers them through the host
 (docs/generation.md).
 """
 
@@ -28,7 +29,12 @@ from tconform import registry
 from tconform.config import ModelConfig
 from tconform.generation.models import ENCODER, PREFIX, STEP
 from tconform.oracle import Params
-from tconform.runtimes import Session
+
+
+class StepModel(Protocol):
+    """One generation model as a stepper runs it (an opened model, or the oracle's)."""
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
 
 
 class Stepper(Protocol):
@@ -41,20 +47,17 @@ class Stepper(Protocol):
 
 @dataclass
 class OracleSession:
-    """A generation model computed by the float64 oracle, as a Session."""
+    """A generation model computed by the float64 oracle."""
 
     case: registry.Case
     cfg: ModelConfig
     params: Params
-    providers: list[str] = field(default_factory=lambda: ["oracle-float64"])
-    placement: dict[str, int] = field(default_factory=dict)
-    fallback_ops: dict[str, int] = field(default_factory=dict)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return list(registry.run_oracle(self.case, self.cfg, self.params, feeds))
 
 
-def oracle_sessions(cfg: ModelConfig, params: Params) -> dict[str, Session]:
+def oracle_sessions(cfg: ModelConfig, params: Params) -> dict[str, StepModel]:
     return {case.name: OracleSession(case, cfg, params) for case in (ENCODER, STEP, PREFIX)}
 
 
@@ -69,7 +72,7 @@ class CachedStepper:
     With `bound` (ONNX Runtime sessions) the runs use IO binding and the keys/values in the
     state are OrtValues on the provider's device; otherwise they are NumPy arrays."""
 
-    sessions: Mapping[str, Session]
+    sessions: Mapping[str, StepModel]
     cfg: ModelConfig
     dtype: type = np.float32  # of the cache and the memory (float64 for the oracle)
     bound: bool = False
@@ -144,7 +147,7 @@ class CachedStepper:
 class PrefixStepper:
     """Encoder once, then the whole prefix through the decoder every step (no cache)."""
 
-    sessions: Mapping[str, Session]
+    sessions: Mapping[str, StepModel]
     cfg: ModelConfig
     state: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -171,7 +174,7 @@ class PrefixStepper:
 
 
 def make_stepper(
-    sessions: Mapping[str, Session], cfg: ModelConfig, cache: bool, oracle: bool = False
+    sessions: Mapping[str, StepModel], cfg: ModelConfig, cache: bool, oracle: bool = False
 ) -> Stepper:
     """A stepper over `sessions`: with the cache or the whole prefix each step."""
     if cache:

@@ -10,13 +10,16 @@ holds one fill). Every result names the decoder model that ran (path, sha256, or
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from tconform.compare import tolerance_for
 from tconform.config import ModelConfig
-from tconform.errors import ProviderUnavailable, UsageError
+from tconform.errors import UsageError
+from tconform.execution import NotRun, Subject, case_module, not_run, open_subject
 from tconform.export import (
     ExportJob,
     ExportRecord,
@@ -32,12 +35,10 @@ from tconform.generation.models import GENERATION_CASES, PREFIX, STEP, generatio
 from tconform.generation.steppers import make_stepper
 from tconform.generation.verdict import judge
 from tconform.models import ModelUnderTest, given_model
-from tconform.provenance import module_provenance
 from tconform.reference import Transformer
 from tconform.report import RunReport
 from tconform.results import Result, allow_missing
-from tconform.runtimes import Subject, label, open_subject
-from tconform.runtimes.onnxruntime import KernelMissing
+from tconform.runtimes import label
 from tconform.verify import (
     Progress,
     VerifyOptions,
@@ -117,7 +118,7 @@ def verify_generation(
         "artifacts": str(options.artifacts_dir),
         "config": preset_cfg.to_dict(),
         "seed": seed,
-        "eps": options.eps,
+        "eps": list(options.runtimes.eps),
         "runtimes": {label(r): r.settings() for r in runtimes},
         "cases": [c.name for c in cases],
     }
@@ -133,64 +134,52 @@ def verify_generation(
 
 
 def _runtime_results(runtime, cfg, params, models, cases, progress) -> list[Result]:
-    onnx_file = runtime.consumes == "onnx"
-    template = dict(
-        runtime=runtime.name, ep=runtime.ep, ep_actual=[], input_set="test_data_set_0",
-        precision=runtime.precision,
-    )  # fmt: skip
+    """Every case decoded on `runtime`, with and without the cache, judged token for token."""
+    subjects = {
+        case.name: Subject(models[cfg, case.name], case_module(case, cfg, params))
+        for case in GENERATION_CASES
+    }
+    row = Result.about("", "generation", input_set="test_data_set_0")
     try:
-        sessions = {
-            case.name: open_subject(
-                runtime,
-                Subject(models[cfg, case.name].path, case.module_target(cfg, params)),
-            )
-            for case in GENERATION_CASES
-        }
-    except (ProviderUnavailable, KernelMissing) as exc:
-        status = "unavailable" if isinstance(exc, ProviderUnavailable) else "skip"
+        with ExitStack() as stack:
+            opened = {
+                name: stack.enter_context(open_subject(runtime, subject))
+                for name, subject in subjects.items()
+            }
+            return _decode_all(runtime, cfg, opened, row, cases, progress)
+    except NotRun as why:
         return [
-            Result(c.name, "generation", **{**template, "input_set": "*"}, status=status,
-                   message=str(exc))
+            not_run(replace(row, case=c.name, input_set="*"), runtime, subjects[STEP.name], why)
             for c in cases
-        ]  # fmt: skip
-    if onnx_file:  # the sessions hold exactly the bytes the provenance names
-        for case in GENERATION_CASES:
-            models[cfg, case.name].confirm_unchanged()
-    tol = tolerance_for(runtime.precision, "model")
+        ]
+
+
+def _decode_all(runtime, cfg, opened, row: Result, cases, progress) -> list[Result]:
+    tol = tolerance_for(opened[STEP.name].precision, "model")
     results = []
     for case in cases:
         progress(f"  {label(runtime)}: {case.name}")
         inputs = case.input_set.inputs
         for cache in (True, False):
             decoder = STEP if cache else PREFIX
-            stepper = make_stepper(sessions, cfg, cache)
+            stepper = make_stepper(opened, cfg, cache)
             with np.errstate(invalid="ignore"):  # -inf fill sets hold NaN rows by design
                 actual = generate(
                     stepper, inputs["src_ids"], inputs["src_keep"], case.decoding, case.strategy,
                     (inputs["prefix_ids"], inputs["prefix_keep"]),
                 )  # fmt: skip
             verdict = judge(case.generation(), actual, tol)
-            session = sessions[decoder.name]
-            model = (
-                models[cfg, decoder.name].provenance
-                if onnx_file
-                else module_provenance(session.module, runtime.precision)
-            )
             what = "with the key/value cache" if cache else "without a cache (whole prefix)"
-            results.append(
-                Result(
-                    case.name,
-                    f"generation, {case.strategy.name}, {what}",
-                    **template,
-                    status=str(verdict.status),
-                    message=verdict.message,
-                    outputs=[verdict.log_probs] if verdict.log_probs else [],
-                    model=model,
+            result = opened[decoder.name].stamp(
+                replace(
+                    row,
+                    case=case.name,
+                    component=f"generation, {case.strategy.name}, {what}",
                     cell="kv-cache" if cache else "no-cache",
-                    placement=dict(getattr(session, "placement", {})),
                     notes=[f"decoder: {decoder.name}; mask fill {cfg.mask_fill}"],
                 )
             )
-    for result in results:
-        result.ep_actual = list(sessions[STEP.name].providers)
+            result.status, result.message = str(verdict.status), verdict.message
+            result.outputs = [verdict.log_probs] if verdict.log_probs else []
+            results.append(result)
     return results

@@ -29,7 +29,7 @@ from tconform.errors import UsageError
 from tconform.files import atomic_write_bytes, atomic_write_json, read_json_object, sha256_file
 from tconform.folders import MANIFEST, managed_folder
 from tconform.module_check.inputs import ModuleInputs
-from tconform.module_check.oracle import eval_mode
+from tconform.runtimes.torch import eval_mode
 
 EXPORTERS = project_export.EXPORTERS
 DEFAULT_OPSET = project_export.DEFAULT_OPSET

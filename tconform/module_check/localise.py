@@ -37,12 +37,13 @@ from torch import nn
 from tconform import registry
 from tconform.compare import OutputComparison, Tolerance, compare_output, tolerance_for
 from tconform.config import PRESETS, ModelConfig
+from tconform.execution import Subject, open_subject
 from tconform.export import ExportSettings, build_module
+from tconform.models import derived_file
 from tconform.module_check.inputs import ModuleInputs
-from tconform.module_check.oracle import eval_mode, flatten_outputs, plain_composition
 from tconform.provenance import ModelProvenance
-from tconform.runtimes import label
-from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.runtimes import Runtime, label, make_runtime
+from tconform.runtimes.torch import eval_mode, flatten_outputs, plain_composition
 from tconform.weights import DEFAULT_SEED
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
@@ -253,7 +254,7 @@ class Graph:
 
 
 def run_with_boundaries(
-    graph: Graph, extra: list[str], feeds: dict[str, np.ndarray], runtime: OrtRuntime
+    graph: Graph, extra: list[str], feeds: dict[str, np.ndarray], runtime: Runtime
 ) -> dict[str, np.ndarray]:
     """Run a temporary copy of the model that also returns `extra`; name -> value."""
     copy = onnx.ModelProto()
@@ -270,11 +271,9 @@ def run_with_boundaries(
         path = Path(tmp) / "model_with_boundaries.onnx"
         # Models near protobuf's 2 GB limit keep their weights in a file beside the copy.
         onnx.save_model(copy, str(path), save_as_external_data=weights > 1 << 30)
-        session = runtime.open(path)
-        initialisers = {t.name for t in copy.graph.initializer}
-        inputs = [i.name for i in copy.graph.input if i.name not in initialisers]
-        values = session.run({n: feeds[n] for n in inputs})
-        return dict(zip([o.name for o in copy.graph.output], values, strict=True))
+        with open_subject(runtime, Subject(derived_file(path, copy))) as opened:
+            values = opened.run(feeds)
+            return dict(zip(opened.outputs, values, strict=True))
 
 
 # --- matching and verdict ----------------------------------------------------------------------
@@ -528,7 +527,7 @@ def localise(
     reference: nn.Module,
     reference_inputs: ModuleInputs,
     feeds: dict[str, np.ndarray],
-    runtime: OrtRuntime,
+    runtime: Runtime,
     tol: Tolerance,
     provenance: ModelProvenance | None = None,
 ) -> Localisation:
@@ -615,7 +614,7 @@ def localise_case(
     inputs: dict[str, np.ndarray],
     cfg: ModelConfig | None = None,
     seed: int = DEFAULT_SEED,
-    runtime: OrtRuntime | None = None,
+    runtime: Runtime | None = None,
     tol: Tolerance | None = None,
     provenance: ModelProvenance | None = None,
 ) -> Localisation:
@@ -642,7 +641,7 @@ def localise_case(
         module.double(),
         ModuleInputs(args, {}, tuple(s.name for s in specs)),
         {s.name: np.asarray(inputs[s.name]) for s in specs},
-        runtime or OrtRuntime("cpu"),
+        runtime or make_runtime("onnxruntime"),
         tol or tolerance_for("float32", case.tolerance),
         provenance,
     )

@@ -19,56 +19,16 @@ dtype), and every result says `reference: float32`.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
-from tconform.errors import UsageError
+from tconform.errors import UsageError, calling_user_code, first_line
 from tconform.module_check.inputs import ModuleInputs
-
-
-def flatten_outputs(out: object, prefix: str = "output") -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) for every tensor in a module's output, in the order the exporters flatten
-    it: a tensor is `output`, a tuple gives output_0, output_1, ..., a dict its keys; anything
-    that is not a tensor (None, numbers) is left out, as the exporters leave it out."""
-    if isinstance(out, torch.Tensor):
-        return [(prefix, out)]
-    if isinstance(out, dict):
-        items = [(str(k) if prefix == "output" else f"{prefix}.{k}", v) for k, v in out.items()]
-    elif isinstance(out, (tuple, list)):
-        items = [(f"{prefix}_{i}", v) for i, v in enumerate(out)]
-    else:
-        return []
-    return [pair for name, value in items for pair in flatten_outputs(value, name)]
-
-
-@contextlib.contextmanager
-def eval_mode(module: nn.Module) -> Iterator[nn.Module]:
-    """The module in eval mode for the duration, each submodule's own mode restored after."""
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        yield module
-    finally:
-        for m, training in modes:
-            m.training = training
-
-
-@contextlib.contextmanager
-def plain_composition() -> Iterator[None]:
-    """PyTorch's fused Transformer fast path off (it skips the submodules' forward)."""
-    mha = torch.backends.mha
-    previous = mha.get_fastpath_enabled()
-    mha.set_fastpath_enabled(False)
-    try:
-        yield
-    finally:
-        mha.set_fastpath_enabled(previous)
+from tconform.runtimes.torch import eval_mode, flatten_outputs, plain_composition
 
 
 def module_device(module: nn.Module) -> torch.device:
@@ -88,11 +48,6 @@ def floating_dtype(module: nn.Module) -> torch.dtype:
 def run_module(module: nn.Module, inputs: ModuleInputs) -> list[tuple[str, torch.Tensor]]:
     with torch.no_grad():
         return flatten_outputs(module(*inputs.args, **inputs.kwargs))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 @dataclass
@@ -161,16 +116,18 @@ def build_reference(module: nn.Module, inputs: ModuleInputs, label: str) -> Refe
 
     Raises UsageError when the module is not deterministic in eval mode: no reference exists.
     """
-    try:
-        reference = _float64_copy(module, inputs)
-    except Exception as exc:  # no float64 kernel, a dtype clash, a module that cannot be copied
-        reference = _float32_fallback(module, inputs, f"could not run: {_first_line(exc)}")
+    with calling_user_code(f"{label}: its float64 copy"):
+        try:
+            reference = _float64_copy(module, inputs)
+        except Exception as exc:  # no float64 kernel, a dtype clash, a module not copyable
+            reference = _float32_fallback(module, inputs, f"could not run: {first_line(exc)}")
     if module.training:
         reference.notes.append(
             "the module was in training mode; tconform checks it in eval mode (dropout off, "
             "batch norm on running statistics), as it exports it"
         )
-    again = _as_float64(reference.run())
+    with calling_user_code(f"{label}: its {reference.kind} copy"):
+        again = _as_float64(reference.run())
     if _differences(reference.outputs, again) != 0.0:
         raise UsageError(
             f"{label}: the module is not deterministic in eval mode: two runs of its "

@@ -1,27 +1,36 @@
-"""Runtimes: the one place that knows how to run a model. Every command (verify, the document
-checks, check, generation, bench) goes through `make_runtime` and `open_subject`.
+"""Runtimes: the one place that knows how to run a model (tconform.runtimes.base has the
+interface). Every command builds its runtimes here, from one `RuntimeOptions`, and runs them
+through tconform.execution.
 
-A runtime runs either an ONNX file (ONNX Runtime on an execution provider, ONNX's reference
-evaluator) or a PyTorch module (eager, torch.compile). `open_subject` opens the part of a
-`Subject` the runtime consumes and gives back a `Session`: `run(feeds) -> outputs`, plus what
-really ran (`providers`) and, for ONNX Runtime, the node placement.
-
-Adding a runtime is one module with a class following `Runtime` and one entry in RUNTIMES;
-adding an execution provider is one entry in tconform.runtimes.providers.PROVIDERS.
+Adding a runtime is one module with a `Runtime` class and its `Session`, and one entry in
+RUNTIMES (docs/design.md, "Add a runtime": OpenVINO is the worked example); adding an ONNX
+Runtime execution provider is one entry in tconform.runtimes.providers.PROVIDERS.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
-
-import numpy as np
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from tconform.errors import UsageError
+from tconform.runtimes.base import ModuleTarget, Runtime, Session, TensorInfo, TimedCall
 from tconform.runtimes.labels import runtime_label
+
+__all__ = [
+    "RUNTIMES",
+    "ModuleTarget",
+    "Runtime",
+    "RuntimeOptions",
+    "Session",
+    "TensorInfo",
+    "TimedCall",
+    "label",
+    "make_runtime",
+    "make_runtimes",
+    "runtime_class",
+]
 
 # name -> "module:class", imported on first use so that the command line starts fast.
 RUNTIMES: dict[str, str] = {
@@ -32,43 +41,24 @@ RUNTIMES: dict[str, str] = {
 }
 
 
-class Session(Protocol):
-    providers: list[str]  # what really ran, as the runtime reports it
-    placement: dict[str, int]  # provider -> nodes (ONNX Runtime); empty elsewhere
-    fallback_ops: dict[str, int]  # op type -> nodes left on the CPU (ONNX Runtime)
-
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
-
-
-class Runtime(Protocol):
-    name: str  # its key in RUNTIMES
-    ep: str  # the device or execution provider it runs on
-    consumes: str  # "onnx" (opens a model file) or "module" (opens a ModuleTarget)
-
-    @property
-    def precision(self) -> str: ...
-
-    def settings(self) -> dict[str, object]: ...
-
-    def open(self, target) -> Session: ...
-
-
 @dataclass(frozen=True)
-class ModuleTarget:
-    """A PyTorch module to run: `build()` makes it (float32, weights loaded, eval mode);
-    `inputs` names its positional inputs in order, and says which are floats (cast to the
-    runtime's dtype) by their TensorSpec kind."""
+class RuntimeOptions:
+    """What a command asks of its runtimes, from the shared command-line options: which
+    runtimes, on which providers, and the options a runtime takes where it has them (each
+    runtime's dataclass fields say which: ONNX Runtime takes tf32 and graph_opt, OpenVINO
+    bf16, torch none of them)."""
 
-    build: Callable[[], object]
-    inputs: tuple  # TensorSpec, in forward's order
+    names: tuple[str, ...] = ("onnxruntime", "torch")
+    eps: tuple[str, ...] = ("cpu",)
+    tf32: bool = False  # CUDA: TF32 matrix products (their own tolerance row)
+    bf16: bool = False  # OpenVINO: bfloat16 inference precision (its own tolerance row)
+    device_id: int = 0
+    provider_options: Mapping[str, str] = field(default_factory=dict)
+    graph_opt: str = "all"
+    threads: int = 0  # 0: the runtime's default
 
-
-@dataclass(frozen=True)
-class Subject:
-    """One thing under test, as each kind of runtime consumes it."""
-
-    onnx: Path | None = None
-    module: ModuleTarget | None = None
+    def replace(self, **changes: object) -> RuntimeOptions:
+        return dataclasses.replace(self, **changes)
 
 
 def runtime_class(name: str) -> type:
@@ -78,18 +68,26 @@ def runtime_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_runtime(name: str, ep: str = "cpu", **options) -> Runtime:
-    """The runtime `name` on `ep`, with runtime-specific options (tf32, graph_opt, ...)."""
-    return runtime_class(name)(ep=ep, **options)
+def make_runtime(name: str, ep: str = "cpu", **options: object) -> Runtime:
+    """The runtime `name` on `ep`, given the options among `options` that it takes."""
+    cls = runtime_class(name)
+    accepted = {f.name for f in dataclasses.fields(cls)}
+    return cls(ep=ep, **{k: v for k, v in options.items() if k in accepted})
 
 
-def open_subject(runtime: Runtime, subject: Subject) -> Session:
-    """Open the part of `subject` that `runtime` consumes."""
-    target = subject.onnx if runtime.consumes == "onnx" else subject.module
-    if target is None:
-        needs = "an ONNX model" if runtime.consumes == "onnx" else "a PyTorch module"
-        raise UsageError(f"{label(runtime)} needs {needs}, and this check has none")
-    return runtime.open(target)
+def make_runtimes(options: RuntimeOptions, consumes: str | None = None) -> list[Runtime]:
+    """Every runtime of `options.names` on every provider of `options.eps` it runs on (only
+    those that consume `consumes`, "onnx" or "module", when given), in the order named."""
+    shared = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    shared["provider_options"] = dict(options.provider_options)
+    del shared["names"], shared["eps"]
+    runtimes = []
+    for name in options.names:
+        cls = runtime_class(name)
+        if consumes is not None and cls.consumes != consumes:
+            continue
+        runtimes += [make_runtime(name, ep, **shared) for ep in options.eps if ep in cls.eps]
+    return runtimes
 
 
 def label(runtime: Runtime) -> str:

@@ -12,7 +12,9 @@ nodes really ran on the GPU and which op types were left to the CPU.
 
 from __future__ import annotations
 
+import json
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +26,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto
 
-from tconform.errors import ProviderUnavailable, TconformError, UsageError
+from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
+from tconform.runtimes.base import Session, TensorInfo, TimedCall
 from tconform.runtimes.providers import (
     CUDA_DEFAULT_OPTIONS,
     DEVICE_TYPES,
@@ -43,19 +46,6 @@ _COPY_OPS = {"MemcpyToHost", "MemcpyFromHost"}
 DENORMAL_AS_ZERO = "session.set_denormal_as_zero"
 
 
-class KernelMissing(TconformError):
-    """The provider has no kernel for an op at the model's element type (ORT NOT_IMPLEMENTED).
-
-    Not a conformance failure: verify reports the case as `skip` with this message.
-    """
-
-    def __init__(self, provider: str, op_type: str, dtype: str) -> None:
-        super().__init__(f"ONNX Runtime's {provider} provider has no {dtype} kernel for {op_type}")
-        self.provider = provider
-        self.op_type = op_type
-        self.dtype = dtype
-
-
 @dataclass
 class OrtRuntime:
     """Creates sessions on one provider with recorded settings."""
@@ -66,7 +56,7 @@ class OrtRuntime:
 
     ep: str = "cpu"
     graph_opt: str = "all"
-    intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
+    threads: int = 0  # intra-op threads; 0: ONNX Runtime's default (one per physical core)
     provider_options: dict[str, str] = field(default_factory=dict)  # raw, from the CLI
     tf32: bool = False  # CUDA only: allow TF32 matrix products
     device_id: int = 0  # CUDA only
@@ -94,6 +84,11 @@ class OrtRuntime:
         return {**options, **self.provider_options}
 
     @property
+    def device_memory(self) -> bool:
+        """Whether the provider keeps tensors in memory of its own (IO binding pays there)."""
+        return self.ep in DEVICE_TYPES
+
+    @property
     def precision(self) -> str:
         """'tf32' when the CUDA provider may use TF32 matrix products, else 'float32'."""
         uses_tf32 = self.ep == "cuda" and self.final_provider_options().get("use_tf32") == "1"
@@ -107,25 +102,29 @@ class OrtRuntime:
             "provider_options": self.final_provider_options(),
             "precision": self.precision,
             "graph_optimization": self.graph_opt,
-            "intra_op_threads": self.intra_op_threads,
+            "intra_op_threads": self.threads,
             "session_config": dict(self.session_config),
             "disabled_optimizers": list(self.disabled_optimizers),
             "onnxruntime": ort.__version__,
         }
 
-    def session_options(self) -> ort.SessionOptions:
+    def session_options(self, profile_prefix: str | None = None) -> ort.SessionOptions:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = GRAPH_OPT_LEVELS[self.graph_opt]
-        opts.intra_op_num_threads = self.intra_op_threads
+        opts.intra_op_num_threads = self.threads
         opts.log_severity_level = 3  # errors only; fallbacks are detected from get_providers()
         opts.add_session_config_entry(RECORD_ASSIGNMENT, "1")
         for key, value in self.session_config.items():
             opts.add_session_config_entry(key, value)
+        if profile_prefix is not None:
+            opts.enable_profiling = True
+            opts.profile_file_prefix = profile_prefix
         return opts
 
-    def open(self, model_path: Path) -> OrtSession:
+    def open(self, model_path: Path, profile_prefix: str | None = None) -> OrtSession:
         """A session on this runtime's provider, or ProviderUnavailable with ONNX Runtime's
-        reason; KernelMissing when the provider lacks a kernel; UsageError for a bad file."""
+        reason; KernelMissing when the provider lacks a kernel; UsageError for a bad file.
+        `profile_prefix`: write ONNX Runtime's profile there (OrtSession.op_profile)."""
         known_reason = unavailable_reason(self.ep)  # probed once: no failed load per model
         if known_reason is not None:
             raise ProviderUnavailable(f"{self.ep}: {known_reason}")
@@ -136,7 +135,7 @@ class OrtRuntime:
             try:
                 session = ort.InferenceSession(
                     str(model_path),
-                    self.session_options(),
+                    self.session_options(profile_prefix),
                     providers=providers,
                     disabled_optimizers=list(self.disabled_optimizers),
                 )
@@ -153,7 +152,9 @@ class OrtRuntime:
         self.match_calling_thread()
         placement, fallback_ops = assignment(session, self.provider)
         device = (DEVICE_TYPES.get(self.ep, "cpu"), self.device_id)
-        return OrtSession(session, actual, placement, fallback_ops, device)
+        return OrtSession(
+            session, self, model_path, actual, placement, fallback_ops, device, self.precision
+        )
 
     def match_calling_thread(self) -> None:
         """Set this thread's subnormal flags as the session config asks, where it names them.
@@ -170,7 +171,8 @@ class OrtRuntime:
         text = str(exc).strip()
         missing = re.search(r"Could not find an implementation for (\w+)\(", text)
         if missing:
-            return KernelMissing(self.ep.upper(), missing.group(1), model_dtype(model_path))
+            provider = f"ONNX Runtime's {self.ep.upper()} provider"
+            return KernelMissing(provider, missing.group(1), model_dtype(model_path))
         first = text.splitlines()[0] if text else type(exc).__name__
         return UsageError(f"{model_path}: ONNX Runtime cannot load it: {first}")
 
@@ -220,16 +222,57 @@ def quiet_run() -> ort.RunOptions:
     return options
 
 
-@dataclass
-class OrtSession:
-    session: ort.InferenceSession
-    providers: list[str]  # get_providers(): what ONNX Runtime really registered
-    placement: dict[str, int] = field(default_factory=dict)  # provider short name -> nodes
-    fallback_ops: dict[str, int] = field(default_factory=dict)  # op type -> nodes left on CPU
-    device: tuple[str, int] = ("cpu", 0)  # OrtValue device type and id of the provider
+# ONNX Runtime's declared input types -> the NumPy types it takes.
+_NUMPY_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(None, feeds, quiet_run())
+
+def _declared(value) -> TensorInfo:
+    numpy_type = _NUMPY_TYPES.get(value.type)
+    shape = value.shape
+    return TensorInfo(
+        value.name,
+        np.dtype(numpy_type) if numpy_type is not None else None,
+        len(shape) if isinstance(shape, list) else None,
+    )
+
+
+class OrtSession(Session):
+    """One InferenceSession and what ONNX Runtime says of it."""
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        runtime: OrtRuntime,
+        model_path: Path,
+        providers: list[str],
+        placement: dict[str, int],
+        fallback_ops: dict[str, int],
+        device: tuple[str, int],
+        precision: str,
+    ) -> None:
+        self.session = session
+        self.runtime = runtime
+        self.model_path = model_path
+        self.providers = providers  # get_providers(): what ONNX Runtime really registered
+        self.placement = placement  # provider short name -> nodes
+        self.fallback_ops = fallback_ops  # op type -> nodes left on the CPU
+        self.device = device  # OrtValue device type and id of the provider
+        self.precision = precision
+        self.inputs = [_declared(i) for i in session.get_inputs()]
+        self.outputs = [o.name for o in session.get_outputs()]
+        self.notes: list[str] = []
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(None, dict(feeds), quiet_run())
 
     def run_bound(
         self, feeds: Mapping[str, np.ndarray | ort.OrtValue], keep: Collection[str]
@@ -243,16 +286,80 @@ class OrtSession:
                 binding.bind_ortvalue_input(name, value)
             else:
                 binding.bind_cpu_input(name, np.ascontiguousarray(value))
-        names = [output.name for output in self.session.get_outputs()]
-        for name in names:
+        for name in self.outputs:
             binding.bind_output(name, *(self.device if name in keep else ("cpu", 0)))
         self.session.run_with_iobinding(binding, quiet_run())
         values = binding.get_outputs()
         return {
             name: value if name in keep else value.numpy()
-            for name, value in zip(names, values, strict=True)
+            for name, value in zip(self.outputs, values, strict=True)
         }
 
     def to_device(self, array: np.ndarray) -> ort.OrtValue:
         """`array` copied to the provider's device, ready to be bound as an input."""
         return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), *self.device)
+
+    def timed_call(self, feeds: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
+        """Without IO binding each run copies inputs in and outputs back as NumPy, as a plain
+        session.run does; with it (a provider with device memory) the inputs are copied to the
+        device once, the outputs stay there, and each run waits for the device."""
+        details: dict[str, object] = {"placement": self.placement, "io_binding": io_binding}
+        memory = _cuda_used_mb_probe(self.runtime.ep)
+        if not io_binding:
+            fixed = dict(feeds)
+            return TimedCall(
+                lambda: self.session.run(None, fixed), device_memory_mb=memory, details=details
+            )
+        binding = self.session.io_binding()
+        for name, array in feeds.items():  # the binding holds its own reference to each
+            binding.bind_ortvalue_input(name, self.to_device(array))
+        for name in self.outputs:
+            binding.bind_output(name, *self.device)
+        binding.synchronize_inputs()
+
+        def run() -> None:
+            self.session.run_with_iobinding(binding)
+            binding.synchronize_outputs()
+
+        return TimedCall(run, binding.clear_binding_outputs, memory, details)
+
+    def op_profile(self, feeds: Mapping[str, np.ndarray], runs: int = 3) -> dict[str, float]:
+        """Kernel milliseconds per run, per op type, from ONNX Runtime's own profile of this
+        model with this session's settings (a second, profiling session; one warm-up run left
+        out of the totals)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            profiling = self.runtime.open(self.model_path, profile_prefix=str(Path(tmp) / "p"))
+            for _ in range(1 + runs):
+                profiling.session.run(None, dict(feeds))
+            events = json.loads(Path(profiling.session.end_profiling()).read_text())
+        totals = kernel_time_by_op_type(events, skip_runs=1)
+        return {op: us / runs / 1e3 for op, us in totals.items()}
+
+
+def kernel_time_by_op_type(events: list[dict], skip_runs: int = 0) -> dict[str, float]:
+    """Total kernel microseconds per op type from ONNX Runtime's profile events, leaving out
+    the kernels of the first `skip_runs` runs (the warm-up, which allocates and is slower)."""
+    starts = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    since = starts[skip_runs] if 0 < skip_runs < len(starts) else float("-inf")
+    totals: Counter[str] = Counter()
+    for event in events:
+        if event.get("cat") != "Node" or not event.get("name", "").endswith("_kernel_time"):
+            continue
+        if event.get("ts", 0) >= since:
+            totals[event.get("args", {}).get("op_name", "?")] += float(event.get("dur", 0))
+    return dict(totals)
+
+
+def _cuda_used_mb_probe(ep: str):
+    """Device memory in use (total - free, whole device) for CUDA runs, read after the runs.
+    ONNX Runtime's arena is outside torch's allocator, so this is the only shared measure."""
+    import torch
+
+    if ep != "cuda" or not torch.cuda.is_available():
+        return lambda: None
+
+    def used_mb() -> float:
+        free, total = torch.cuda.mem_get_info()
+        return (total - free) / 2**20
+
+    return used_mb

@@ -4,7 +4,8 @@ Runtime but not here (or the reverse) points at a kernel, not at the export."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -12,6 +13,7 @@ import numpy as np
 import onnx
 
 from tconform.errors import UsageError
+from tconform.runtimes.base import Session, TensorInfo
 
 
 @dataclass
@@ -19,6 +21,7 @@ class ReferenceRuntime:
     name: ClassVar[str] = "onnx-reference"
     consumes: ClassVar[str] = "onnx"
     eps: ClassVar[tuple[str, ...]] = ("cpu",)
+    timed: ClassVar[bool] = False  # a NumPy evaluator of each operator: not a deployment target
 
     ep: str = "cpu"
 
@@ -33,19 +36,53 @@ class ReferenceRuntime:
         from onnx.reference import ReferenceEvaluator
 
         try:
-            evaluator = ReferenceEvaluator(str(model_path))
+            model = onnx.load(str(model_path))
+            evaluator = ReferenceEvaluator(model)
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise UsageError(f"{model_path}: onnx.reference cannot load it: {first}") from None
-        return ReferenceSession(evaluator)
+        return ReferenceSession(evaluator, model)
 
 
-@dataclass
-class ReferenceSession:
-    evaluator: object
-    providers: list[str] = field(default_factory=lambda: ["onnx.reference"])
-    placement: dict[str, int] = field(default_factory=dict)
-    fallback_ops: dict[str, int] = field(default_factory=dict)
+_NUMPY_TYPES = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.INT32: np.int32,
+    onnx.TensorProto.BOOL: np.bool_,
+}
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(out) for out in self.evaluator.run(None, feeds)]
+
+def declared_inputs(model: onnx.ModelProto) -> list[TensorInfo]:
+    """The graph inputs that are not initializers, as the file declares them."""
+    initializers = {t.name for t in model.graph.initializer}
+    found = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        numpy_type = _NUMPY_TYPES.get(tensor.elem_type)
+        found.append(
+            TensorInfo(
+                value.name,
+                np.dtype(numpy_type) if numpy_type is not None else None,
+                len(tensor.shape.dim) if tensor.HasField("shape") else None,
+            )
+        )
+    return found
+
+
+class ReferenceSession(Session):
+    def __init__(self, evaluator: object, model: onnx.ModelProto) -> None:
+        self.evaluator = evaluator
+        self.providers = ["onnx.reference"]
+        self.placement: dict[str, int] = {}
+        self.fallback_ops: dict[str, int] = {}
+        self.precision = "float32"
+        self.inputs = declared_inputs(model)
+        self.outputs = [o.name for o in model.graph.output]
+        self.notes: list[str] = []
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(out) for out in self.evaluator.run(None, dict(feeds))]

@@ -2,22 +2,72 @@
 the CPU or a CUDA device.
 
 It is one more implementation under test: the reference module's float32 error against the
-float64 golden is reported next to ONNX Runtime's.
+float64 golden is reported next to ONNX Runtime's, and a user's own module (tconform check) is
+run the same way, in its own dtype.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import torch
+from torch import nn
 
 from tconform.errors import ProviderUnavailable
-from tconform.runtimes import ModuleTarget
+from tconform.provenance import module_provenance
+from tconform.runtimes.base import ModuleTarget, Session, TensorInfo, TimedCall
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "float64": torch.float64}
+DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+}
+
+
+def flatten_outputs(out: object, prefix: str = "output") -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor in a module's output, in the order the exporters flatten
+    it: a tensor is `output`, a tuple gives output_0, output_1, ..., a dict (a transformers
+    ModelOutput among them) its keys; anything that is not a tensor (None, numbers) is left
+    out, as the exporters leave it out."""
+    if isinstance(out, torch.Tensor):
+        return [(prefix, out)]
+    if isinstance(out, dict):
+        items = [(str(k) if prefix == "output" else f"{prefix}.{k}", v) for k, v in out.items()]
+    elif isinstance(out, (tuple, list)):
+        items = [(f"{prefix}_{i}", v) for i, v in enumerate(out)]
+    else:
+        return []
+    return [pair for name, value in items for pair in flatten_outputs(value, name)]
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[nn.Module]:
+    """The module in eval mode for the duration, each submodule's own mode restored after."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield module
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+@contextlib.contextmanager
+def plain_composition() -> Iterator[None]:
+    """PyTorch's fused Transformer fast path off (it skips the submodules' forward)."""
+    mha = torch.backends.mha
+    previous = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(previous)
 
 
 @dataclass
@@ -40,12 +90,17 @@ class TorchRuntime:
         return "cpu" if self.ep == "cpu" else f"cuda:{self.device_id}"
 
     def settings(self) -> dict[str, object]:
-        return {"device": self.device, "dtype": self.dtype, "compiled": self.compiled}
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "compiled": self.compiled,
+            "torch": torch.__version__,
+        }
 
     def open(self, target: ModuleTarget) -> TorchSession:
         if self.ep == "cuda" and not torch.cuda.is_available():
             raise ProviderUnavailable(f"cuda: this torch ({torch.__version__}) sees no CUDA device")
-        module = target.build().to(_DTYPES[self.dtype]).to(self.device).eval()
+        module = target.build().to(DTYPES[self.dtype]).to(self.device)
         return TorchSession(module, target, self)
 
 
@@ -57,43 +112,65 @@ class CompiledTorchRuntime(TorchRuntime):
     compiled: ClassVar[bool] = True
 
 
-@dataclass
-class TorchSession:
-    module: torch.nn.Module
-    target: ModuleTarget
-    runtime: TorchRuntime
-    placement: dict[str, int] = field(default_factory=dict)
-    fallback_ops: dict[str, int] = field(default_factory=dict)
-    compile_seconds: float | None = None
+class TorchSession(Session):
+    def __init__(self, module: nn.Module, target: ModuleTarget, runtime: TorchRuntime) -> None:
+        self.module = module
+        self.target = target
+        self.runtime = runtime
+        self.forward = torch.compile(module) if runtime.compiled else module
+        self.compile_seconds: float | None = None
+        self.providers = [f"torch-{runtime.device}"]
+        self.placement: dict[str, int] = {}
+        self.fallback_ops: dict[str, int] = {}
+        self.precision = runtime.dtype
+        self.inputs = [TensorInfo(name) for name in (*target.args, *target.kwargs)]
+        self.outputs = list(target.outputs)
+        self.provenance = module_provenance(module, runtime.dtype)
+        self.notes: list[str] = []
 
-    def __post_init__(self) -> None:
-        self.forward = torch.compile(self.module) if self.runtime.compiled else self.module
+    def _tensor(self, name: str, value: np.ndarray) -> torch.Tensor:
+        # torch.tensor copies: golden arrays are read-only views of the .pb files.
+        tensor = torch.tensor(value, device=self.runtime.device)
+        return tensor.to(DTYPES[self.runtime.dtype]) if name in self.target.floats else tensor
 
-    @property
-    def providers(self) -> list[str]:
-        return [f"torch-{self.runtime.device}"]
+    def arguments(self, feeds: Mapping[str, np.ndarray]) -> tuple[list, dict]:
+        """The feeds as forward's arguments on the device, floats in the runtime's dtype."""
+        args = [self._tensor(n, feeds[n]) for n in self.target.args]
+        return args, {n: self._tensor(n, feeds[n]) for n in self.target.kwargs}
 
-    def arguments(self, feeds: dict[str, np.ndarray]) -> list[torch.Tensor]:
-        """The feeds as forward's positional tensors on the device, floats in the dtype."""
-        args = []
-        for spec in self.target.inputs:
-            # torch.tensor copies: golden arrays are read-only views of the .pb files.
-            tensor = torch.tensor(feeds[spec.name], device=self.runtime.device)
-            args.append(tensor.to(_DTYPES[self.runtime.dtype]) if spec.kind == "float" else tensor)
-        return args
-
-    def call(self, args: list[torch.Tensor]):
-        """One forward pass on prepared arguments, finished on the device (for timing)."""
+    def call(self, args: list, kwargs: dict) -> object:
+        """One forward pass (eval mode, submodules' own modes restored), finished on the
+        device; the first call of a compiled module records how long it took."""
         started = time.perf_counter()
-        with torch.inference_mode():
-            out = self.forward(*args)
+        with torch.inference_mode(), eval_mode(self.module), plain_composition():
+            out = self.forward(*args, **kwargs)
         if self.runtime.ep == "cuda":
             torch.cuda.synchronize()
         if self.runtime.compiled and self.compile_seconds is None:
             self.compile_seconds = round(time.perf_counter() - started, 1)
         return out
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        out = self.call(self.arguments(feeds))
-        out = out if isinstance(out, tuple | list) else (out,)
-        return [o.detach().cpu().numpy() for o in out]
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        out = self.call(*self.arguments(feeds))
+        return [t.detach().cpu().numpy() for _, t in flatten_outputs(out)]
+
+    def timed_call(self, feeds: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
+        """Inputs prepared on the device once; a compiled module is compiled first (timed)."""
+        torch.set_flush_denormal(False)  # PyTorch's default, whatever another engine set
+        args, kwargs = self.arguments(feeds)
+        details: dict[str, object] = {"device": self.runtime.device}
+        if self.runtime.compiled:
+            self.call(args, kwargs)
+            details["compile_s"] = self.compile_seconds
+        on_cuda = self.runtime.ep == "cuda"
+        if on_cuda:
+            torch.cuda.reset_peak_memory_stats()
+
+        def device_memory_mb() -> float | None:
+            return torch.cuda.max_memory_allocated() / 2**20 if on_cuda else None
+
+        return TimedCall(lambda: self.call(args, kwargs), self.close, device_memory_mb, details)
+
+    def close(self) -> None:
+        if self.runtime.compiled:
+            torch._dynamo.reset()

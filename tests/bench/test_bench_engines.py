@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from tconform import registry
-from tconform.bench.engines import open_torch
+from tconform.bench.engines import open_engine
 from tconform.config import PRESETS
+from tconform.execution import Subject, case_module
 from tconform.export import ExportSettings, build_module, example_shape
+from tconform.runtimes import make_runtime
 
 pytestmark = pytest.mark.unit
 
@@ -22,7 +24,8 @@ def test_torch_engine_keeps_subnormals_whatever_was_set_before(thread_flushes_su
     case = registry.get_case("feed_forward")
     _, params = build_module(case, ExportSettings(TINY))
     feeds = registry.make_inputs(case, TINY, example_shape(TINY), np.random.default_rng(0))
-    engine = open_torch(case, TINY, params, feeds, "cpu", compiled=False)
+    subject = Subject(module=case_module(case, TINY, params))
+    engine = open_engine(make_runtime("torch"), subject, feeds)
     engine.run()
     engine.close()
     assert not thread_flushes_subnormals()

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from tconform.bench.profile import MATRIX_OPS, outside_matmul_share, profile_by_op_type
+from tconform.bench.profile import MATRIX_OPS, outside_matmul_share
 from tconform.bench.timing import latency_stats, peak_rss_mb, timed_runs
 
 pytestmark = pytest.mark.unit
@@ -45,24 +45,6 @@ def test_time_budget_still_gives_the_minimum_run_count():
 
 def test_peak_rss_is_a_positive_size():
     assert peak_rss_mb() > 1.0
-
-
-def kernel(name: str, op: str, ts: int, dur: int) -> dict:
-    return {"cat": "Node", "name": name, "ts": ts, "dur": dur, "args": {"op_name": op}}
-
-
-def test_profile_sums_kernel_time_per_op_type_after_the_warmup():
-    events = [
-        {"cat": "Session", "name": "model_run", "ts": 0, "dur": 900},
-        kernel("a_kernel_time", "MatMul", 10, 500),  # warm-up run: left out
-        {"cat": "Session", "name": "model_run", "ts": 1000, "dur": 100},
-        kernel("a_kernel_time", "MatMul", 1010, 30),
-        kernel("b_kernel_time", "MatMul", 1050, 12),
-        kernel("c_kernel_time", "Softmax", 1070, 5),
-        kernel("c_fence_before", "Softmax", 1069, 99),  # not a kernel time
-    ]
-    assert profile_by_op_type(events, skip_runs=1) == {"MatMul": 42.0, "Softmax": 5.0}
-    assert profile_by_op_type(events)["MatMul"] == 542.0
 
 
 def test_share_outside_matrix_products_counts_every_other_op():

@@ -29,16 +29,18 @@ def quiet_nan():
     return np.errstate(invalid="ignore")
 
 
-def sessions_for(runtime, cfg, folder: Path, steps: dict | None = None) -> dict:
-    """The generation sessions of `runtime` for `cfg`'s models in `folder` (`steps`: a case
-    name -> model file that replaces the folder's)."""
+def open_generation_models(stack, runtime, cfg, folder: Path, steps: dict | None = None) -> dict:
+    """The generation models of `runtime` for `cfg`'s files in `folder`, opened through the
+    execution layer and closed with `stack` (`steps`: a case name -> a file replacing the
+    folder's)."""
+    from tconform.execution import Subject, case_module, open_subject
     from tconform.generation.models import GENERATION_CASES
-    from tconform.runtimes import Subject, open_subject
+    from tconform.models import derived_file
 
     params = params_of(cfg)
-    sessions = {}
+    opened = {}
     for case in GENERATION_CASES:
-        path = (steps or {}).get(case.name, folder / case.name / "model.onnx")
-        subject = Subject(path, case.module_target(cfg, params))
-        sessions[case.name] = open_subject(runtime, subject)
-    return sessions
+        path = Path((steps or {}).get(case.name, folder / case.name / "model.onnx"))
+        subject = Subject(derived_file(path), case_module(case, cfg, params))
+        opened[case.name] = stack.enter_context(open_subject(runtime, subject))
+    return opened

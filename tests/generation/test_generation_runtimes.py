@@ -1,11 +1,13 @@
 """Generation on ONNX Runtime (CPU) and PyTorch against the oracle's goldens."""
 
 import json
+from contextlib import ExitStack
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
-from gen_helpers import GOLDEN_DIR, TINY, decode_inputs, quiet_nan, sessions_for
+from gen_helpers import GOLDEN_DIR, TINY, decode_inputs, open_generation_models, quiet_nan
 
 from tconform.compare import tolerance_for
 from tconform.export import ExportSettings, export_case
@@ -20,6 +22,13 @@ from tconform.results import Status
 from tconform.runtimes import make_runtime
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def sessions_for():
+    """open_generation_models, its sessions closed when the test ends."""
+    with ExitStack() as stack:
+        yield partial(open_generation_models, stack)
 
 
 def test_verify_generation_gives_the_oracles_tokens_on_every_golden(
@@ -44,7 +53,7 @@ def test_verify_generation_gives_the_oracles_tokens_on_every_golden(
 
 
 @pytest.mark.parametrize("runtime_name", ["onnxruntime", "torch"])
-def test_cache_equals_no_cache(golden_cases, generation_artifacts, runtime_name):
+def test_cache_equals_no_cache(sessions_for, golden_cases, generation_artifacts, runtime_name):
     runtime = make_runtime(runtime_name, "cpu")
     for case in golden_cases:
         cfg = set_config(TINY, case.source_set)
@@ -62,7 +71,7 @@ def test_cache_equals_no_cache(golden_cases, generation_artifacts, runtime_name)
 
 
 def test_io_bound_cache_stays_with_the_session_and_decodes_as_the_host_path(
-    golden_cases, generation_artifacts
+    sessions_for, golden_cases, generation_artifacts
 ):
     """The IO-bound cached stepper (what CUDA runs) keeps keys/values as OrtValues between
     steps; on the CPU provider it gives bit-identical log-probabilities to the same sessions fed
@@ -92,7 +101,7 @@ def test_io_bound_cache_stays_with_the_session_and_decodes_as_the_host_path(
 
 @pytest.mark.gpu
 def test_on_cuda_the_cache_stays_on_the_device_and_decodes_as_the_cpu(
-    golden_cases, generation_artifacts
+    sessions_for, golden_cases, generation_artifacts
 ):
     from tconform.runtimes.providers import unavailable_reason
 
@@ -120,7 +129,9 @@ class ShiftedStep(DecoderStepModel):
         return super().position_encoding(position + 1)
 
 
-def test_an_off_by_one_position_fails_the_verdict(golden_cases, generation_artifacts, tmp_path):
+def test_an_off_by_one_position_fails_the_verdict(
+    sessions_for, golden_cases, generation_artifacts, tmp_path
+):
     wrong = export_case(replace(STEP, build=ShiftedStep), ExportSettings(TINY), tmp_path)
     runtime = make_runtime("onnxruntime", "cpu")
     folder = generation_artifacts / "generation"
@@ -142,7 +153,9 @@ def test_an_off_by_one_position_fails_the_verdict(golden_cases, generation_artif
     assert statuses
 
 
-def test_sampling_is_reproducible_and_follows_the_seed(golden_cases, generation_artifacts):
+def test_sampling_is_reproducible_and_follows_the_seed(
+    sessions_for, golden_cases, generation_artifacts
+):
     case = next(c for c in golden_cases if c.name == "ends-sample-k5-s7")
     src_ids, src_keep, prefix = decode_inputs(case)
     tokens = {}
@@ -164,7 +177,9 @@ def test_sampling_is_reproducible_and_follows_the_seed(golden_cases, generation_
     assert not np.array_equal(tokens["onnxruntime", 8], golden_tokens)
 
 
-def test_decoding_without_an_end_token_runs_to_the_limit(golden_cases, generation_artifacts):
+def test_decoding_without_an_end_token_runs_to_the_limit(
+    sessions_for, golden_cases, generation_artifacts
+):
     case = next(c for c in golden_cases if c.name == "right_padding-greedy")
     sessions = sessions_for(
         make_runtime("onnxruntime", "cpu"), TINY, generation_artifacts / "generation"

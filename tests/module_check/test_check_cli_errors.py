@@ -107,7 +107,7 @@ def test_a_module_that_cannot_be_exported_names_the_log(cli, user_package, tmp_p
         (("--tolerance", "output=1e-4"), ["OUTPUT=ATOL,RTOL"]),
         (("--ep", "tpu"), ["unknown execution provider 'tpu'"]),
         (("--opset", "12"), ["'--opset': 12 is not in the range"]),
-        (("--model", "no_such_model.onnx"), ["no_such_model.onnx: No such file"]),
+        (("--model", "no_such_model.onnx"), ["no_such_model.onnx: no such file"]),
     ],
 )
 def test_bad_options(cli, user_package, args, needles):

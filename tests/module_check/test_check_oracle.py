@@ -9,7 +9,8 @@ from torch import nn
 
 from tconform.errors import UsageError
 from tconform.module_check.inputs import as_inputs
-from tconform.module_check.oracle import build_reference, eval_mode, flatten_outputs
+from tconform.module_check.oracle import build_reference
+from tconform.runtimes.torch import eval_mode, flatten_outputs
 
 pytestmark = pytest.mark.unit
 

@@ -13,11 +13,11 @@ from onnx import TensorProto, helper
 
 from tconform import registry
 from tconform.config import PRESETS
-from tconform.errors import ProviderUnavailable, TconformError, UsageError
+from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
 from tconform.export import ExportSettings, example_shape, export_cases
 from tconform.runtimes import label
 from tconform.runtimes import onnxruntime as onnxruntime_runtime
-from tconform.runtimes.onnxruntime import KernelMissing, OrtRuntime
+from tconform.runtimes.onnxruntime import OrtRuntime
 from tconform.runtimes.providers import parse_provider_options, reason_from_log, unavailable_reason
 
 pytestmark = pytest.mark.integration
@@ -271,8 +271,8 @@ class SavingOrtRuntime(OrtRuntime):
 
     saved: str = "optimised.onnx"
 
-    def session_options(self) -> ort.SessionOptions:
-        options = super().session_options()
+    def session_options(self, profile_prefix: str | None = None) -> ort.SessionOptions:
+        options = super().session_options(profile_prefix)
         options.optimized_model_filepath = self.saved
         return options
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import onnx
 import pytest
 
 from tconform import runtimes
@@ -27,7 +28,7 @@ class ShiftedRuntime(ReferenceRuntime):
     name: ClassVar[str] = "shifted"
 
     def open(self, model_path) -> ShiftedSession:
-        return ShiftedSession(super().open(model_path).evaluator)
+        return ShiftedSession(super().open(model_path).evaluator, onnx.load(str(model_path)))
 
 
 def _verify(cli, workspace, tmp_path, runtime: str) -> tuple[int, list[dict]]:

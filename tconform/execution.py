@@ -1,0 +1,328 @@
+"""The one execution layer: every command runs a model here, the same way, with the same
+promises (in the spirit of Polygraphy's `Comparator.run` over its runners).
+
+    results = execute(runtime, subject, input_sets, judge, row)
+
+1. Open. The runtime opens the part of the subject it consumes (an ONNX file or a PyTorch
+   module). A provider that cannot run is `unavailable` and a missing kernel `skip`, each with
+   the runtime's own reason, never a pass. The file is re-hashed once the session has read it,
+   so a result never names bytes other than those that ran.
+2. Feed. Each input set is matched to what the session declares: by name (by position where a
+   model made elsewhere names its inputs otherwise); floats are rounded to the declared float
+   type; any other type, or a rank, that differs is a usage error in every command.
+3. Run. An exception on valid input is `error` (a conformance failure): the one line of it.
+4. Judge. The judge compares the outputs; nothing compared (no output with an element) is
+   never a pass.
+5. Stamp. Every result carries what really ran: the providers, the node placement and CPU
+   fallbacks (`--strict-placement` fails them), the precision the session computed in and the
+   provenance of the exact bytes or module.
+
+`open_subject` is the same first step for callers that run a session their own way
+(generation's decoding loop, bench's timing); they get an `Opened`, never the runtime's session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import numpy as np
+
+from tconform.compare import OutputComparison
+from tconform.config import ModelConfig
+from tconform.errors import (
+    KernelMissing,
+    ProviderUnavailable,
+    TconformError,
+    Terminated,
+    UsageError,
+    first_line,
+)
+from tconform.models import ModelUnderTest
+from tconform.provenance import ModelProvenance
+from tconform.registry import Case
+from tconform.results import Result, Status
+from tconform.runtimes import ModuleTarget, Runtime, Session, TensorInfo, TimedCall, label
+from tconform.weights import load_params
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One thing under test, as each kind of runtime consumes it: the ONNX file (ONNX Runtime,
+    OpenVINO, onnx.reference) and the PyTorch module (torch, torch.compile)."""
+
+    onnx: ModelUnderTest | None = None
+    module: ModuleTarget | None = None
+
+
+def case_module(case: Case, cfg: ModelConfig, params: Mapping[str, np.ndarray]) -> ModuleTarget:
+    """A registry case's reference module with these weights, as the torch runtimes open it."""
+    inputs, outputs = case.inputs(cfg), case.outputs(cfg)
+    return ModuleTarget(
+        lambda: load_params(case.build(cfg), dict(params)),
+        args=tuple(spec.name for spec in inputs),
+        floats=frozenset(spec.name for spec in inputs if spec.kind == "float"),
+        outputs=tuple(spec.name for spec in outputs),
+    )
+
+
+class InputSet(Protocol):
+    """Named inputs and the expected outputs by name (tconform.golden.InputSet is one)."""
+
+    name: str
+    inputs: Mapping[str, np.ndarray]
+    outputs: Mapping[str, np.ndarray]
+
+
+# (outputs by name, the input set, the precision it ran in) -> one comparison per judged output
+Judge = Callable[[dict[str, np.ndarray], InputSet, str], list[OutputComparison]]
+
+
+class NotRun(Exception):
+    """The subject could not be opened on the runtime: `unavailable` (the provider cannot run
+    here), `skip` (no kernel for its type) or `error` (the runtime broke opening it)."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def precision_of(runtime_precision: str, model: ModelUnderTest | None) -> str:
+    """The precision a run computes in, which picks its tolerance row: a model that computes
+    in a narrower type than float32 says so itself (float16); otherwise what the runtime
+    computes in (tf32 on CUDA, bfloat16 on OpenVINO when asked, float32)."""
+    if model is not None and model.precision != "float32":
+        return model.precision
+    return runtime_precision
+
+
+@dataclass
+class Opened:
+    """A subject open on a runtime: the only handle commands get. It runs with the feeds
+    checked against what the session declares, and stamps results with what really ran."""
+
+    runtime: Runtime
+    subject: Subject
+    session: Session = field(repr=False)
+
+    @property
+    def onnx_file(self) -> bool:
+        return self.runtime.consumes == "onnx"
+
+    @property
+    def precision(self) -> str:
+        return precision_of(self.session.precision, self.subject.onnx if self.onnx_file else None)
+
+    @property
+    def provenance(self) -> ModelProvenance | None:
+        if self.onnx_file:
+            return self.subject.onnx.provenance
+        return self.session.provenance
+
+    @property
+    def outputs(self) -> list[str]:
+        return self.session.outputs
+
+    @property
+    def device(self) -> tuple[str, int]:
+        return self.session.device
+
+    @property
+    def notes(self) -> list[str]:
+        notes = list(self.subject.onnx.notes) if self.onnx_file else []
+        model = self.subject.onnx
+        if self.onnx_file and model.precision != model.io_type:
+            notes.append(
+                f"{model.provenance.compute_elem_type} computation with {model.io_type} inputs "
+                f"and outputs: judged by the {self.precision} tolerance row"
+            )
+        notes += self.session.notes
+        if self.session.fallback_ops:
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted(self.session.fallback_ops.items()))
+            notes.insert(0, f"warning: nodes fell back to the CPU provider: {ops}")
+        return notes
+
+    def feeds(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`inputs` as the session takes them (see `match_feeds`)."""
+        where = self.subject.onnx.path if self.onnx_file else label(self.runtime)
+        return match_feeds(self.session.inputs, inputs, str(where))
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(self.feeds(inputs))
+
+    def run_bound(self, feeds: Mapping[str, object], keep: set[str]) -> dict[str, object]:
+        return self.session.run_bound(feeds, keep)
+
+    def to_device(self, array: np.ndarray) -> object:
+        return self.session.to_device(array)
+
+    def timed_call(self, inputs: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
+        return self.session.timed_call(self.feeds(inputs), io_binding)
+
+    def op_profile(self, inputs: Mapping[str, np.ndarray]) -> dict[str, float] | None:
+        """Kernel milliseconds per op type, where the runtime profiles (None elsewhere)."""
+        profile = getattr(self.session, "op_profile", None)
+        return profile(self.feeds(inputs)) if profile else None
+
+    def stamp(self, row: Result) -> Result:
+        """A copy of `row` naming what ran: providers, placement, precision, model, notes."""
+        return replace(
+            row,
+            runtime=self.runtime.name,
+            ep=self.runtime.ep,
+            ep_actual=list(self.session.providers),
+            placement=dict(self.session.placement),
+            fallback_ops=dict(self.session.fallback_ops),
+            precision=self.precision,
+            model=self.provenance,
+            notes=[*self.notes, *row.notes],
+            outputs=[],
+        )
+
+
+@contextlib.contextmanager
+def open_subject(runtime: Runtime, subject: Subject) -> Iterator[Opened]:
+    """`subject` open on `runtime` for the block; NotRun when it cannot be, for a reason that is
+    the environment's (a provider absent, a kernel missing); UsageError for a subject the runtime
+    cannot take at all (a file it cannot read)."""
+    if runtime.consumes == "onnx":
+        target = subject.onnx.path if subject.onnx is not None else None
+    else:
+        target = subject.module
+    if target is None:
+        needs = "an ONNX model" if runtime.consumes == "onnx" else "a PyTorch module"
+        raise UsageError(f"{label(runtime)} needs {needs}, and this check has none")
+    try:
+        session = runtime.open(target)
+    except ProviderUnavailable as exc:
+        raise NotRun(Status.UNAVAILABLE, str(exc)) from None
+    except KernelMissing as exc:  # a fact about the runtime, reported, not a failure
+        raise NotRun(Status.SKIP, str(exc)) from None
+    except TconformError:
+        raise
+    except Exception as exc:  # the runtime broke on a model it accepted: its failure
+        why = f"{label(runtime)} failed to open it: {first_line(exc)}"
+        raise NotRun(Status.ERROR, why) from None
+    try:
+        if runtime.consumes == "onnx":
+            subject.onnx.confirm_unchanged()  # the session holds exactly the bytes named
+        yield Opened(runtime, subject, session)
+    finally:
+        session.close()
+
+
+def not_run(row: Result, runtime: Runtime, subject: Subject, why: NotRun) -> Result:
+    """The result of a subject that could not be opened, at the precision it would have run."""
+    model = subject.onnx if runtime.consumes == "onnx" else None
+    return replace(
+        row,
+        runtime=runtime.name,
+        ep=runtime.ep,
+        status=str(why.status),
+        message=str(why),
+        precision=precision_of(runtime.precision, model),
+        model=model.provenance if model else row.model,
+    )
+
+
+def match_feeds(
+    declared: Sequence[TensorInfo], inputs: Mapping[str, np.ndarray], where: str
+) -> dict[str, np.ndarray]:
+    """The inputs a session declares, from `inputs`: by name, or by position when the session
+    names them otherwise (a model exported elsewhere) and the counts agree. Floats are rounded
+    to the declared float type; any other element type, or a rank, that differs from the
+    declaration is a usage error naming the input."""
+    wanted = [info.name for info in declared]
+    if set(wanted) <= set(inputs):
+        named = {name: inputs[name] for name in wanted}
+    elif len(wanted) == len(inputs):
+        named = dict(zip(wanted, inputs.values(), strict=True))
+    else:
+        raise UsageError(
+            f"{where}: takes inputs {', '.join(wanted) or 'none'}; it is given "
+            f"{', '.join(inputs) or 'none'}"
+        )
+    feeds = {}
+    for info in declared:
+        value = np.asarray(named[info.name])
+        if info.dtype is not None and value.dtype != info.dtype:
+            if info.dtype.kind == "f" and value.dtype.kind == "f":
+                value = value.astype(info.dtype)
+            else:
+                raise UsageError(
+                    f"{where}: input {info.name!r} is {info.dtype}; it is given {value.dtype}"
+                )
+        if info.rank is not None and value.ndim != info.rank:
+            raise UsageError(
+                f"{where}: input {info.name!r} has rank {info.rank}; it is given rank "
+                f"{value.ndim} (shape {list(value.shape)})"
+            )
+        feeds[info.name] = value
+    return feeds
+
+
+def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
+    """`result`'s verdict from its comparisons: fail if any fails; nothing compared (no output
+    holding an element) is `skip`, never a pass."""
+    result.outputs = comparisons
+    failed = [c for c in comparisons if c.status == "fail"]
+    if failed:
+        result.status = str(Status.FAIL)
+        result.message = "; ".join(f"{c.name}: {c.message}" for c in failed)
+    elif not any(int(np.prod(c.shape)) for c in comparisons):
+        result.status = str(Status.SKIP)
+        result.message = "nothing compared: " + (
+            "every output is empty (no elements)" if comparisons else "no output was judged"
+        )
+    else:
+        result.status, result.message = str(Status.PASS), ""
+    return result
+
+
+def run_judged(opened: Opened, input_set: InputSet, judge: Judge, row: Result) -> Result:
+    """One input set through an opened subject, judged: pass, fail, error or skip."""
+    result = opened.stamp(replace(row, input_set=input_set.name))
+    feeds = opened.feeds(input_set.inputs)  # a signature mismatch is a usage error, raised
+    started = time.perf_counter()
+    try:
+        outputs = opened.session.run(feeds)
+    except (KeyboardInterrupt, Terminated):
+        raise
+    except BaseException as exc:  # a runtime (or a user's forward) failing on valid input
+        result.status, result.message = str(Status.ERROR), first_line(exc)
+    else:
+        if len(outputs) != len(opened.outputs):
+            raise UsageError(
+                f"{label(opened.runtime)}: returned {len(outputs)} outputs; it declares "
+                f"{len(opened.outputs)} ({', '.join(opened.outputs)})"
+            )
+        named = dict(zip(opened.outputs, outputs, strict=True))
+        settle(result, judge(named, input_set, result.precision))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def execute(
+    runtime: Runtime,
+    subject: Subject,
+    input_sets: Sequence[InputSet],
+    judge: Judge,
+    row: Result,
+    strict_placement: bool = False,
+) -> list[Result]:
+    """One result per input set of `subject` on `runtime`, judged by `judge`. `row` holds what
+    the caller knows of every result (case, component, cell, reference, notes)."""
+    try:
+        with open_subject(runtime, subject) as opened:
+            results = [run_judged(opened, s, judge, row) for s in input_sets]
+    except NotRun as why:
+        return [not_run(replace(row, input_set=s.name), runtime, subject, why) for s in input_sets]
+    if strict_placement:
+        for result in results:
+            if result.fallback_ops and result.status == Status.PASS:
+                result.status = str(Status.FAIL)
+                result.message = f"{result.notes[0]} (--strict-placement)"
+    return results
