@@ -1,7 +1,7 @@
 """Train the reference Transformer on a synthetic task; write a checkpoint (tconform.checkpoints).
 
     python scripts/train_checkpoint.py                 # reverse, the tiny preset, 3000 steps
-    python scripts/train_checkpoint.py --steps 20 --out /tmp/ck   # a short run elsewhere
+    python scripts/train_checkpoint.py --steps 20 --out ck   # a short run elsewhere
 
 Why: a model that has learned something has wide top-1 logit margins, so a token that int8 or
 bfloat16 flips is a real error, unlike with random weights. The run is deterministic (seeded

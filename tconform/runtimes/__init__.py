@@ -35,6 +35,7 @@ __all__ = [
 # name -> "module:class", imported on first use so that the command line starts fast.
 RUNTIMES: dict[str, str] = {
     "onnxruntime": "tconform.runtimes.onnxruntime:OrtRuntime",
+    "openvino": "tconform.runtimes.openvino:OpenVinoRuntime",
     "onnx-reference": "tconform.runtimes.reference:ReferenceRuntime",
     "torch": "tconform.runtimes.torch:TorchRuntime",
     "torch-compile": "tconform.runtimes.torch:CompiledTorchRuntime",

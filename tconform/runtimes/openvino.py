@@ -1,0 +1,313 @@
+"""OpenVINO as a runtime: the exported ONNX files compiled by OpenVINO's CPU plugin.
+
+Why: OpenVINO is a second vendor's compiler for the same files (its own ONNX frontend, graph
+rewrites, oneDNN and JIT "snippets" kernels that fuse attention), so a model that passes on ONNX
+Runtime but not here points at OpenVINO or at an export that only ONNX Runtime reads kindly.
+
+Precision is the point to watch. The CPU plugin lowers float32 models to bfloat16 by default on
+a CPU with AVX512-BF16 or AMX, without a word: the whole model's logits move by ~4e-2. So the
+runtime always sets INFERENCE_PRECISION_HINT ("f32" unless `bf16=True` asks for "bf16") and
+reports the precision OpenVINO says it will use, read back from the compiled model, never the
+one asked for: on a CPU without native bfloat16 (AVX2 only, say) a bf16 request compiles to
+float32 and is labelled float32. Each session also counts, from OpenVINO's executed graph
+(`compiled.get_runtime_model()`, each node's rt_info), how many nodes computed in which float
+precision: that is the evidence of what ran.
+
+`openvino` is an optional dependency (`pip install 'tconform[openvino]'`), imported only when a
+runtime is asked for its precision or settings or opens a model; without it every session is
+ProviderUnavailable with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tconform.errors import ProviderUnavailable, UsageError
+from tconform.runtimes.base import Session, TensorInfo
+
+# OpenVINO's element type names -> tconform's precision names.
+PRECISIONS = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+HINTS = {"float32": "f32", "bfloat16": "bf16"}
+# Nodes of the executed graph that compute nothing: constants, parameters and results.
+_NOT_EXECUTED = {"Const", "Input", "Output"}
+# Compiled-model properties recorded with the settings: those that decide the numbers (precision,
+# threads and so the split of reductions, subnormals, dynamic quantization) or say what ran.
+RECORDED = (
+    "INFERENCE_PRECISION_HINT",
+    "EXECUTION_MODE_HINT",
+    "PERFORMANCE_HINT",
+    "NUM_STREAMS",
+    "INFERENCE_NUM_THREADS",
+    "ENABLE_CPU_PINNING",
+    "ENABLE_HYPER_THREADING",
+    "SCHEDULING_CORE_TYPE",
+    "CPU_DENORMALS_OPTIMIZATION",
+    "DYNAMIC_QUANTIZATION_GROUP_SIZE",
+    "KV_CACHE_PRECISION",
+    "EXECUTION_DEVICES",
+    "RUNTIME_REQUIREMENTS",  # names the instruction set the kernels were built for
+)
+
+
+def _openvino() -> Any:
+    """The openvino module, or ProviderUnavailable saying how to get it."""
+    try:
+        import openvino
+    except ImportError as exc:
+        raise ProviderUnavailable(
+            f"openvino is not installed (pip install 'tconform[openvino]'): {exc}"
+        ) from None
+    return openvino
+
+
+@functools.cache
+def _core() -> Any:
+    """One OpenVINO Core per process; every property goes with each compile, none is set on it."""
+    return _openvino().Core()
+
+
+def reason(exc: BaseException) -> str:
+    """OpenVINO's message in one line: its first line that is not a source location."""
+    noise = ("Exception from ", "Check '", "FrontEnd API failed with")
+    for line in str(exc).splitlines():
+        line = line.strip()
+        if line and not line.startswith(noise):
+            return line
+    return type(exc).__name__
+
+
+def _text(value: object) -> object:
+    """A compiled-model property as JSON can hold it (OpenVINO's types and enums as text)."""
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple | set):
+        return [_text(v) for v in value]
+    get_type_name = getattr(value, "get_type_name", None)  # openvino.Type
+    return get_type_name() if callable(get_type_name) else str(value)
+
+
+def _read_back(compiled: Any) -> dict[str, object]:
+    supported = compiled.get_property("SUPPORTED_PROPERTIES")
+    return {key: _text(compiled.get_property(key)) for key in RECORDED if key in supported}
+
+
+def precision_name(hint: object) -> str:
+    """tconform's name for an inference precision OpenVINO read back ("f32" -> "float32")."""
+    return PRECISIONS.get(str(hint), str(hint))
+
+
+@functools.cache
+def _probe(device: str, config: tuple[tuple[str, str], ...]) -> dict[str, object]:
+    """What OpenVINO makes of `config` on `device`, from a one-MatMul model compiled with it:
+    the compiled properties, the device's name and capabilities. ProviderUnavailable when the
+    device cannot compile anything."""
+    ov = _openvino()
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 8], np.float32, name="x")
+    y = ops.matmul(x, ops.constant(np.ones((8, 8), np.float32)), False, False)
+    try:
+        compiled = _core().compile_model(ov.Model([y], [x], "probe"), device, dict(config))
+    except Exception as exc:  # OpenVINO raises RuntimeError for everything
+        raise ProviderUnavailable(f"{device.lower()}: {reason(exc)}") from None
+    core = _core()
+    return {
+        "openvino": ov.get_version(),
+        "full_device_name": _text(core.get_property(device, "FULL_DEVICE_NAME")),
+        "optimization_capabilities": _text(core.get_property(device, "OPTIMIZATION_CAPABILITIES")),
+        "read_back": _read_back(compiled),
+    }
+
+
+@dataclass
+class OpenVinoRuntime:
+    """Compiles ONNX files on one OpenVINO device with pinned, recorded properties."""
+
+    name: ClassVar[str] = "openvino"
+    consumes: ClassVar[str] = "onnx"
+    eps: ClassVar[tuple[str, ...]] = ("cpu",)
+
+    ep: str = "cpu"  # the OpenVINO device, lower case ("cpu" is OpenVINO's "CPU")
+    bf16: bool = False  # ask for INFERENCE_PRECISION_HINT bf16 (what is used is read back)
+    threads: int = 0  # INFERENCE_NUM_THREADS; 0: OpenVINO's default (one per physical core)
+    properties: dict[str, str] = field(default_factory=dict)  # raw compile properties; they win
+
+    @property
+    def device(self) -> str:
+        return self.ep.upper()
+
+    @property
+    def hint(self) -> str:
+        """The INFERENCE_PRECISION_HINT asked for."""
+        return "bf16" if self.bf16 else "f32"
+
+    def config(self) -> dict[str, str]:
+        """The properties every compile gets: tconform's pins, then the raw ones."""
+        config = {
+            "INFERENCE_PRECISION_HINT": self.hint,
+            "PERFORMANCE_HINT": "LATENCY",  # one stream: one request uses every thread
+            "CPU_DENORMALS_OPTIMIZATION": "NO",  # subnormals kept, as IEEE float32 has them
+            "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",  # no int8 activations (compressed weights)
+        }
+        if self.device != "CPU":  # the last three are the CPU plugin's
+            config = {"INFERENCE_PRECISION_HINT": self.hint, "PERFORMANCE_HINT": "LATENCY"}
+        if self.threads:
+            config["INFERENCE_NUM_THREADS"] = str(self.threads)
+        return {**config, **self.properties}
+
+    def probe(self) -> dict[str, object]:
+        """OpenVINO's version, the device and the properties it compiles with (cached);
+        ProviderUnavailable without OpenVINO or the device."""
+        return _probe(self.device, tuple(sorted(self.config().items())))
+
+    @property
+    def precision(self) -> str:
+        """The precision OpenVINO reads back for this configuration ("float32" where a bf16
+        request meets a CPU without native bfloat16). Where OpenVINO cannot answer (not
+        installed, no such device) nothing runs, and this is the precision asked for."""
+        try:
+            read_back = self.probe()["read_back"]
+        except ProviderUnavailable:
+            return "bfloat16" if self.bf16 else "float32"
+        return precision_name(read_back.get("INFERENCE_PRECISION_HINT", self.hint))
+
+    def settings(self) -> dict[str, object]:
+        """Everything that decides how a session runs, for the run manifest."""
+        settings: dict[str, object] = {
+            "ep": self.ep,
+            "device": self.device,
+            "inference_precision_asked": self.hint,
+            "config": self.config(),
+        }
+        try:
+            probe = self.probe()
+        except ProviderUnavailable as exc:
+            return {**settings, "unavailable": str(exc)}
+        read_back = dict(probe["read_back"])
+        return {
+            **settings,
+            "inference_precision_read_back": read_back.get("INFERENCE_PRECISION_HINT"),
+            "precision": self.precision,
+            "openvino": probe["openvino"],
+            "full_device_name": probe["full_device_name"],
+            "optimization_capabilities": probe["optimization_capabilities"],
+            "num_streams": read_back.get("NUM_STREAMS"),
+            "inference_num_threads": read_back.get("INFERENCE_NUM_THREADS"),
+            "compiled_properties": read_back,
+        }
+
+    def open(self, model_path: Path) -> OpenVinoSession:
+        """The model compiled on this runtime's device: ProviderUnavailable without OpenVINO or
+        the device, UsageError (one line) for a file OpenVINO cannot read or compile."""
+        self.probe()  # the device works: a failure below is the model's
+        from openvino.frontend import FrontEndManager
+
+        started = time.perf_counter()
+        frontend = FrontEndManager().load_by_framework("onnx")  # no guessing at the format
+        try:
+            model = frontend.convert(frontend.load(str(model_path)))
+        except Exception as exc:
+            raise UsageError(f"{model_path}: OpenVINO cannot read it: {reason(exc)}") from None
+        try:
+            compiled = _core().compile_model(model, self.device, self.config())
+        except Exception as exc:
+            raise UsageError(f"{model_path}: OpenVINO cannot compile it: {reason(exc)}") from None
+        session = OpenVinoSession(compiled, round(time.perf_counter() - started, 3))
+        if self.bf16 and session.precision != "bfloat16":
+            session.notes.append(
+                f"bf16 asked; OpenVINO compiled {session.precision} (no native bfloat16 on "
+                "this CPU): judged by the float32 row"
+            )
+        return session
+
+
+def _compute_precision(info: dict[str, str]) -> str | None:
+    """The float precision an executed node computed in, or None for integer and bool nodes.
+
+    runtimePrecision is OpenVINO's word, except for fused "Subgraph" nodes, which report the
+    precision of one of their inputs (u8 for an attention block's mask); for a node whose
+    outputs are floats the kernel's name (jit_avx2_f32, brgemm_avx512_amx_bf16...) says."""
+    runtime = info.get("runtimePrecision", "")
+    if runtime in PRECISIONS:
+        return PRECISIONS[runtime]
+    outputs = [p for p in info.get("outputPrecisions", "").split(",") if p in PRECISIONS]
+    if not outputs:
+        return None
+    kernel = info.get("primitiveType", "")
+    named = [p for p in PRECISIONS if kernel.endswith(f"_{p}") or f"_{p}_" in kernel]
+    return PRECISIONS[named[0] if named else outputs[0]]
+
+
+def executed_graph(compiled: Any) -> tuple[int, dict[str, int], dict[str, dict[str, int]]]:
+    """(executed nodes, {precision: nodes}, {layer type: {precision: nodes}}) of OpenVINO's
+    executed graph; constants, parameters and results are not executed nodes."""
+    count = 0
+    precisions: Counter[str] = Counter()
+    by_layer: dict[str, Counter[str]] = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = {key: value.astype(str) for key, value in op.get_rt_info().items()}
+        layer = info.get("layerType", op.get_type_name())
+        if layer in _NOT_EXECUTED:
+            continue
+        count += 1
+        precision = _compute_precision(info)
+        if precision is not None:
+            precisions[precision] += 1
+            by_layer.setdefault(layer, Counter())[precision] += 1
+    return count, dict(precisions), {k: dict(v) for k, v in sorted(by_layer.items())}
+
+
+class OpenVinoSession(Session):
+    """One compiled model and what OpenVINO says of it. Feeds come checked by the execution
+    layer: every input present, of its declared type and rank (OpenVINO itself would convert a
+    wrong type silently and, for a missing input, reuse the previous run's tensor)."""
+
+    def __init__(self, compiled: Any, compile_seconds: float = 0.0) -> None:
+        properties = _read_back(compiled)
+        devices = [str(d) for d in properties.get("EXECUTION_DEVICES", [])]
+        count, precisions, by_layer = executed_graph(compiled)
+        self.compiled = compiled
+        # Read back from the compiled model: float32 or bfloat16, whatever was asked.
+        self.precision = precision_name(properties.get("INFERENCE_PRECISION_HINT"))
+        self.providers = devices  # EXECUTION_DEVICES, as OpenVINO reports them
+        self.inputs = [
+            TensorInfo(
+                port.get_any_name(),
+                np.dtype(port.get_element_type().to_dtype()),
+                port.get_partial_shape().rank.get_length()
+                if port.get_partial_shape().rank.is_static
+                else None,
+            )
+            for port in compiled.inputs
+        ]
+        self.outputs = [port.get_any_name() for port in compiled.outputs]
+        self.placement = {device.lower(): count for device in devices[:1]}  # executed nodes
+        self.fallback_ops: dict[str, int] = {}  # none: one device runs every node
+        self.node_precisions = precisions  # float32/bfloat16 -> executed nodes
+        self.layer_precisions = by_layer  # by layer type
+        self.properties = properties  # read back, see RECORDED
+        self.compile_seconds = compile_seconds  # ONNX frontend + compile
+        self.notes: list[str] = []
+        if set(precisions) - {"float32"}:  # the evidence of a reduced precision, where it ran
+            counts = ", ".join(f"{p} {n}" for p, n in sorted(precisions.items()))
+            self.notes.append(f"OpenVINO executed nodes by precision: {counts}")
+        self._lock = threading.Lock()
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The outputs in the model's order (copies: a later run leaves them alone)."""
+        ordered = {info.name: np.asarray(feeds[info.name]) for info in self.inputs}
+        with self._lock:  # the compiled model's own infer request serves one run at a time
+            try:
+                result = self.compiled(ordered, share_outputs=False)
+            except Exception as exc:
+                raise UsageError(f"OpenVINO cannot run it: {reason(exc)}") from None
+            return [np.asarray(result[i]) for i in range(len(self.outputs))]
