@@ -150,8 +150,11 @@ class Opened:
         where = self.subject.onnx.path if self.onnx_file else label(self.runtime)
         return match_feeds(self.session.inputs, inputs, str(where))
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(self.feeds(inputs))
+    def run(
+        self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
+        """The outputs (all, or those named, in that order) for `inputs`."""
+        return self.session.run(self.feeds(inputs), outputs)
 
     def run_bound(self, feeds: Mapping[str, object], keep: set[str]) -> dict[str, object]:
         return self.session.run_bound(feeds, keep)

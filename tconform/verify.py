@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
-import numpy as np
-
 from tconform import doc, golden, registry
 from tconform.compare import judge_outputs, tolerance_for
 from tconform.config import ModelConfig
-from tconform.errors import UsageError
+from tconform.errors import UsageError, first_line
 from tconform.execution import Subject, case_module, execute
 from tconform.export import (
     DEFAULT_OPSET,
@@ -40,8 +38,8 @@ from tconform.export import (
 )
 from tconform.files import require_inside, sha256_file
 from tconform.folders import folder_lock
+from tconform.localise import Localisation
 from tconform.models import ModelUnderTest, given_model
-from tconform.module_check.localise import Localisation
 from tconform.registry import Case
 from tconform.report import RunReport
 from tconform.results import Result, allow_missing
@@ -206,7 +204,7 @@ def _localise_failures(
     """Localise the case's first failing input set on one ONNX Runtime provider (tconform
     check's machinery, against the case's float64 reference module); the verdict joins each
     failing result as a note."""
-    from tconform.module_check.localise import localise_case
+    from tconform.localise.cases import localise_case
 
     failing = [r for r in results if r.status == "fail"]
     if not failing or runtime.consumes != "onnx":
@@ -214,17 +212,13 @@ def _localise_failures(
     first = failing[0]
     input_set = next(s for s in sets if s.name == first.input_set)
     tol = tolerance_for(first.precision, model.case.tolerance)
-    feeds = {
-        k: v.astype(np.float16) if model.io_type == "float16" and v.dtype == np.float32 else v
-        for k, v in input_set.inputs.items()
-    }
     try:
         found = localise_case(
-            model.case.name, model.path, feeds, cfg, seed, runtime, tol, model.provenance
+            model.case.name, model, dict(input_set.inputs), cfg, seed, runtime, tol
         )
     except Exception as exc:  # localisation explains a failure; it never replaces one
         for r in failing:
-            r.notes.append(f"localisation could not run: {type(exc).__name__}: {exc}")
+            r.notes.append(f"localisation could not run: {first_line(exc)}")
         return []
     for r in failing:
         r.notes.append(f"localisation ({input_set.name}): {found.verdict}")

@@ -115,10 +115,10 @@ def check(
     provider could not run (unless --allow-missing-ep).
     """
     from tconform.errors import UsageError
+    from tconform.localise import render
     from tconform.module_check import check as run_check
     from tconform.module_check.exporting import OWN_FILES, OWN_RECORD, default_export_dir
     from tconform.module_check.inputs import load_factory, read_npz
-    from tconform.module_check.localise import render
     from tconform.module_check.runner import parse_tolerance
     from tconform.report import table
 

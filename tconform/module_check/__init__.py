@@ -5,7 +5,7 @@ the first submodule that diverges (docs/check.md).
     report = tconform.check(module, example_inputs)   # -> Report; report.exit_code as the CLI
 """
 
-from tconform.module_check.localise import Localisation, localise, localise_case
+from tconform.localise import Localisation
 from tconform.module_check.runner import Report, check
 
-__all__ = ["Localisation", "Report", "check", "localise", "localise_case"]
+__all__ = ["Localisation", "Report", "check"]

@@ -13,8 +13,13 @@ Limits (docs/check.md, "The oracle"):
 - PyTorch's fused "fast path" of nn.TransformerEncoderLayer / nn.MultiheadAttention is switched
   off while the reference runs, so that the reference is the plain composition of its
   submodules (the same function) and forward hooks see every submodule.
-Where the float64 copy cannot run, the reference falls back to the module in float32 (its own
-dtype), and every result says `reference: float32`.
+Where the float64 copy cannot run, or gives NaN or infinity where the module itself is finite
+(a module that computes parts in a fixed dtype: transformers' RMSNorm, rotary embeddings and
+softmax upcast to float32, where float64's mask fill becomes -inf), the reference falls back to
+the module in its own dtype, and every result says `reference: float32` and why.
+
+The copy runs once with every module call captured (tconform.localise.capture: localisation's
+reference side), once more to see that it is deterministic, and is then dropped.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ import torch
 from torch import nn
 
 from tconform.errors import UsageError, calling_user_code, first_line
+from tconform.localise.capture import Call, ModuleTree, capture_calls
 from tconform.module_check.inputs import ModuleInputs
-from tconform.runtimes.torch import eval_mode, flatten_outputs, plain_composition
+from tconform.provenance import ModelProvenance, module_provenance
+from tconform.runtimes.torch import DTYPES, eval_mode, flatten_outputs, plain_composition
 
 
 def module_device(module: nn.Module) -> torch.device:
@@ -52,17 +59,16 @@ def run_module(module: nn.Module, inputs: ModuleInputs) -> list[tuple[str, torch
 
 @dataclass
 class Reference:
-    """What the outputs are judged against."""
+    """What the outputs are judged against: the copy's outputs, and every module call it made
+    (localisation's reference side). The copy itself is not kept: on a large model it is twice
+    the model's size."""
 
-    module: nn.Module  # the copy that ran, in eval mode
-    inputs: ModuleInputs  # its inputs (floats in float64 for the float64 reference)
     outputs: dict[str, np.ndarray]  # name -> float64 array
     kind: str  # "float64", or "float32" where the float64 copy could not run
+    calls: list[Call]
+    tree: ModuleTree
+    provenance: ModelProvenance  # the copy that ran
     notes: list[str] = field(default_factory=list)
-
-    def run(self, inputs: ModuleInputs | None = None) -> list[tuple[str, torch.Tensor]]:
-        with eval_mode(self.module), plain_composition():
-            return run_module(self.module, inputs or self.inputs)
 
 
 def _as_float64(outputs: list[tuple[str, torch.Tensor]]) -> dict[str, np.ndarray]:
@@ -72,18 +78,37 @@ def _as_float64(outputs: list[tuple[str, torch.Tensor]]) -> dict[str, np.ndarray
     }
 
 
-def _float64_copy(module: nn.Module, inputs: ModuleInputs) -> Reference:
-    copied = copy.deepcopy(module).double().eval()
-    converted = inputs.converted(torch.float64, module_device(module))
-    with plain_composition():
-        outputs = run_module(copied, converted)
-    narrow = [n for n, t in outputs if t.is_floating_point() and t.dtype != torch.float64]
-    if narrow:
+def _run_copy(copied: nn.Module, inputs: ModuleInputs, kind: str, notes: list[str]) -> Reference:
+    """Run the copy once with every call captured, once more to see that it is deterministic."""
+    calls, out = capture_calls(copied, inputs.args, inputs.kwargs)
+    outputs = flatten_outputs(out)
+    narrow = [n for n, t in outputs if t.is_floating_point() and t.dtype != DTYPES[kind]]
+    if kind == "float64" and narrow:
         raise TypeError(
             f"output {narrow[0]} came back in {dict(outputs)[narrow[0]].dtype}, not float64 "
             "(the module casts or creates tensors of a fixed dtype)"
         )
-    return Reference(copied, converted, _as_float64(outputs), "float64")
+    first = _as_float64(outputs)
+    with eval_mode(copied), plain_composition(), torch.no_grad():
+        again = _as_float64(flatten_outputs(copied(*inputs.args, **inputs.kwargs)))
+    worst = _differences(first, again)
+    if worst != 0.0:
+        raise NotDeterministic(worst)
+    return Reference(
+        first, kind, calls, ModuleTree.of(copied), module_provenance(copied, kind), notes
+    )
+
+
+class NotDeterministic(Exception):
+    def __init__(self, worst: float) -> None:
+        super().__init__(f"two runs differ by up to {worst:.3g}")
+        self.worst = worst
+
+
+def _float64_copy(module: nn.Module, inputs: ModuleInputs) -> Reference:
+    copied = copy.deepcopy(module).double().eval()
+    converted = inputs.converted(torch.float64, module_device(module))
+    return _run_copy(copied, converted, "float64", [])
 
 
 def _float32_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Reference:
@@ -92,10 +117,8 @@ def _float32_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Refe
     except Exception:  # a module that cannot be copied is used itself, in eval mode
         copied = module
     converted = inputs.converted(None, module_device(module))
-    with eval_mode(copied), plain_composition():
-        outputs = run_module(copied, converted)
     note = f"reference: float32 (the module in its own dtype), since the float64 copy {why}"
-    return Reference(copied, converted, _as_float64(outputs), "float32", [note])
+    return _run_copy(copied, converted, "float32", [note])
 
 
 def _differences(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -111,27 +134,58 @@ def _differences(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
     return worst
 
 
-def build_reference(module: nn.Module, inputs: ModuleInputs, label: str) -> Reference:
-    """The float64 reference of `module` at `inputs` (float32 where float64 cannot run).
+def _nonfinite_where_finite(
+    reference: dict[str, np.ndarray], own: dict[str, np.ndarray]
+) -> str | None:
+    """The first output that the float64 copy makes NaN or infinite where the module itself
+    (in its own dtype) is finite: the copy then computes something else (a module that
+    computes parts in a fixed dtype: a mask fill of float64's minimum cast to float32 is -inf,
+    and a fully masked softmax row NaN)."""
+    for name, value in reference.items():
+        mine = own.get(name)
+        if mine is None or value.dtype.kind != "f" or mine.shape != value.shape:
+            continue
+        if (~np.isfinite(value) & np.isfinite(mine.astype(np.float64))).any():
+            return name
+    return None
+
+
+def build_reference(
+    module: nn.Module,
+    inputs: ModuleInputs,
+    label: str,
+    own: dict[str, np.ndarray] | None = None,
+) -> Reference:
+    """The float64 reference of `module` at `inputs` (float32 where float64 cannot run, or
+    gives NaN or infinity where the module's own outputs `own` are finite).
 
     Raises UsageError when the module is not deterministic in eval mode: no reference exists.
     """
-    with calling_user_code(f"{label}: its float64 copy"):
+    with calling_user_code(f"{label}: its reference copy"):
         try:
-            reference = _float64_copy(module, inputs)
-        except Exception as exc:  # no float64 kernel, a dtype clash, a module not copyable
-            reference = _float32_fallback(module, inputs, f"could not run: {first_line(exc)}")
+            try:
+                reference = _float64_copy(module, inputs)
+            except NotDeterministic:
+                raise
+            except Exception as exc:  # no float64 kernel, a dtype clash, not copyable
+                reference = _float32_fallback(module, inputs, f"could not run: {first_line(exc)}")
+            else:
+                odd = _nonfinite_where_finite(reference.outputs, own or {})
+                if odd is not None:
+                    reference = _float32_fallback(
+                        module,
+                        inputs,
+                        f"gives NaN or infinity in {odd} where the module itself is finite (it "
+                        "computes parts in a fixed dtype)",
+                    )
+        except NotDeterministic as exc:
+            raise UsageError(
+                f"{label}: the module is not deterministic in eval mode: {exc} (random numbers "
+                "in forward?); no reference exists to judge it against"
+            ) from None
     if module.training:
         reference.notes.append(
             "the module was in training mode; tconform checks it in eval mode (dropout off, "
             "batch norm on running statistics), as it exports it"
-        )
-    with calling_user_code(f"{label}: its {reference.kind} copy"):
-        again = _as_float64(reference.run())
-    if _differences(reference.outputs, again) != 0.0:
-        raise UsageError(
-            f"{label}: the module is not deterministic in eval mode: two runs of its "
-            f"{reference.kind} copy differ by up to {_differences(reference.outputs, again):.3g} "
-            "(random numbers in forward?); no reference exists to judge it against"
         )
     return reference

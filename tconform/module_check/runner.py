@@ -21,6 +21,8 @@ from tconform.compare import Tolerance, judge_outputs, tolerance_for
 from tconform.errors import Terminated, UsageError, calling_user_code, first_line
 from tconform.execution import Subject, execute
 from tconform.golden import InputSet
+from tconform.localise import ISOLATE, Localisation
+from tconform.localise import localise as localise_model
 from tconform.models import ModelUnderTest, given_file
 from tconform.module_check.exporting import (
     DEFAULT_OPSET,
@@ -29,8 +31,6 @@ from tconform.module_check.exporting import (
     require_own_export_folder,
 )
 from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
-from tconform.module_check.localise import Localisation
-from tconform.module_check.localise import localise as localise_model
 from tconform.module_check.oracle import (
     Reference,
     build_reference,
@@ -38,7 +38,6 @@ from tconform.module_check.oracle import (
     module_device,
     run_module,
 )
-from tconform.provenance import module_provenance
 from tconform.report import RunReport, json_report
 from tconform.results import Result, allow_missing
 from tconform.runtimes import (
@@ -138,12 +137,16 @@ def _localise(
     feeds: dict[str, np.ndarray],
     runtime: Runtime,
     tol: Tolerance,
+    isolate: str,
+    repro: Path | None,
+    command: str,
 ) -> Localisation | None:
     """Localise `result`'s run; its verdict joins the result's notes (and message on a fail)."""
     try:
         loc = localise_model(
-            model.path, reference.module, reference.inputs, feeds, runtime, tol, result.model
-        )
+            model, reference.calls, reference.tree, feeds, runtime, tol, result.model,
+            isolate, repro, command,
+        )  # fmt: skip
     except (KeyboardInterrupt, Terminated):
         raise
     except BaseException as exc:  # localisation explains a result; it never replaces one
@@ -199,6 +202,9 @@ def check(
     bf16: bool = False,
     name: str | None = None,
     input_set: str = "example",
+    isolate: str = "first",
+    repro: str | Path | None = None,
+    command: str = "",
     progress: Progress = lambda _: None,
 ) -> Report:
     """Check `module` called with `example_inputs` (a tensor, a tuple of tensors, or a dict of
@@ -212,7 +218,11 @@ def check(
     {output: (atol, rtol)}. onnx_model: an ONNX file made elsewhere to check instead of
     exporting (read-only). out_dir: where the export goes (default artifacts/check/<name>).
     localise: True localises on every ONNX runtime, None (default) only where an output fails,
-    False never. tf32 / bf16: allow those precisions where a runtime has them (their own rows).
+    False never. isolate: "first" (default) cuts the first divergent module out of the model and
+    runs it on the reference's inputs, "all" every module, "none" none; repro: a folder for the
+    first divergence's bundle (the cut, its inputs and expected outputs, a README); command: how
+    this check was run, for the bundle's README. tf32 / bf16: allow those precisions where a
+    runtime has them (their own rows).
     """
     name = name or type(module).__name__
     inputs = as_inputs(module, example_inputs, name)
@@ -229,16 +239,22 @@ def check(
     for input_name in dynamic_axes:
         if input_name not in inputs.names:
             raise UsageError(f"dynamic axes: the module has no input {input_name!r}")
+    if isolate not in ISOLATE:
+        raise UsageError(f"isolate {isolate!r}: one of {', '.join(ISOLATE)}")
+    repro_path = Path(repro) if repro is not None else None
     export_dir = Path(out_dir or default_export_dir(name))
     if onnx_model is None:
         require_own_export_folder(export_dir)  # before anything slow runs
 
     progress(f"{name}: running the module in eager mode")
     own_inputs = inputs.converted(None, module_device(module))
-    output_names = [n for n, _ in _run_eagerly(module, own_inputs, name)]
+    own = _run_eagerly(module, own_inputs, name)
+    output_names = [n for n, _ in own]
     tols = Tolerances(tuple(output_names), atol, rtol, tuple((tolerances or {}).items()))
     progress(f"{name}: running its float64 copy (the reference)")
-    reference = build_reference(module, inputs, name)
+    own_outputs = {n: t.detach().cpu().numpy() for n, t in own if t.is_floating_point()}
+    reference = build_reference(module, inputs, name, own_outputs)
+    del own, own_outputs
 
     if onnx_model is not None:
         model = given_file(Path(onnx_model))
@@ -273,7 +289,9 @@ def check(
         if runtime.consumes == "onnx" and result.status in ("pass", "fail") and wanted:
             progress(f"{name}: localising on {label(runtime)}")
             tol = tols.module(result.precision)
-            loc = _localise(result, model, reference, feeds, runtime, tol)
+            loc = _localise(
+                result, model, reference, feeds, runtime, tol, isolate, repro_path, command
+            )
             localisations += [loc] if loc else []
 
     settings = {
@@ -290,7 +308,7 @@ def check(
         "opset": None if onnx_model is not None else opset,
         "dynamic": {n: {str(a): d for a, d in axes.items()} for n, axes in dynamic_axes.items()},
         "reference": reference.kind,
-        "reference_model": module_provenance(reference.module, reference.kind).to_dict(),
+        "reference_model": reference.provenance.to_dict(),
         # the row of TOLERANCES and the user's overrides; each output's atol/rtol is in results
         "tolerance": {
             "class": DEFAULT_TOLERANCE_CLASS,

@@ -16,7 +16,7 @@ Only the execution layer (tconform.execution) calls sessions; commands never do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -48,6 +48,15 @@ class ModuleTarget:
     outputs: tuple[str, ...] = ()
 
 
+def select(names: list[str], values: list, wanted: Sequence[str] | None) -> list:
+    """`values` (one per name of `names`) of the names in `wanted`, in that order (all where
+    `wanted` is None)."""
+    if wanted is None:
+        return values
+    at = {name: i for i, name in enumerate(names)}
+    return [values[at[name]] for name in wanted]
+
+
 @dataclass
 class TimedCall:
     """One prepared forward pass for timing (bench): `run()` does it, finished on the device."""
@@ -72,7 +81,11 @@ class Session:
     notes: list[str]  # facts about this session worth knowing on every result
     device: tuple[str, int] = ("cpu", 0)  # where `run_bound` keeps outputs ("cpu": the host)
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def run(
+        self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
+        """The outputs named in `outputs` (default: all, in `self.outputs`' order); a runtime
+        that can compute only those (ONNX Runtime) keeps no other tensor."""
         raise NotImplementedError
 
     def run_bound(self, feeds: Mapping[str, object], keep: set[str]) -> dict[str, object]:

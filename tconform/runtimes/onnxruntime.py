@@ -16,7 +16,7 @@ import json
 import re
 import tempfile
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -271,8 +271,10 @@ class OrtSession(Session):
         self.outputs = [o.name for o in session.get_outputs()]
         self.notes: list[str] = []
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(None, dict(feeds), quiet_run())
+    def run(
+        self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
+        return self.session.run(list(outputs) if outputs else None, dict(feeds), quiet_run())
 
     def run_bound(
         self, feeds: Mapping[str, np.ndarray | ort.OrtValue], keep: Collection[str]

@@ -24,7 +24,7 @@ import functools
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tconform.errors import ProviderUnavailable, UsageError
-from tconform.runtimes.base import Session, TensorInfo
+from tconform.runtimes.base import Session, TensorInfo, select
 
 # OpenVINO's element type names -> tconform's precision names.
 PRECISIONS = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -302,12 +302,16 @@ class OpenVinoSession(Session):
             self.notes.append(f"OpenVINO executed nodes by precision: {counts}")
         self._lock = threading.Lock()
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """The outputs in the model's order (copies: a later run leaves them alone)."""
+    def run(
+        self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
+        """The outputs in the model's order, or those named (copies: a later run leaves them
+        alone). OpenVINO computes every output either way."""
         ordered = {info.name: np.asarray(feeds[info.name]) for info in self.inputs}
         with self._lock:  # the compiled model's own infer request serves one run at a time
             try:
                 result = self.compiled(ordered, share_outputs=False)
             except Exception as exc:
                 raise UsageError(f"OpenVINO cannot run it: {reason(exc)}") from None
-            return [np.asarray(result[i]) for i in range(len(self.outputs))]
+            values = [np.asarray(result[i]) for i in range(len(self.outputs))]
+        return select(self.outputs, values, outputs)

@@ -4,7 +4,7 @@ Runtime but not here (or the reverse) points at a kernel, not at the export."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -84,5 +84,8 @@ class ReferenceSession(Session):
         self.outputs = [o.name for o in model.graph.output]
         self.notes: list[str] = []
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(out) for out in self.evaluator.run(None, dict(feeds))]
+    def run(
+        self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
+        wanted = list(outputs) if outputs else None
+        return [np.asarray(out) for out in self.evaluator.run(wanted, dict(feeds))]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -20,7 +20,7 @@ from torch import nn
 
 from tconform.errors import ProviderUnavailable
 from tconform.provenance import module_provenance
-from tconform.runtimes.base import ModuleTarget, Session, TensorInfo, TimedCall
+from tconform.runtimes.base import ModuleTarget, Session, TensorInfo, TimedCall, select
 
 DTYPES = {
     "float32": torch.float32,
@@ -150,9 +150,12 @@ class TorchSession(Session):
             self.compile_seconds = round(time.perf_counter() - started, 1)
         return out
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def run(
+        self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
         out = self.call(*self.arguments(feeds))
-        return [t.detach().cpu().numpy() for _, t in flatten_outputs(out)]
+        values = [t.detach().cpu().numpy() for _, t in flatten_outputs(out)]
+        return select(self.outputs, values, outputs)
 
     def timed_call(self, feeds: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
         """Inputs prepared on the device once; a compiled module is compiled first (timed)."""

@@ -14,7 +14,7 @@ from onnx import numpy_helper
 from tconform import registry
 from tconform.config import PRESETS
 from tconform.export import ExportSettings, export_case
-from tconform.module_check import localise_case
+from tconform.localise.cases import localise_case
 from tconform.registry import Shape
 
 pytestmark = pytest.mark.integration

@@ -13,16 +13,11 @@ from torch import nn
 
 from tconform.compare import Tolerance
 from tconform.files import sha256_file
-from tconform.module_check.inputs import ModuleInputs
-from tconform.module_check.localise import (
-    Graph,
-    _pair,
-    dynamo_scope,
-    localise,
-    render,
-    torchscript_scope,
-)
-from tconform.runtimes.onnxruntime import OrtRuntime
+from tconform.localise import ModuleTree, capture_calls, localise, render
+from tconform.localise.judge import pair_tensors
+from tconform.localise.scopes import Graph, dynamo_scope, torchscript_scope
+from tconform.models import derived_file
+from tconform.runtimes import make_runtime
 
 pytestmark = pytest.mark.unit
 
@@ -88,21 +83,30 @@ def _model(path, style="dynamo", two=2.0, one=1.0, three=3.0):
 
 def _localise(path):
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
-    inputs = ModuleInputs((torch.from_numpy(x).double(),), {}, ("x",))
-    return localise(path, Net().double(), inputs, {"x": x}, OrtRuntime("cpu"), TOL)
+    net = Net().double()
+    calls, _ = capture_calls(net, (torch.from_numpy(x).double(),), {})
+    model = derived_file(path)
+    return localise(model, calls, ModuleTree.of(net), {"x": x}, make_runtime("onnxruntime"), TOL)
 
 
 def test_scopes_from_dynamo_metadata_and_torchscript_names():
     namespace = ": m.Net/layers.0: m.Block/layers.0.ln: torch.nn.LayerNorm/layer_norm: aten.x"
     assert dynamo_scope(namespace) == ("", "layers.0", "layers.0.ln")
     assert dynamo_scope("_empty_nn_module_stack_from_metadata_hook: x/sym: aten.y") is None
-    assert torchscript_scope("/layers.0/ln/LayerNormalization") == ("", "layers.0", "layers.0.ln")
-    assert torchscript_scope("/Add") == ("",)
-    assert torchscript_scope("Identity_3") is None
+    modules = {"", "layers", "layers.0", "layers.0.ln", "act"}
+    found = torchscript_scope("/layers.0/ln/LayerNormalization", modules)
+    assert found == (("", "layers.0", "layers.0.ln"), (0, 0, 0))
+    # under a container TorchScript repeats the container's name before the index
+    found = torchscript_scope("/layers/layers.0/ln/LayerNormalization", modules)
+    assert found == (("", "layers", "layers.0", "layers.0.ln"), (0, 0, 0, 0))
+    # a second call of one module is the module's name numbered
+    assert torchscript_scope("/act_1/Relu", modules) == (("", "act"), (0, 1))
+    assert torchscript_scope("/Add", modules) == (("",), (0,))
+    assert torchscript_scope("Identity_3", modules) is None
 
 
 def test_regions_and_boundary_tensors(tmp_path):
-    graph = Graph.read(onnx.load(str(_model(tmp_path / "m.onnx"))))
+    graph = Graph.read(onnx.load(str(_model(tmp_path / "m.onnx"))), {"", "a", "b"})
     assert graph.scope_source == "dynamo metadata"
     region = graph.region("a")
     assert len(region) == 3  # the unscoped Identity joins the scope around it
@@ -117,7 +121,7 @@ def test_a_clean_model_has_no_divergence(tmp_path, style):
     path = _model(tmp_path / "m.onnx", style)
     before = sha256_file(path)
     loc = _localise(path)
-    assert loc.first is None and "within tolerance" in loc.verdict
+    assert loc.first is None and loc.verdict.startswith("no divergence")
     assert [b.path for b in loc.boundaries] == ["a", "b", ""]  # the order calls finish
     assert all(b.status == "pass" for b in loc.boundaries)
     assert sha256_file(path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
@@ -152,17 +156,19 @@ def test_a_model_without_scopes_lists_every_submodule_as_unmatched(tmp_path):
     assert "records no module scopes" in loc.boundaries[0].reason
 
 
-def test_pairing_by_shape():
+def test_pairing_by_shape_then_by_value_then_by_size():
     a, b = np.zeros((2, 3)), np.zeros((4,))
     values = {"t1": np.ones((2, 3), np.float32), "t2": np.ones((4,), np.float32)}
-    paired, why = _pair([[a, b]], ["t1", "t2"], values)
-    assert paired == {(0, 0): "t1", (0, 1): "t2"} and why == {}
-    # two outputs of one call with the same shape: never guessed
-    values["t3"] = np.ones((2, 3), np.float32)
-    paired, why = _pair([[a, a]], ["t1", "t3"], values)
-    assert paired == {} and "2 ONNX tensors of shape [2, 3]" in why[(0, 0)]
-    # one output in each of two calls of one module: paired in execution order
-    paired, _ = _pair([[a], [a]], ["t1", "t3"], values)
-    assert paired == {(0, 0): "t1", (1, 0): "t3"}
-    paired, why = _pair([[np.zeros((5,))]], ["t1"], values)
-    assert paired == {} and "no ONNX tensor of shape [5]" in why[(0, 0)]
+    pairs, why = pair_tensors([a, b], ["t1", "t2"], values)
+    assert {k: p.onnx for k, p in pairs.items()} == {0: "t1", 1: "t2"} and why == {}
+    # two tensors of one shape (a rotary embedding's cos and sin): paired by their values
+    cos, sin = np.full((2, 3), 0.5), np.full((2, 3), -0.25)
+    values = {"s": sin.astype(np.float32), "c": cos.astype(np.float32)}
+    pairs, _ = pair_tensors([cos, sin], ["s", "c"], values)
+    assert {k: p.onnx for k, p in pairs.items()} == {0: "c", 1: "s"}
+    # no tensor of the shape: not guessed, unless by size where asked (a moved reshape)
+    values = {"r": np.ones((2, 3, 2), np.float32)}
+    pairs, why = pair_tensors([np.zeros((2, 6))], ["r"], values)
+    assert pairs == {} and "no ONNX tensor of shape [2, 6]" in why[0]
+    pairs, why = pair_tensors([np.zeros((2, 6))], ["r"], values, by_size=True)
+    assert pairs[0].onnx == "r" and pairs[0].reshaped and why == {}

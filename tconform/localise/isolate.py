@@ -1,0 +1,283 @@
+"""A module's own error, apart from what it inherited, and the bundle to file upstream.
+
+Isolated beside cumulative, the split ONNX Runtime's quantisation debugger (qdq_loss_debug)
+makes, applied to conformance: the module's nodes are cut out of the ONNX model with onnx's own
+`onnx.utils.Extractor` between the tensors that enter and leave its call, fed the float64
+reference's inputs rounded to the model's type (integer and boolean inputs, which are exact, as
+the model computed them), and run on the same runtime. Its outputs against the reference are the
+module's isolated error: outside tolerance, the module computes wrong; within it while the
+cumulative error is outside, the module amplifies what it inherited.
+
+The repro bundle is that subgraph with its inputs and expected outputs in the ONNX test-data
+layout (`model.onnx`, `test_data_set_0/input_K.pb`, `output_K.pb`) that onnx's backend runner
+and ONNX Runtime's onnx_test_runner read, a `reproduce.py` that needs nothing but numpy, onnx
+and onnxruntime, and a README with the tolerance, versions and provenance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tconform.compare import OutputComparison, Tolerance
+from tconform.errors import UsageError
+from tconform.execution import Subject, open_subject
+from tconform.files import atomic_write_bytes
+from tconform.localise.capture import Call
+from tconform.localise.judge import Boundary, compare_boundary
+from tconform.localise.scopes import Graph
+from tconform.models import derived_file
+from tconform.runtimes import Runtime
+from tconform.versions import library_versions
+
+
+@dataclass
+class Isolation:
+    """A module call cut out and run on the reference's inputs."""
+
+    subgraph: onnx.ModelProto = field(repr=False)
+    feeds: dict[str, np.ndarray]  # by subgraph input, in its order
+    inputs_from: dict[str, str]  # subgraph input -> "reference" | "model"
+    expected: dict[str, np.ndarray]  # by subgraph output: the reference, in the model's type
+    comparisons: list[OutputComparison]
+    nodes: int
+    model_nodes: int
+
+    @property
+    def status(self) -> str:
+        return "fail" if any(c.status == "fail" for c in self.comparisons) else "pass"
+
+
+def value_infos(names: list[str], values: dict[str, np.ndarray]) -> list[onnx.ValueInfoProto]:
+    """Type and shape of each tensor as it ran (the cut's inputs and outputs need one)."""
+    return [
+        helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(values[name].dtype), list(values[name].shape)
+        )
+        for name in names
+    ]
+
+
+def cut(model: onnx.ModelProto, inputs: list[str], outputs: list[str], values) -> onnx.ModelProto:
+    """The nodes between `inputs` and `outputs` as a model of their own (onnx's Extractor),
+    typed and shaped as the tensors were at run time."""
+    known = {v.name for v in (*model.graph.value_info, *model.graph.input, *model.graph.output)}
+    missing = [n for n in (*inputs, *outputs) if n not in known]
+    model.graph.value_info.extend(value_infos(missing, values))
+    return onnx.utils.Extractor(model).extract_model(inputs, outputs)
+
+
+def isolate(
+    model: onnx.ModelProto,
+    graph: Graph,
+    boundary: Boundary,
+    reference: Call,
+    outputs_of: Call,
+    values: dict[str, np.ndarray],
+    runtime: Runtime,
+    tol: Tolerance,
+) -> Isolation:
+    """`boundary`'s nodes on `runtime`, fed `reference`'s inputs (the call whose inputs the
+    boundary starts at) and judged against `outputs_of`'s outputs. `values` holds the ONNX
+    tensors entering the region and leaving it, as the whole model computed them."""
+    entering = graph.entering(boundary.region, floats_only=False)
+    subgraph = cut(model, entering, boundary.onnx_outputs, values)
+    by_onnx = {name: k for k, name in boundary.onnx_inputs.items()}
+    feeds, inputs_from = {}, {}
+    for name in entering:
+        own = values[name]
+        if name in by_onnx:  # a float input the reference computed exactly
+            feeds[name] = reference.inputs[by_onnx[name]].reshape(own.shape).astype(own.dtype)
+            inputs_from[name] = "reference"
+        else:  # an integer or boolean input (exact), or a float one not matched
+            feeds[name] = own
+            inputs_from[name] = "model"
+    expected = {
+        name: outputs_of.outputs[k]
+        for name, k in zip(boundary.onnx_outputs, boundary.output_indices, strict=True)
+    }
+    with tempfile.TemporaryDirectory(prefix="tconform-isolate-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        onnx.save_model(subgraph, str(path))
+        with open_subject(runtime, Subject(derived_file(path, subgraph))) as opened:
+            actual = opened.run(feeds, list(expected))
+    comparisons = [
+        compare_boundary(f"{boundary.label} (isolated) <- {name}", out, expected[name], tol)
+        for name, out in zip(expected, actual, strict=True)
+    ]
+    return Isolation(
+        subgraph,
+        feeds,
+        inputs_from,
+        {name: value.astype(values[name].dtype) for name, value in expected.items()},
+        comparisons,
+        len(subgraph.graph.node),
+        len(model.graph.node),
+    )
+
+
+BUNDLE_MARKER = "bundle.json"  # what tconform wrote into a repro folder
+
+
+def write_bundle(
+    folder: Path,
+    isolation: Isolation,
+    boundary: Boundary,
+    tol: Tolerance,
+    about: dict[str, object],
+) -> Path:
+    """The repro bundle in `folder` (new, empty, or a bundle tconform wrote there before),
+    written beside it and moved into place whole. `about`: the model's provenance, the runtime
+    and the command, for the README."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder}: exists and is not a folder (--repro)")
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / BUNDLE_MARKER).is_file():
+        raise UsageError(
+            f"{folder}: not empty and not a tconform repro bundle; --repro needs a folder of its "
+            "own"
+        )
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        _write_files(staging, isolation, boundary, tol, about)
+        if folder.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
+            os.replace(folder, old / folder.name)
+            os.replace(staging, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def _write_files(
+    folder: Path, isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dict
+) -> None:
+    atomic_write_bytes(folder / "model.onnx", isolation.subgraph.SerializeToString())
+    data = folder / "test_data_set_0"
+    data.mkdir()
+    for k, value in enumerate(i.name for i in isolation.subgraph.graph.input):
+        tensor = numpy_helper.from_array(isolation.feeds[value], name=value)
+        atomic_write_bytes(data / f"input_{k}.pb", tensor.SerializeToString())
+    for k, value in enumerate(o.name for o in isolation.subgraph.graph.output):
+        tensor = numpy_helper.from_array(isolation.expected[value], name=value)
+        atomic_write_bytes(data / f"output_{k}.pb", tensor.SerializeToString())
+    record = {
+        "tool": "tconform localise --repro",
+        "module": boundary.label,
+        "class": boundary.cls,
+        "atol": tol.atol,
+        "rtol": tol.rtol,
+        "inputs_from": isolation.inputs_from,
+        "nodes": isolation.nodes,
+        "model_nodes": isolation.model_nodes,
+        "isolated": [c.to_dict() for c in isolation.comparisons],
+        "cumulative": [c.to_dict() for c in boundary.outputs],
+        "versions": library_versions(),
+        **about,
+    }
+    atomic_write_bytes(folder / BUNDLE_MARKER, (json.dumps(record, indent=2) + "\n").encode())
+    atomic_write_bytes(
+        folder / "reproduce.py", _REPRODUCE.format(atol=tol.atol, rtol=tol.rtol).encode()
+    )
+    atomic_write_bytes(folder / "README.md", _readme(isolation, boundary, tol, about).encode())
+
+
+def _readme(isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dict) -> str:
+    worst = max(isolation.comparisons, key=lambda c: c.tolerance_used or 0.0)
+    cumulative = boundary.worst
+    model = about.get("model") or {}
+    lines = [
+        f"# Repro: `{boundary.label}` ({boundary.cls})",
+        "",
+        f"A {isolation.nodes}-node subgraph cut out of a {isolation.model_nodes}-node ONNX model "
+        "(`onnx.utils.Extractor`), with the inputs it was fed and the outputs it should give, "
+        "in the ONNX test-data layout (`test_data_set_0/input_K.pb`, `output_K.pb`).",
+        "",
+        "- Expected outputs: the module's float64 reference (its own PyTorch module run in "
+        "float64), rounded to the model's type.",
+        "- Inputs: "
+        + ", ".join(f"`{n}` from the {src}" for n, src in isolation.inputs_from.items())
+        + " (the reference's values rounded to the model's type; integer and boolean inputs as "
+        "the model computed them).",
+        f"- Rule: |actual - expected| <= atol + rtol * |expected|, atol {tol.atol:g}, rtol "
+        f"{tol.rtol:g} (tconform's `{tol.why}`).",
+        f"- Isolated (this subgraph on these inputs, {about.get('runtime')}): {worst.status}, "
+        f"max abs err {worst.max_abs_err:.3g}, {worst.mismatches} elements outside tolerance.",
+    ]
+    if cumulative is not None:
+        lines.append(
+            f"- Cumulative (in the whole model): max abs err {cumulative.max_abs_err:.3g}, "
+            f"{cumulative.mismatches} elements outside tolerance."
+        )
+    lines += [
+        "",
+        "## Reproduce",
+        "",
+        "```",
+        "pip install numpy onnx onnxruntime",
+        "python reproduce.py      # exit 1 and the error figures where the outputs disagree",
+        "```",
+        "",
+        "or with ONNX Runtime's own runner: `onnx_test_runner -a ATOL -r RTOL .`",
+        "",
+        "## Provenance",
+        "",
+        f"- model: `{model.get('path')}`, sha256 `{model.get('sha256')}`, {model.get('origin')}",
+        f"- command: `{about.get('command')}`",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in library_versions().items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+_REPRODUCE = '''"""Run this bundle's subgraph on ONNX Runtime's CPU provider and compare each
+output with its expected value: |actual - expected| <= atol + rtol * |expected| (tconform's
+tolerance). Exit 1 where any element is outside it."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnx import numpy_helper
+
+ATOL, RTOL = {atol!r}, {rtol!r}
+here = Path(__file__).resolve().parent
+data = here / "test_data_set_0"
+session = onnxruntime.InferenceSession(str(here / "model.onnx"), providers=["CPUExecutionProvider"])
+
+
+def read(path):
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(path.read_bytes())
+    return tensor.name, numpy_helper.to_array(tensor)
+
+
+feeds = dict(read(p) for p in sorted(data.glob("input_*.pb")))
+expected = dict(read(p) for p in sorted(data.glob("output_*.pb")))
+actual = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+failed = False
+for name, want in expected.items():
+    got = actual[name].astype(np.float64)
+    want = want.astype(np.float64)
+    limit = float(np.finfo(actual[name].dtype).max)  # a masked fill compares as itself
+    got, want = np.clip(got, -limit, limit), np.clip(want, -limit, limit)
+    err = np.abs(got - want)
+    bad = ~(err <= ATOL + RTOL * np.abs(want))
+    print(f"{{name}}: max abs err {{np.nanmax(err):.3g}}, {{int(bad.sum())}} of {{bad.size}} "
+          f"elements outside atol {{ATOL:g}} + rtol {{RTOL:g}}*|expected|")
+    failed = failed or bool(bad.any())
+sys.exit(1 if failed else 0)
+'''
