@@ -77,6 +77,12 @@ class OutputComparison:
     tolerance_used: float | None = None
     message: str = ""
     worst: list[dict[str, object]] = field(default_factory=list)
+    excluded: int = 0  # elements left out of the comparison (padded positions, on request)
+
+    @property
+    def compared(self) -> int:
+        """How many elements were compared."""
+        return int(np.prod(self.shape)) - self.excluded
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -89,9 +95,15 @@ def _failure(name: str, actual: np.ndarray, tol: Tolerance, kind: str, message: 
 
 
 def compare_output(
-    name: str, actual: np.ndarray, golden: np.ndarray, tol: Tolerance, worst_count: int = 5
+    name: str,
+    actual: np.ndarray,
+    golden: np.ndarray,
+    tol: Tolerance,
+    worst_count: int = 5,
+    where: np.ndarray | None = None,
 ) -> OutputComparison:
-    """Compare one output with its golden under `tol`."""
+    """Compare one output with its golden under `tol`; only where `where` (broadcast to the
+    output's shape) is true, when given: the rest is counted as excluded."""
     if actual.shape != golden.shape:
         msg = f"shape {list(actual.shape)} != golden {list(golden.shape)}"
         return _failure(name, actual, tol, "shape", msg)
@@ -109,6 +121,9 @@ def compare_output(
     same_nonfinite = (np.isnan(a) & np.isnan(g)) | (np.isinf(a) & np.isinf(g) & (a == g))
     bad_nonfinite = ~finite & ~same_nonfinite
 
+    keep = np.ones(a.shape, bool) if where is None else np.broadcast_to(where, a.shape)
+    finite &= keep
+    bad_nonfinite &= keep
     with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: masked below
         err = np.where(finite, np.abs(a - g), 0.0)
     allowed = tol.atol + tol.rtol * np.abs(np.where(finite, g, 0.0))
@@ -137,6 +152,7 @@ def compare_output(
         mismatches=int(bad.sum()),
         # None where unbounded: JSON has no Infinity (the mismatch count says it failed).
         tolerance_used=worst_used if np.isfinite(worst_used) else None,
+        excluded=int(keep.size - np.count_nonzero(keep)),
     )
     if bad_nonfinite.any():
         result.kind = "nonfinite"
@@ -173,10 +189,14 @@ def _json_number(value: float) -> float | str:
     return value if math.isfinite(value) else str(value)
 
 
-def judge_outputs(tolerance: Callable[[str, str], Tolerance]):
+def judge_outputs(tolerance: Callable[[str, str], Tolerance], padding_mask: str | None = None):
     """The judge every command uses (tconform.execution.Judge): each expected output of the
     input set against the output of that name, or of that position where the model names its
-    outputs otherwise (a model made elsewhere); `tolerance(precision, output name)`."""
+    outputs otherwise (a model made elsewhere); `tolerance(precision, output name)`.
+
+    padding_mask: an input of the set (1 = a real token, 0 = padding); an output whose leading
+    axes are that input's shape (batch, sequence) is compared only where it is non-zero. A
+    failure whose every element outside tolerance lies where such an input is 0 says so."""
 
     def judge(outputs: Mapping[str, np.ndarray], input_set, precision: str):
         expected = input_set.outputs
@@ -189,9 +209,57 @@ def judge_outputs(tolerance: Callable[[str, str], Tolerance]):
                 f"returns {len(outputs)} outputs ({', '.join(outputs)}); {len(expected)} are "
                 f"expected ({', '.join(expected)})"
             )
-        return [
-            compare_output(name, np.asarray(actual), expected[name], tolerance(precision, name))
-            for name, actual in pairs
-        ]
+        masks = {n: v for n, v in input_set.inputs.items() if _mask_like(v)}
+        if padding_mask is not None and padding_mask not in masks:
+            raise UsageError(
+                f"--padding-mask {padding_mask}: no input of that name holds a (batch, sequence) "
+                f"mask of 0s and 1s (the inputs: {', '.join(input_set.inputs)})"
+            )
+        found = []
+        for name, actual in pairs:
+            actual = np.asarray(actual)
+            keep = None
+            if padding_mask is not None and _leads_with(actual, masks[padding_mask]):
+                keep = _expanded(masks[padding_mask] != 0, actual.ndim)
+            comparison = compare_output(
+                name, actual, expected[name], tolerance(precision, name), where=keep
+            )
+            if comparison.status == "fail" and padding_mask is None:
+                comparison.message += _padding_note(actual, expected[name], comparison, masks)
+            found.append(comparison)
+        return found
 
     return judge
+
+
+def _mask_like(value: np.ndarray) -> bool:
+    """A (batch, sequence) array of 0s and 1s (or booleans)."""
+    value = np.asarray(value)
+    if value.ndim != 2 or value.dtype.kind not in "biu":
+        return False
+    return bool(np.isin(value, (0, 1)).all())
+
+
+def _leads_with(output: np.ndarray, mask: np.ndarray) -> bool:
+    return output.ndim >= mask.ndim and output.shape[: mask.ndim] == mask.shape
+
+
+def _expanded(keep: np.ndarray, ndim: int) -> np.ndarray:
+    return keep.reshape(keep.shape + (1,) * (ndim - keep.ndim))
+
+
+def _padding_note(actual, expected, comparison: OutputComparison, masks) -> str:
+    """Where every element outside tolerance lies at a masked (padded) position of one of the
+    inputs: say so, and name the option that leaves those positions out."""
+    tol = Tolerance(comparison.atol, comparison.rtol, "")
+    for name, mask in masks.items():
+        if not _leads_with(actual, mask) or mask.all():
+            continue
+        real = compare_output("", actual, expected, tol, where=_expanded(mask != 0, actual.ndim))
+        if real.status == "pass":
+            return (
+                f"; every element outside tolerance lies where {name} is 0 (padding, whose "
+                "outputs no framework defines): compare the real positions only with "
+                f"--padding-mask {name}"
+            )
+    return ""

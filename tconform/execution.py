@@ -275,10 +275,12 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     if failed:
         result.status = str(Status.FAIL)
         result.message = "; ".join(f"{c.name}: {c.message}" for c in failed)
-    elif not any(int(np.prod(c.shape)) for c in comparisons):
+    elif not any(c.compared for c in comparisons):
         result.status = str(Status.SKIP)
         result.message = "nothing compared: " + (
-            "every output is empty (no elements)" if comparisons else "no output was judged"
+            "no output holds an element that was compared"
+            if comparisons
+            else "no output was judged"
         )
     else:
         result.status, result.message = str(Status.PASS), ""

@@ -99,12 +99,24 @@ def _weights_sha256(named_arrays) -> str:
 
 
 def module_provenance(module, dtype: str = "float32") -> ModelProvenance:
-    """A PyTorch module: its class, and a digest of its parameters and buffers in order."""
-    weights = module.state_dict().items()
+    """A PyTorch module: its class, and a digest of what decides what it computes: each
+    submodule's path, class and settings (`extra_repr`: a norm's eps, a convolution's stride),
+    and every parameter and buffer (persistent or not), by name. Two different modules without
+    weights differ (ReLU and GELU, LayerNorm at two eps)."""
+    import torch
+
+    digest = hashlib.sha256()
+    for path, sub in module.named_modules():
+        kind = type(sub)
+        digest.update(f"{path}:{kind.__module__}.{kind.__qualname__}({sub.extra_repr()})".encode())
+    for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+        digest.update(name.encode())
+        flat = tensor.detach().cpu().contiguous().flatten()
+        digest.update(flat.view(torch.uint8).numpy().tobytes())  # any dtype, bfloat16 too
     cls = type(module)
     return ModelProvenance(
         path=f"{cls.__module__}.{cls.__qualname__}",
-        sha256=_weights_sha256((n, t.detach().cpu().contiguous().numpy()) for n, t in weights),
+        sha256=digest.hexdigest(),
         origin="module",
         elem_type=dtype,
     )

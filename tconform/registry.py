@@ -9,6 +9,7 @@ iterate over `CASES`; adding a component is one entry here (docs/design.md has t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -157,12 +158,24 @@ def _no_matmuls(cfg: ModelConfig, shape: Shape) -> int:
     return 0
 
 
+def _tupled(function: Callable, call: Callable | None = None) -> Callable:
+    """A case's oracle: `call(p, cfg, *inputs)` (default: the function itself), its outputs as
+    a tuple, named after the oracle `function` it computes with, so that provenance names
+    what ran."""
+
+    def run(p, cfg, *inputs):
+        out = (call or function)(p, cfg, *inputs)
+        return out if isinstance(out, tuple) else (out,)
+
+    return functools.update_wrapper(run, function)
+
+
 CASES: tuple[Case, ...] = (
     Case(
         "embedding",
         "token embedding",
         lambda cfg: reference.TokenEmbedding(cfg, cfg.src_vocab),
-        lambda p, cfg, ids: (oracle.token_embedding(p, cfg, ids),),
+        _tupled(oracle.token_embedding),
         _fixed(SRC_IDS),
         _fixed(OUT_SRC),
         "component",
@@ -172,7 +185,7 @@ CASES: tuple[Case, ...] = (
         "positional_encoding",
         "sinusoidal positional encoding",
         reference.PositionalEncoding,
-        lambda p, cfg, x: (oracle.positional_encoding(p, cfg, x),),
+        _tupled(oracle.positional_encoding),
         _fixed(X_SRC),
         _fixed(OUT_SRC),
         "component",
@@ -182,8 +195,11 @@ CASES: tuple[Case, ...] = (
         "attention",
         "scaled dot-product attention",
         reference.ScaledDotProductAttention,
-        lambda p, cfg, q, k, v, mask: oracle.scaled_dot_product_attention(
-            q, k, v, mask, cfg.fill_value
+        _tupled(
+            oracle.scaled_dot_product_attention,
+            lambda p, cfg, q, k, v, mask: oracle.scaled_dot_product_attention(
+                q, k, v, mask, cfg.fill_value
+            ),
         ),
         _fixed(
             TensorSpec("q", ("batch", "heads", "tgt_seq", "d_head")),
@@ -202,7 +218,10 @@ CASES: tuple[Case, ...] = (
         "mha_self",
         "multi-head self-attention with padding mask",
         reference.SelfAttention,
-        lambda p, cfg, x, keep: (oracle.multi_head_attention(scope(p, "attn"), cfg, x, x, keep),),
+        _tupled(
+            oracle.multi_head_attention,
+            lambda p, cfg, x, keep: oracle.multi_head_attention(scope(p, "attn"), cfg, x, x, keep),
+        ),
         _fixed(X_SRC, SRC_KEEP),
         _fixed(OUT_SRC),
         "component",
@@ -212,8 +231,11 @@ CASES: tuple[Case, ...] = (
         "mha_causal",
         "masked (causal) multi-head self-attention with padding mask",
         lambda cfg: reference.SelfAttention(cfg, causal=True),
-        lambda p, cfg, y, keep: (
-            oracle.multi_head_attention(scope(p, "attn"), cfg, y, y, keep, causal=True),
+        _tupled(
+            oracle.multi_head_attention,
+            lambda p, cfg, y, keep: oracle.multi_head_attention(
+                scope(p, "attn"), cfg, y, y, keep, causal=True
+            ),
         ),
         _fixed(Y_TGT, TGT_KEEP),
         _fixed(OUT_TGT),
@@ -224,7 +246,7 @@ CASES: tuple[Case, ...] = (
         "mha_cross",
         "encoder-decoder (cross) multi-head attention",
         reference.MultiHeadAttention,
-        lambda p, cfg, y, memory, keep: (oracle.multi_head_attention(p, cfg, y, memory, keep),),
+        _tupled(oracle.multi_head_attention),
         _fixed(Y_TGT, MEMORY, SRC_KEEP),
         _fixed(OUT_TGT),
         "component",
@@ -234,7 +256,7 @@ CASES: tuple[Case, ...] = (
         "feed_forward",
         "position-wise feed-forward",
         reference.FeedForward,
-        lambda p, cfg, x: (oracle.feed_forward(p, cfg, x),),
+        _tupled(oracle.feed_forward),
         _fixed(X_SRC),
         _fixed(OUT_SRC),
         "component",
@@ -244,7 +266,7 @@ CASES: tuple[Case, ...] = (
         "norm",
         "normalisation (layernorm or std variant)",
         reference.Norm,
-        lambda p, cfg, x: (oracle.norm(p, cfg, x),),
+        _tupled(oracle.norm),
         _fixed(X_SRC),
         _fixed(OUT_SRC),
         "component",
@@ -254,7 +276,7 @@ CASES: tuple[Case, ...] = (
         "encoder_layer",
         "encoder layer",
         reference.EncoderLayer,
-        lambda p, cfg, x, keep: (oracle.encoder_layer(p, cfg, x, keep),),
+        _tupled(oracle.encoder_layer),
         _fixed(X_SRC, SRC_KEEP),
         _fixed(OUT_SRC),
         "layer",
@@ -264,9 +286,7 @@ CASES: tuple[Case, ...] = (
         "decoder_layer",
         "decoder layer",
         reference.DecoderLayer,
-        lambda p, cfg, y, memory, src_keep, tgt_keep: (
-            oracle.decoder_layer(p, cfg, y, memory, src_keep, tgt_keep),
-        ),
+        _tupled(oracle.decoder_layer),
         _fixed(Y_TGT, MEMORY, SRC_KEEP, TGT_KEEP),
         _fixed(OUT_TGT),
         "layer",
@@ -276,7 +296,7 @@ CASES: tuple[Case, ...] = (
         "encoder",
         "encoder stack",
         reference.Encoder,
-        lambda p, cfg, x, keep: (oracle.encoder(p, cfg, x, keep),),
+        _tupled(oracle.encoder),
         _fixed(X_SRC, SRC_KEEP),
         _fixed(OUT_SRC),
         "stack",
@@ -286,9 +306,7 @@ CASES: tuple[Case, ...] = (
         "decoder",
         "decoder stack",
         reference.Decoder,
-        lambda p, cfg, y, memory, src_keep, tgt_keep: (
-            oracle.decoder(p, cfg, y, memory, src_keep, tgt_keep),
-        ),
+        _tupled(oracle.decoder),
         _fixed(Y_TGT, MEMORY, SRC_KEEP, TGT_KEEP),
         _fixed(OUT_TGT),
         "stack",
@@ -300,7 +318,7 @@ CASES: tuple[Case, ...] = (
         "output_head",
         "output head (linear + softmax)",
         reference.OutputHead,
-        lambda p, cfg, y: oracle.output_head(p, cfg, y),
+        _tupled(oracle.output_head),
         _fixed(Y_TGT),
         _fixed(LOGITS, PROBS),
         "component",
@@ -310,7 +328,7 @@ CASES: tuple[Case, ...] = (
         "transformer",
         "whole encoder-decoder model",
         reference.Transformer,
-        lambda p, cfg, *inputs: oracle.transformer(p, cfg, *inputs),
+        _tupled(oracle.transformer),
         _transformer_inputs,
         _transformer_outputs,
         "model",

@@ -70,11 +70,12 @@ def cli(capsys):
     return run
 
 
-TIERS = ("unit", "integration")
+TIERS = ("unit", "integration", "zoo")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every test belongs to exactly one tier, so `pytest -m unit` is the fast suite."""
+    """Every test belongs to exactly one tier, so `pytest -m unit` is the fast suite and
+    `pytest -m zoo` the real models (tests/zoo)."""
     untiered = [
         i.nodeid for i in items if sum(i.get_closest_marker(t) is not None for t in TIERS) != 1
     ]

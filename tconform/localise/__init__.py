@@ -174,13 +174,15 @@ def localise(
     isolate_modules: str = "first",
     repro_dir: Path | None = None,
     command: str = "",
+    keep: np.ndarray | None = None,
     budget: int = FETCH_BUDGET,
 ) -> Localisation:
     """Localise the divergence of `model` from the reference whose `calls` were captured, on
     `runtime`, the model fed `feeds`. provenance: the model under test as results name it
     (default: `model`'s); isolate_modules: "first" (the first divergence), "all" (every
     matched module) or "none"; repro_dir: write the first divergence's bundle there, with
-    `command` in its README."""
+    `command` in its README; keep: a (batch, sequence) mask of the real positions, where the
+    check compares only those (--padding-mask)."""
     structure = read_structure(model.path)
     graph = Graph.read(structure, set(tree.classes))
     planned = plan(calls, graph, tree)
@@ -200,7 +202,9 @@ def localise(
             values = _fetch(opened, fed, _needed(batch, planned, graph))
             runs += 1
             for c in batch:
-                boundaries[(c.path, c.call)] = judge_call(c, by_key, graph, planned, values, tol)
+                boundaries[(c.path, c.call)] = judge_call(
+                    c, by_key, graph, planned, values, tol, keep
+                )
         ordered = [boundaries[(c.path, c.call)] for c in calls]
         first = first_divergence(ordered)
         targets = _isolated(ordered, first, isolate_modules)

@@ -116,13 +116,24 @@ def clamped(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def compare_boundary(
-    name: str, actual: np.ndarray, expected: np.ndarray, tol: Tolerance, reshaped: bool = False
+    name: str,
+    actual: np.ndarray,
+    expected: np.ndarray,
+    tol: Tolerance,
+    reshaped: bool = False,
+    keep: np.ndarray | None = None,
 ) -> OutputComparison:
     """An ONNX tensor against its float64 reference value, both clamped to the ONNX type's
-    finite range (reshaped to the ONNX tensor's shape where the pair was made by size)."""
+    finite range (reshaped to the ONNX tensor's shape where the pair was made by size); where
+    `keep` (a (batch, sequence) mask: the real positions) leads the tensor's shape, only there."""
     if reshaped:
         expected = expected.reshape(actual.shape)
-    return compare_output(name, clamped(actual, actual.dtype), clamped(expected, actual.dtype), tol)
+    where = None
+    if keep is not None and actual.shape[: keep.ndim] == keep.shape:
+        where = keep.reshape(keep.shape + (1,) * (actual.ndim - keep.ndim))
+    return compare_output(
+        name, clamped(actual, actual.dtype), clamped(expected, actual.dtype), tol, where=where
+    )
 
 
 @dataclass
@@ -252,11 +263,18 @@ def _fused_host(path: str, regions, graph: Graph) -> str | None:
 
 
 def judge_call(
-    c: Call, calls: dict[tuple[str, int], Call], graph: Graph, planned: Plan, values, tol
+    c: Call,
+    calls: dict[tuple[str, int], Call],
+    graph: Graph,
+    planned: Plan,
+    values,
+    tol,
+    keep: np.ndarray | None = None,
 ) -> Boundary:
-    """One call's boundary: its outputs and inputs against the ONNX tensors in `values`."""
+    """One call's boundary: its outputs and inputs against the ONNX tensors in `values` (only
+    at the real positions `keep`, where given)."""
     if c.path == "":
-        b = _whole_module(c, graph, values, tol)
+        b = _whole_module(c, graph, values, tol, keep)
         b.region = graph.region("")
         b.ops, b.own_ops = graph.op_types(b.region), graph.op_types(b.region, "")
         return b
@@ -264,7 +282,7 @@ def judge_call(
     # A fused unit starts at the folded module's inputs (the Conv's, read by the fused node).
     inputs_of = calls[(guest, c.call)] if guest else c
     region = planned.regions.get((c.path, c.call), [])
-    b = _judged(c, inputs_of, region, planned, values, tol)
+    b = _judged(c, inputs_of, region, planned, values, tol, keep)
     b.ops, b.own_ops = graph.op_types(region), graph.op_types(region, c.path)
     b.fused_from = guest
     if c.path in planned.fused:
@@ -289,7 +307,7 @@ def first_divergence(boundaries: list[Boundary]) -> Boundary | None:
     return next((b for b in boundaries if b.status == "fail" and b.inputs_status in eligible), None)
 
 
-def _whole_module(c: Call, graph: Graph, values, tol) -> Boundary:
+def _whole_module(c: Call, graph: Graph, values, tol, keep) -> Boundary:
     """The whole module's outputs are the graph's float outputs, in order."""
     names = [n for n in graph.outputs if n in values and values[n].dtype.kind == "f"]
     b = Boundary("", c.call, c.calls, c.cls, "unmatched", "given")
@@ -297,7 +315,7 @@ def _whole_module(c: Call, graph: Graph, values, tol) -> Boundary:
         b.reason = f"the model returns {len(names)} float outputs, the module {len(c.outputs)}"
         return b
     b.outputs = [
-        compare_boundary(f"(whole module) <- {n}", values[n], ref, tol)
+        compare_boundary(f"(whole module) <- {n}", values[n], ref, tol, keep=keep)
         for n, ref in zip(names, c.outputs, strict=True)
     ]
     b.onnx_outputs = names
@@ -306,19 +324,19 @@ def _whole_module(c: Call, graph: Graph, values, tol) -> Boundary:
     return b
 
 
-def _judged(c: Call, inputs_of: Call, region, planned: Plan, values, tol) -> Boundary:
+def _judged(c: Call, inputs_of: Call, region, planned: Plan, values, tol, keep) -> Boundary:
     key = (c.path, c.call)
     out_pairs, out_why = pair_tensors(c.outputs, planned.leaving.get(key, []), values)
     entering = planned.entering.get(key, [])
     in_pairs, _ = pair_tensors(inputs_of.inputs, entering, values, by_size=True)
     outputs = [
-        compare_boundary(f"{c.path} <- {p.onnx}", values[p.onnx], c.outputs[k], tol)
+        compare_boundary(f"{c.path} <- {p.onnx}", values[p.onnx], c.outputs[k], tol, keep=keep)
         for k, p in sorted(out_pairs.items())
     ]
     ordered = sorted(in_pairs.items())
     inputs = [
         compare_boundary(
-            f"{c.path} <- {p.onnx}", values[p.onnx], inputs_of.inputs[k], tol, p.reshaped
+            f"{c.path} <- {p.onnx}", values[p.onnx], inputs_of.inputs[k], tol, p.reshaped, keep
         )
         for k, p in ordered
     ]

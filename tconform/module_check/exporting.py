@@ -27,7 +27,7 @@ from torch import nn
 from tconform import export as project_export
 from tconform.errors import UsageError
 from tconform.files import atomic_write_bytes, atomic_write_json, read_json_object, sha256_file
-from tconform.folders import MANIFEST, managed_folder
+from tconform.folders import ARTIFACTS, MANIFEST, managed_folder, manifest_kind
 from tconform.module_check.inputs import ModuleInputs
 from tconform.runtimes.torch import eval_mode
 
@@ -131,9 +131,15 @@ def export_module(
             summary = (
                 exc if isinstance(exc, UsageError) else project_export.exporter_error_line(exc)
             )
+            way_on = (
+                "; the TorchScript exporter may export it: --exporter torchscript, or --exporter "
+                "auto to try dynamo first"
+                if exporter == "dynamo"
+                else ""
+            )
             raise UsageError(
                 f"{label + ': ' if label else ''}export with {exporter} failed: {summary} "
-                f"(full log: {log_path})"
+                f"(full log: {log_path}){way_on}"
             ) from None
     atomic_write_bytes(path, model.SerializeToString())
     atomic_write_bytes(log_path, log.getvalue().encode())
@@ -144,9 +150,12 @@ OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
 OWN_FILES = ("model.onnx", "export.log")
 
 
+CHECK_AREA = "check"  # an artifacts folder's subfolder for tconform check's exports
+
+
 def default_export_dir(name: str) -> Path:
     """Where `tconform check` exports a module named `name` unless told otherwise."""
-    return Path("artifacts") / "check" / name.replace(":", ".")
+    return Path("artifacts") / CHECK_AREA / name.replace(":", ".")
 
 
 def _recorded(folder: Path) -> dict:
@@ -158,13 +167,25 @@ def _recorded(folder: Path) -> dict:
     return hashes if isinstance(hashes, dict) else {}
 
 
+def in_check_area(folder: Path, managed: Path | None) -> bool:
+    """Whether `folder` lies in the `check/` area of the artifacts folder `managed`: the one
+    place inside an artifacts folder that is tconform check's (as doc/ is the document
+    checks'), so that its default folder works where `tconform verify` made artifacts/."""
+    if managed is None or manifest_kind(managed) != ARTIFACTS:
+        return False
+    area = managed / CHECK_AREA
+    resolved = folder.resolve()
+    return resolved != area and resolved.is_relative_to(area)
+
+
 def require_own_export_folder(folder: Path) -> None:
     """check writes only where it may replace what is there: a new or tconform check's own
-    folder, never a golden or artifacts folder, never over a file it did not write."""
+    folder, never a golden or artifacts folder (but for an artifacts folder's check/ area),
+    never over a file it did not write."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder}: exists and is not a folder")
     managed = managed_folder(folder, itself=True)
-    if (folder / MANIFEST).exists() or managed is not None:
+    if (folder / MANIFEST).exists() or (managed is not None and not in_check_area(folder, managed)):
         raise UsageError(
             f"{folder} is or lies in a golden or artifacts folder ({managed or folder}); "
             "check --out needs a folder of its own"

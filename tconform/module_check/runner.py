@@ -11,7 +11,7 @@ rule.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from tconform.localise import localise as localise_model
 from tconform.models import ModelUnderTest, given_file
 from tconform.module_check.exporting import (
     DEFAULT_OPSET,
+    EXPORTERS,
     default_export_dir,
     export_module,
     require_own_export_folder,
@@ -56,6 +57,8 @@ Progress = Callable[[str], None]
 
 # Tolerance class for a module nobody has measured: the loosest float32 row (a whole model).
 DEFAULT_TOLERANCE_CLASS = "model"
+# The exporter setting that tries dynamo, then TorchScript where dynamo fails.
+AUTO = "auto"
 
 
 @dataclass
@@ -140,12 +143,13 @@ def _localise(
     isolate: str,
     repro: Path | None,
     command: str,
+    keep: np.ndarray | None,
 ) -> Localisation | None:
     """Localise `result`'s run; its verdict joins the result's notes (and message on a fail)."""
     try:
         loc = localise_model(
             model, reference.calls, reference.tree, feeds, runtime, tol, result.model,
-            isolate, repro, command,
+            isolate, repro, command, keep,
         )  # fmt: skip
     except (KeyboardInterrupt, Terminated):
         raise
@@ -156,6 +160,39 @@ def _localise(
     if result.status == "fail" and loc.first is not None:
         result.message += f"; first divergence: {loc.first.label} ({loc.first.cls})"
     return loc
+
+
+def _export(
+    module: nn.Module,
+    inputs: ModuleInputs,
+    output_names: list[str],
+    path: Path,
+    exporter: str,
+    opset: int,
+    dynamic: dict[str, dict[int, str]],
+    name: str,
+    progress: Progress,
+) -> tuple[str, str]:
+    """Export with `exporter`; "auto" tries dynamo, then TorchScript. (the exporter that ran,
+    why: "" unless auto had to fall back)."""
+    if exporter not in (*EXPORTERS, AUTO):
+        raise UsageError(f"exporter {exporter!r}: one of {', '.join((*EXPORTERS, AUTO))}")
+    if exporter != AUTO:
+        progress(f"{name}: exporting with {exporter} to {path}")
+        export_module(module, inputs, output_names, path, exporter, opset, dynamic, name)
+        return exporter, ""
+    progress(f"{name}: exporting with dynamo to {path} (auto)")
+    try:
+        export_module(module, inputs, output_names, path, "dynamo", opset, dynamic, name)
+        return "dynamo", ""
+    except UsageError as exc:
+        failed = str(exc).split(" (full log:")[0]
+    progress(f"{name}: dynamo failed; exporting with torchscript (auto)")
+    export_module(module, inputs, output_names, path, "torchscript", min(opset, 20), dynamic, name)
+    return (
+        "torchscript",
+        f"exported by TorchScript (--exporter auto), since dynamo failed: {failed}",
+    )
 
 
 def _run_eagerly(module: nn.Module, inputs: ModuleInputs, name: str):
@@ -188,7 +225,7 @@ def check(
     *,
     eps: Sequence[str] | str = ("cpu",),
     runtimes: Sequence[str] = ("onnxruntime", "torch"),
-    exporter: str = "dynamo",
+    exporter: str = AUTO,
     opset: int = DEFAULT_OPSET,
     dynamic: dict[str, dict[int, str]] | Sequence[str] | None = None,
     atol: float | None = None,
@@ -204,6 +241,7 @@ def check(
     input_set: str = "example",
     isolate: str = "first",
     repro: str | Path | None = None,
+    padding_mask: str | None = None,
     command: str = "",
     progress: Progress = lambda _: None,
 ) -> Report:
@@ -221,8 +259,11 @@ def check(
     False never. isolate: "first" (default) cuts the first divergent module out of the model and
     runs it on the reference's inputs, "all" every module, "none" none; repro: a folder for the
     first divergence's bundle (the cut, its inputs and expected outputs, a README); command: how
-    this check was run, for the bundle's README. tf32 / bf16: allow those precisions where a
-    runtime has them (their own rows).
+    this check was run, for the bundle's README. padding_mask: an input holding a (batch,
+    sequence) mask, 1 for a real token and 0 for padding (transformers' attention_mask): outputs
+    whose leading axes are its shape are compared only at the real positions, and the report
+    says how many elements were left out. tf32 / bf16: allow those precisions where a runtime
+    has them (their own rows).
     """
     name = name or type(module).__name__
     inputs = as_inputs(module, example_inputs, name)
@@ -258,11 +299,15 @@ def check(
 
     if onnx_model is not None:
         model = given_file(Path(onnx_model))
+        ran, why = None, ""
     else:
         path = export_dir / "model.onnx"
-        progress(f"{name}: exporting with {exporter} to {path}")
-        export_module(module, own_inputs, output_names, path, exporter, opset, dynamic_axes, name)
+        ran, why = _export(
+            module, own_inputs, output_names, path, exporter, opset, dynamic_axes, name, progress
+        )
         model = given_file(path, origin="exported")
+        if why:
+            model = replace(model, notes=(why,))
 
     cls = type(module)
     component = f"{cls.__module__}.{cls.__qualname__}"
@@ -276,7 +321,13 @@ def check(
     subject = Subject(model, target)
     feeds = inputs.feeds()
     expected = InputSet(input_set, feeds, reference.outputs)
-    judge = judge_outputs(lambda precision, output: tols.by_output(precision)[output])
+    judge = judge_outputs(lambda precision, output: tols.by_output(precision)[output], padding_mask)
+    if padding_mask is not None and padding_mask not in feeds:
+        raise UsageError(
+            f"--padding-mask {padding_mask}: the module has no input of that name (its inputs: "
+            f"{', '.join(feeds)})"
+        )
+    keep = None if padding_mask is None else np.asarray(feeds[padding_mask]) != 0
     row = Result.about(name, component, notes=list(reference.notes), reference=reference.kind)
     results: list[Result] = []
     localisations: list[Localisation] = []
@@ -284,13 +335,20 @@ def check(
         what = model.path if runtime.consumes == "onnx" else "the module"
         progress(f"{name}: running {what} on {label(runtime)}")
         (result,) = execute(runtime, subject, [expected], judge, row)
+        if padding_mask is not None and result.outputs:
+            left_out = sum(o.excluded for o in result.outputs)
+            total = sum(int(np.prod(o.shape)) for o in result.outputs)
+            result.notes.append(
+                f"--padding-mask {padding_mask}: {left_out} of {total} output elements left out "
+                "(padded positions)"
+            )
         results.append(result)
         wanted = localise or (localise is None and result.status == "fail")
         if runtime.consumes == "onnx" and result.status in ("pass", "fail") and wanted:
             progress(f"{name}: localising on {label(runtime)}")
             tol = tols.module(result.precision)
             loc = _localise(
-                result, model, reference, feeds, runtime, tol, isolate, repro_path, command
+                result, model, reference, feeds, runtime, tol, isolate, repro_path, command, keep
             )
             localisations += [loc] if loc else []
 
@@ -304,10 +362,13 @@ def check(
         },
         "outputs": output_names,
         "model": str(model.path),
-        "exporter": None if onnx_model is not None else exporter,
+        "exporter": ran,
+        "exporter_asked": None if onnx_model is not None else exporter,
+        "exporter_reason": why or None,
         "opset": None if onnx_model is not None else opset,
         "dynamic": {n: {str(a): d for a, d in axes.items()} for n, axes in dynamic_axes.items()},
         "reference": reference.kind,
+        "padding_mask": padding_mask,
         "reference_model": reference.provenance.to_dict(),
         # the row of TOLERANCES and the user's overrides; each output's atol/rtol is in results
         "tolerance": {
