@@ -22,6 +22,7 @@ from onnx import TensorProto
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.files import sha256_file
+from tconform.heap import trim
 from tconform.provenance import ModelProvenance, onnx_provenance
 from tconform.registry import Case, get_case
 
@@ -109,9 +110,7 @@ def derived_file(path: Path, model: onnx.ModelProto | None = None) -> ModelUnder
     """A file tconform wrote from the model under test (localisation's boundary copy, a cut
     subgraph, an injected fault): hashed and described, not checked as a user's file would be
     (a boundary copy's extra outputs carry no shapes, which ONNX's checker refuses)."""
-    if model is None:
-        model = onnx.load(str(path), load_external_data=False)
-    return _hashed(path, model, "derived")
+    return _hashed(path, model if model is not None else read_graph(path), "derived")
 
 
 def _hashed(
@@ -123,7 +122,8 @@ def _hashed(
 
 
 def load_checked(path: Path) -> onnx.ModelProto:
-    """The ONNX model at `path` (without its external data), or one line saying why not."""
+    """The ONNX model at `path` without its weights (`read_graph`), or one line saying why
+    not."""
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     if path.is_dir():
@@ -136,7 +136,7 @@ def load_checked(path: Path) -> onnx.ModelProto:
     if size > MAX_MODEL_BYTES:
         raise UsageError(f"{path}: {size} bytes, larger than any ONNX protobuf can be (2 GiB)")
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = read_graph(path)
     except Exception as exc:  # protobuf's DecodeError and friends
         raise UsageError(f"{path}: not an ONNX model ({type(exc).__name__})") from None
     if not model.graph.node and not model.graph.output:
@@ -148,6 +148,27 @@ def load_checked(path: Path) -> onnx.ModelProto:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UsageError(f"{path}: invalid ONNX model: {first}") from None
     return model
+
+
+# Initializers larger than this are weights: what a reader of names, types and shapes leaves
+# out (small ones stay: a Reshape's shape, a Constant folded into an initializer).
+WEIGHT_BYTES = 4096
+
+
+def read_graph(path: Path) -> onnx.ModelProto:
+    """The ONNX model at `path` without its weights (external data is not read, embedded data
+    of large initializers dropped; names, types and dims kept): what a reader of the graph
+    needs. A model of hundreds of MB kept for its graph costs a few KB: the weights are dropped
+    and the rest parsed into a message of its own, since protobuf frees a message's memory
+    only with the whole message, never a field of it."""
+    model = onnx.load(str(path), load_external_data=False)
+    for tensor in model.graph.initializer:
+        if len(tensor.raw_data) > WEIGHT_BYTES:
+            tensor.ClearField("raw_data")
+    compact = onnx.ModelProto.FromString(model.SerializeToString())
+    del model
+    trim()
+    return compact
 
 
 def _external_tensors(model: onnx.ModelProto) -> list[TensorProto]:

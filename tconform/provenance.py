@@ -46,7 +46,8 @@ class ModelProvenance:
 
 
 def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvenance:
-    """What an ONNX file records of itself (`model`: the file loaded without external data)."""
+    """What an ONNX file records of itself (`model`: its graph, as tconform.models.read_graph
+    gives it: weights left out, since shape inference serializes the whole model)."""
     elem_type = ""
     for value in (*model.graph.input, *model.graph.output):
         elem_type = _ELEM_TYPES.get(value.type.tensor_type.elem_type, "")
@@ -112,7 +113,7 @@ def module_provenance(module, dtype: str = "float32") -> ModelProvenance:
     for name, tensor in (*module.named_parameters(), *module.named_buffers()):
         digest.update(name.encode())
         flat = tensor.detach().cpu().contiguous().flatten()
-        digest.update(flat.view(torch.uint8).numpy().tobytes())  # any dtype, bfloat16 too
+        digest.update(flat.view(torch.uint8).numpy())  # any dtype, bfloat16 too; no copy
     cls = type(module)
     return ModelProvenance(
         path=f"{cls.__module__}.{cls.__qualname__}",

@@ -34,12 +34,13 @@ from onnx import TensorProto, helper
 
 from tconform.compare import Tolerance
 from tconform.execution import Subject, open_subject
+from tconform.heap import trim
 from tconform.localise.capture import Call, ModuleTree, capture_calls
 from tconform.localise.isolate import isolate, write_bundle
 from tconform.localise.judge import Boundary, Plan, first_divergence, judge_call, plan
 from tconform.localise.render import render, verdict
 from tconform.localise.scopes import Graph
-from tconform.models import ModelUnderTest, derived_file
+from tconform.models import ModelUnderTest, derived_file, read_graph
 from tconform.provenance import ModelProvenance
 from tconform.runtimes import Runtime, label
 
@@ -90,20 +91,6 @@ class Localisation:
             "repro": self.repro,
             "boundaries": [b.to_dict() for b in self.boundaries],
         }
-
-
-# Float initializers larger than this are dropped from the copy localisation reads the graph
-# from: it needs names, types and shapes, not weights.
-_KEPT_BYTES = 4096
-
-
-def read_structure(path: Path) -> onnx.ModelProto:
-    """The model's graph without its large weights (external data is not read either)."""
-    model = onnx.load(str(path), load_external_data=False)
-    for tensor in model.graph.initializer:
-        if len(tensor.raw_data) > _KEPT_BYTES:
-            tensor.ClearField("raw_data")
-    return model
 
 
 @contextlib.contextmanager
@@ -183,7 +170,7 @@ def localise(
     matched module) or "none"; repro_dir: write the first divergence's bundle there, with
     `command` in its README; keep: a (batch, sequence) mask of the real positions, where the
     check compares only those (--padding-mask)."""
-    structure = read_structure(model.path)
+    structure = read_graph(model.path)
     graph = Graph.read(structure, set(tree.classes))
     planned = plan(calls, graph, tree)
     by_key = {(c.path, c.call): c for c in calls}
@@ -191,28 +178,11 @@ def localise(
     regions = [r for r in planned.regions.values() if r]
     for_isolation = [n for r in regions for n in graph.entering(r, floats_only=False)]
     extra = [n for n in dict.fromkeys([*planned.tensors, *for_isolation]) if n not in known]
-    boundaries: dict[tuple[str, int], Boundary] = {}
-    runs = 0
-    with (
-        boundary_copy(model, structure, extra, graph.elem_types) as copy,
-        open_subject(runtime, Subject(copy)) as opened,
-    ):
-        fed = opened.feeds(feeds)
-        for batch in _batches(calls, budget):
-            values = _fetch(opened, fed, _needed(batch, planned, graph))
-            runs += 1
-            for c in batch:
-                boundaries[(c.path, c.call)] = judge_call(
-                    c, by_key, graph, planned, values, tol, keep
-                )
-        ordered = [boundaries[(c.path, c.call)] for c in calls]
-        first = first_divergence(ordered)
-        targets = _isolated(ordered, first, isolate_modules)
-        if targets:
-            names = {n for b in targets for n in graph.entering(b.region, floats_only=False)}
-            names.update(n for b in targets for n in b.onnx_outputs)
-            isolation_values = _fetch(opened, fed, sorted(names))
-            runs += 1
+    ordered, first, targets, isolation_values, runs = _judge_all(
+        model, structure, graph, planned, calls, extra, feeds, runtime, tol, keep, budget,
+        isolate_modules,
+    )  # fmt: skip
+    trim()  # the boundary copy's session is gone
     found = Localisation(
         runtime=label(runtime),
         model=provenance or model.provenance,
@@ -240,8 +210,43 @@ def localise(
                 }
                 found.repro = str(write_bundle(repro_dir, cut, b, tol, about))
         del whole
+        trim()
     found.verdict = verdict(ordered, first)
     return found
+
+
+def _judge_all(
+    model, structure, graph, planned, calls, extra, feeds, runtime, tol, keep, budget, which
+):
+    """Every call judged on the boundary copy, batch by batch; the first divergence; the
+    boundaries to isolate and the ONNX tensors their cuts need. The copy's session lives only
+    as long as this call."""
+    by_key = {(c.path, c.call): c for c in calls}
+    boundaries: dict[tuple[str, int], Boundary] = {}
+    runs = 0
+    isolation_values: dict[str, np.ndarray] = {}
+    with (
+        boundary_copy(model, structure, extra, graph.elem_types) as copy,
+        open_subject(runtime, Subject(copy)) as opened,
+    ):
+        fed = opened.feeds(feeds)
+        for batch in _batches(calls, budget):
+            values = _fetch(opened, fed, _needed(batch, planned, graph))
+            runs += 1
+            for c in batch:
+                boundaries[(c.path, c.call)] = judge_call(
+                    c, by_key, graph, planned, values, tol, keep
+                )
+            del values
+        ordered = [boundaries[(c.path, c.call)] for c in calls]
+        first = first_divergence(ordered)
+        targets = _isolated(ordered, first, which)
+        if targets:
+            names = {n for b in targets for n in graph.entering(b.region, floats_only=False)}
+            names.update(n for b in targets for n in b.onnx_outputs)
+            isolation_values = _fetch(opened, fed, sorted(names))
+            runs += 1
+    return ordered, first, targets, isolation_values, runs
 
 
 def _isolated(boundaries: list[Boundary], first: Boundary | None, which: str) -> list[Boundary]:

@@ -106,7 +106,19 @@ class NotDeterministic(Exception):
 
 
 def _float64_copy(module: nn.Module, inputs: ModuleInputs) -> Reference:
-    copied = copy.deepcopy(module).double().eval()
+    # deepcopy takes each parameter and floating buffer from the memo as a float64 tensor made
+    # from the original, never through a float32 copy first: on a large model that copy would
+    # be the largest allocation of the run. (Tied weights stay tied: one memo entry each.)
+    memo: dict[int, object] = {}
+    for tensor in (*module.parameters(), *module.buffers()):
+        if id(tensor) not in memo and tensor.is_floating_point():
+            double = tensor.detach().to(torch.float64, copy=True)
+            memo[id(tensor)] = (
+                nn.Parameter(double, tensor.requires_grad)
+                if isinstance(tensor, nn.Parameter)
+                else double
+            )
+    copied = copy.deepcopy(module, memo).double().eval()
     converted = inputs.converted(torch.float64, module_device(module))
     return _run_copy(copied, converted, "float64", [])
 

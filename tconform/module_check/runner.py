@@ -21,6 +21,7 @@ from tconform.compare import Tolerance, judge_outputs, tolerance_for
 from tconform.errors import Terminated, UsageError, calling_user_code, first_line
 from tconform.execution import Subject, execute
 from tconform.golden import InputSet
+from tconform.heap import trim
 from tconform.localise import ISOLATE, Localisation
 from tconform.localise import localise as localise_model
 from tconform.models import ModelUnderTest, given_file
@@ -296,6 +297,7 @@ def check(
     own_outputs = {n: t.detach().cpu().numpy() for n, t in own if t.is_floating_point()}
     reference = build_reference(module, inputs, name, own_outputs)
     del own, own_outputs
+    trim()  # the reference copy is gone
 
     if onnx_model is not None:
         model = given_file(Path(onnx_model))
@@ -335,6 +337,7 @@ def check(
         what = model.path if runtime.consumes == "onnx" else "the module"
         progress(f"{name}: running {what} on {label(runtime)}")
         (result,) = execute(runtime, subject, [expected], judge, row)
+        trim()  # the session is gone
         if padding_mask is not None and result.outputs:
             left_out = sum(o.excluded for o in result.outputs)
             total = sum(int(np.prod(o.shape)) for o in result.outputs)
