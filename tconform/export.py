@@ -55,7 +55,15 @@ from tconform.folders import (
 from tconform.provenance import ModelProvenance
 from tconform.reference.attention import use_attention_kernel
 from tconform.registry import Case, Shape
-from tconform.schema import check_artifacts_manifest
+from tconform.schema import (
+    SHA256,
+    expect_int,
+    expect_names,
+    expect_object,
+    expect_str,
+    fail,
+    one_of,
+)
 from tconform.versions import library_versions
 from tconform.weights import DEFAULT_SEED, load_params, make_params
 
@@ -83,7 +91,6 @@ _MODEL_SOURCES = sorted(
         _PACKAGE / "registry.py",
         _PACKAGE / "weights.py",
         _PACKAGE / "config.py",
-        _PACKAGE / "generation" / "models.py",
         Path(__file__),
     ]
 )
@@ -351,6 +358,35 @@ def read_manifest(out_dir: Path) -> dict:
     return data
 
 
+def check_artifacts_manifest(data: dict, path: Path) -> None:
+    """The artifacts manifest: per model its file (always CASE/model.onnx), sha256 and settings."""
+    known = registry.exportable_names()
+    models = expect_object(data.get("models", {}), path, "'models'")
+    if "exporter" in data and not one_of(data["exporter"], EXPORTERS):
+        raise fail(path, "'exporter'", f"is not one of {', '.join(EXPORTERS)}")
+    if "dtype" in data and not one_of(data["dtype"], DTYPES):
+        raise fail(path, "'dtype'", f"is not one of {', '.join(DTYPES)}")
+    if "opset" in data:
+        expect_int(data["opset"], path, "'opset'", 1, 100)
+    if "attention" in data and not one_of(data["attention"], ATTENTION_KERNELS):
+        raise fail(path, "'attention'", f"is not one of {', '.join(ATTENTION_KERNELS)}")
+    for name, entry in models.items():
+        where = f"model {name!r}"
+        if name not in known:
+            raise fail(path, where, "is not a case this tconform knows")
+        entry = expect_object(entry, path, where)
+        if entry.get("path") != f"{name}/model.onnx":
+            raise fail(path, f"{where} 'path'", f"must be {name}/model.onnx")
+        expect_str(entry.get("sha256"), path, f"{where} 'sha256'", SHA256)
+        expect_str(entry.get("key"), path, f"{where} 'key'", SHA256)
+        if not one_of(entry.get("exporter"), EXPORTERS) or not one_of(entry.get("dtype"), DTYPES):
+            raise fail(path, where, "has an unknown exporter or dtype")
+        expect_int(entry.get("opset"), path, f"{where} 'opset'", 1, 100)
+        expect_int(entry.get("ir_version"), path, f"{where} 'ir_version'", 1, 100)
+        expect_names(entry.get("inputs"), path, f"{where} 'inputs'")
+        expect_names(entry.get("outputs"), path, f"{where} 'outputs'")
+
+
 def _is_current(path: Path, key: str, previous: dict | None, force: bool, out_dir: Path) -> bool:
     """Whether the model at `path` can be reused as it is (False: export it).
 
@@ -433,11 +469,8 @@ def _made(folder: Path) -> Path:
 
 
 def _export_by_name(name: str, settings: ExportSettings, out_dir: Path) -> ExportRecord:
-    from tconform.generation.models import GENERATION_CASES  # export workers find them by name
-
-    by_name = {case.name: case for case in GENERATION_CASES}
-    case = by_name[name] if name in by_name else registry.get_case(name)
-    return export_case(case, settings, out_dir)
+    """An export worker's job: cases do not pickle, so workers find them by name."""
+    return export_case(registry.exportable_case(name), settings, out_dir)
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,8 @@ class UnitItem(pytest.Item):
 
         from tconform.errors import TconformError
         from tconform.report import RunReport
-        from tconform.verify import result_unit, verify
+        from tconform.units import result_unit
+        from tconform.verify import verify
 
         report = RunReport("verify")
         try:

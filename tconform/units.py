@@ -19,6 +19,8 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tconform.results import Result
+
 MODULE = "module"  # the cell of runtimes that run the PyTorch module (torch, torch-compile)
 GIVEN = "given"  # the cell of a model named with --model: how it was made is not ours to say
 DOCUMENTS = "documents"  # the unit (and case name) of the documents' checks, one per run
@@ -80,6 +82,11 @@ def unit_id(case: str, cell: str, runtime: str, input_set: str) -> str:
 def documents_unit() -> Unit:
     """The documents' checks: one unit per run, whatever their number of results."""
     return Unit(DOCUMENTS, "-", "-", "-", DOCUMENTS, DOCUMENTS_SECONDS)
+
+
+def result_unit(result: Result) -> str:
+    """The id of the unit a result belongs to (every document check's: the documents' unit)."""
+    return documents_unit().id if result.case.startswith("doc:") else result.unit
 
 
 def digest(ids: Iterable[str]) -> str:

@@ -341,11 +341,6 @@ def plan_units(lanes: list[Lane], manifest: dict, with_doc: bool) -> list[Unit]:
     return units
 
 
-def result_unit(result: Result) -> str:
-    """The id of the unit a result belongs to."""
-    return documents_unit().id if result.case.startswith("doc:") else result.unit
-
-
 def _selected(options: VerifyOptions, units: list[Unit]) -> list[Unit]:
     """The units this run checks: a shard of them, or the ones named (the pytest plugin)."""
     chosen = units

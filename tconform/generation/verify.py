@@ -31,11 +31,11 @@ from tconform.export import (
 from tconform.files import sha256_file
 from tconform.generation import golden
 from tconform.generation.driver import generate
-from tconform.generation.models import GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.generation.steppers import make_stepper
 from tconform.generation.verdict import judge
 from tconform.models import ModelUnderTest, given_model
 from tconform.reference import Transformer
+from tconform.registry import GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.report import RunReport
 from tconform.results import Result, allow_missing
 from tconform.runtimes import label
