@@ -36,7 +36,7 @@ from tconform.export import (
     default_opset,
     export_jobs,
     folder_settings,
-    read_manifest,
+    read_artifacts_manifest,
 )
 from tconform.files import require_inside, sha256_file
 from tconform.folders import folder_lock
@@ -177,7 +177,7 @@ def models_under_test(
         progress(f"  {name}: the given model {model.path} (sha256 {model.provenance.sha256[:12]})")
     rest = [case for case in cases if case.name not in chosen]
     if not options.export:
-        manifest = read_manifest(options.artifacts_dir)
+        manifest = read_artifacts_manifest(options.artifacts_dir)
         for case in rest:
             key = cache_key(case, settings)
             chosen[case.name] = held_model(case, settings.cfg, options.artifacts_dir, manifest, key)

@@ -26,7 +26,7 @@ from tconform.export import (
     ExportSettings,
     cache_key,
     export_jobs,
-    read_manifest,
+    read_artifacts_manifest,
 )
 from tconform.files import sha256_file
 from tconform.generation import golden
@@ -91,7 +91,7 @@ def models_under_test(
     if not options.export:
         for cfg in configs:
             folder = model_folder(options.artifacts_dir, cfg, preset_cfg)
-            manifest = read_manifest(folder)
+            manifest = read_artifacts_manifest(folder)
             for case in GENERATION_CASES:
                 if (cfg, case.name) not in chosen:
                     key = cache_key(case, ExportSettings(cfg, seed))
