@@ -52,9 +52,9 @@ def _options(config: pytest.Config):
 
     from tconform.commands.verify import MATRIX_AXES
     from tconform.errors import TconformError
+    from tconform.plan import VerifyOptions
     from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps
-    from tconform.verify import VerifyOptions
 
     axes = {}
     try:
@@ -84,7 +84,7 @@ def pytest_collection_modifyitems(
     if not config.getoption("--tconform"):
         return
     from tconform.errors import TconformError
-    from tconform.verify import plan
+    from tconform.plan import plan
 
     options = _options(config)
     try:

@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tconform.results import Result
+from tconform.results import CHECKED, FAILING, Result, Status
 
 MODULE = "module"  # the cell of runtimes that run the PyTorch module (torch, torch-compile)
 GIVEN = "given"  # the cell of a model named with --model: how it was made is not ours to say
@@ -87,6 +87,21 @@ def documents_unit() -> Unit:
 def result_unit(result: Result) -> str:
     """The id of the unit a result belongs to (every document check's: the documents' unit)."""
     return documents_unit().id if result.case.startswith("doc:") else result.unit
+
+
+def unchecked_models(results: Iterable[Result]) -> str:
+    """Why a whole verify run checked no model ('' when it checked one, or failed): it has ONNX
+    lanes (results in a cell other than MODULE's and the documents'), and every one of them was
+    skipped or could not run (not applicable, no kernel, a provider absent). Passing rows of the
+    PyTorch runtimes check the reference module, not a model. Such a run exits 3."""
+    results = list(results)
+    onnx = [r for r in results if r.cell not in (MODULE, documents_unit().cell, "")]
+    checked = any(Status(r.status) in CHECKED | FAILING for r in onnx)
+    if not onnx or checked or any(Status(r.status) in FAILING for r in results):
+        return ""
+    reasons = list(dict.fromkeys(r.message for r in onnx))
+    more = f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
+    return f"nothing checked: every ONNX lane was skipped or could not run: {reasons[0]}{more}"
 
 
 def digest(ids: Iterable[str]) -> str:

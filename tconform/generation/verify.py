@@ -33,19 +33,13 @@ from tconform.generation import golden
 from tconform.generation.driver import generate
 from tconform.generation.steppers import make_stepper
 from tconform.generation.verdict import judge
-from tconform.models import ModelUnderTest, given_model
+from tconform.models import ModelUnderTest, given_model, held_model, model_from_record
+from tconform.plan import Progress, VerifyOptions, verify_runtimes
 from tconform.reference import Transformer
 from tconform.registry import GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.report import RunReport
 from tconform.results import Result, allow_missing
 from tconform.runtimes import label
-from tconform.verify import (
-    Progress,
-    VerifyOptions,
-    held_model,
-    model_from_record,
-    verify_runtimes,
-)
 from tconform.weights import make_params
 
 GOLDEN_DIR = Path("golden-generation")

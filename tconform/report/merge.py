@@ -21,7 +21,7 @@ from tconform.errors import (
 from tconform.files import read_json_object
 from tconform.report import RunReport
 from tconform.results import Result
-from tconform.units import digest, result_unit
+from tconform.units import digest, result_unit, unchecked_models
 
 # The exit codes a run that stopped early records (README, "Exit codes").
 ERROR_EXIT_CODES = (
@@ -147,4 +147,7 @@ def merge(paths: list[Path]) -> RunReport:
                 "message": f"shard {shard} ({path}): {data['error']['message']}",
                 "exit_code": data["error"]["exit_code"],
             }
+    why = unchecked_models(merged.results)  # as the whole run would have ended
+    if why and merged.error is None:
+        merged.error = {"message": why, "exit_code": EXIT_EP_UNAVAILABLE}
     return merged

@@ -164,6 +164,31 @@ def test_matrix_over_two_exporters_and_two_opsets_gives_every_cell_a_verdict_or_
     ]
 
 
+def test_a_matrix_none_of_whose_onnx_cells_can_exist_checks_nothing_and_exits_3(cli, small):
+    """The torch rows would pass, but no model is checked: exit 3, naming why, before any
+    export."""
+    code, _, err = cli(
+        "verify",
+        "--golden",
+        str(small / "golden"),
+        "--artifacts",
+        str(small / "none"),
+        "--case",
+        "norm",
+        "--no-doc",
+        "-q",
+        "--matrix",
+        "--exporter",
+        "torchscript",
+        "--opset",
+        "21,23",
+    )
+    assert code == 3, err
+    assert "nothing to check: no ONNX lane of this run can exist" in err
+    assert "torchscript-opset23-float32-all: opset 23 out of range for torchscript" in err
+    assert not (small / "none").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
