@@ -20,7 +20,7 @@ from tconform import golden, registry
 from tconform.compare import judge_outputs, tolerance_for
 from tconform.execution import Subject, execute
 from tconform.export import ExportJob, ExportSettings, export_jobs
-from tconform.faults import DETECTABLE, FAULTS, MARGIN_FACTOR, MARGINAL, Fault
+from tconform.fault_catalogue import DETECTABLE, FAULTS, MARGIN_FACTOR, MARGINAL, Fault
 from tconform.files import atomic_write_bytes
 from tconform.golden import InputSet
 from tconform.models import derived_file
