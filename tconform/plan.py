@@ -256,7 +256,7 @@ class Plan:
 def plan(options: VerifyOptions) -> Plan:
     """The run's plan; a run none of whose ONNX lanes can exist (every `--matrix` cell not
     applicable) checks no model and ends here with exit 3, naming why."""
-    manifest = golden.read_manifest(options.golden_dir)
+    manifest = golden.read_golden_manifest(options.golden_dir)
     cfg, seed = golden.manifest_config(manifest), int(manifest["seed"])
     cases = cases_to_check(options, manifest, options.golden_dir)
     for case in cases:  # a case with no input sets would have no units: nothing checked

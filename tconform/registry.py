@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tconform import costs, oracle, reference
+from tconform import costs, oracle, reference, weights
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.oracle import Params, scope
@@ -84,9 +84,7 @@ class Case:
 
     def make_params(self, cfg: ModelConfig, seed: int) -> dict[str, np.ndarray]:
         """The case's deterministic float32-representable weights (tconform/weights.py)."""
-        from tconform.weights import make_params
-
-        return make_params(self.build(cfg), seed, self.weight_init)
+        return weights.make_params(self.build(cfg), seed, self.weight_init)
 
     def flop_count(self, cfg: ModelConfig, shape: Shape) -> int:
         """Matrix-multiply FLOP of one forward pass at `shape`."""

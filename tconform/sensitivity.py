@@ -94,7 +94,7 @@ class Measurement:
 def export_models(names: Iterable[str], golden_dir: Path, out_dir: Path) -> dict[str, Path]:
     """The named cases exported (dynamo, opset 18, float32) with the goldens' config and seed;
     the one place this module asks tconform.export for models."""
-    manifest = golden.read_manifest(golden_dir)
+    manifest = golden.read_golden_manifest(golden_dir)
     settings = ExportSettings(golden.manifest_config(manifest), seed=int(manifest["seed"]))
     jobs = [ExportJob(registry.get_case(n), settings, out_dir) for n in names]
     return {r.case: Path(r.location) for r in export_jobs(jobs)}
@@ -108,7 +108,7 @@ def measure(
 ) -> list[Measurement]:
     """Every fault on every case it applies to; faulty models are written under work_dir."""
     faults = list(faults)
-    manifest = golden.read_manifest(golden_dir)
+    manifest = golden.read_golden_manifest(golden_dir)
     cfg = golden.manifest_config(manifest)
     wanted = {name for fault in faults for name in fault.cases}
     cases = [c for c in registry.CASES if c.name in wanted]

@@ -97,7 +97,7 @@ def test_invisible_fault_stays_within_tolerance(fault, case, clean_models, tmp_p
 def test_marginal_fault_lands_near_the_line(fault, case, clean_models, tmp_path):
     # The docs call these marginal: within a factor of MARGIN_FACTOR of the tolerance either way.
     path = faulty_file(fault, case, clean_models[case], tmp_path)
-    manifest = golden.read_manifest(GOLDEN)
+    manifest = golden.read_golden_manifest(GOLDEN)
     spec = registry.get_case(case)
     sets = golden.read_case(GOLDEN, manifest, spec, golden.manifest_config(manifest))
     used = sensitivity.check_model(path, spec, sets).tolerance_used

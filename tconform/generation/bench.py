@@ -21,8 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
+from tconform.bench.run import default_threads
 from tconform.bench.timing import round_sig, timed_runs
-from tconform.config import ModelConfig
+from tconform.config import ModelConfig, get_preset
+from tconform.errors import UsageError
 from tconform.execution import NotRun, Subject, case_module, open_subject
 from tconform.export import ExportSettings, export_cases
 from tconform.files import atomic_write_bytes, atomic_write_json
@@ -31,7 +33,9 @@ from tconform.generation.steppers import CachedStepper, make_stepper
 from tconform.models import ModelUnderTest
 from tconform.reference import Transformer
 from tconform.registry import ENCODER, GENERATION_CASES, STEP, Shape
+from tconform.report.text import format_table
 from tconform.runtimes import label, make_runtime
+from tconform.runtimes.providers import parse_eps
 from tconform.weights import DEFAULT_SEED, make_params
 
 
@@ -171,8 +175,6 @@ def run_generate_bench(settings: GenerateSettings, log) -> dict:
 
 
 def table(report: dict) -> str:
-    from tconform.report.text import format_table
-
     header = ["engine", "encoder ms", "cached p50/p90 ms", "no-cache p50/p90 ms", "tokens/s",
               f"x faster @{report['new_tokens']}", "x floor", "cache MiB", "cache on"]  # fmt: skip
     body = [
@@ -241,11 +243,6 @@ def bench_generate_command(
     log,
 ) -> dict:
     """Validate the request (UsageError: one line, exit 2), measure, write the reports."""
-    from tconform.bench.runner import default_threads
-    from tconform.config import get_preset
-    from tconform.errors import UsageError
-    from tconform.runtimes.providers import parse_eps
-
     cfg = get_preset(preset)
     unknown = [e for e in engines if e not in GENERATE_ENGINES]
     if unknown:

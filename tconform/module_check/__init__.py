@@ -6,6 +6,6 @@ the first submodule that diverges (docs/check.md).
 """
 
 from tconform.module_check.localise import Localisation, localise, localise_case
-from tconform.module_check.runner import Report, check
+from tconform.module_check.run import Report, check
 
 __all__ = ["Localisation", "Report", "check", "localise", "localise_case"]

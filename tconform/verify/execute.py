@@ -11,7 +11,7 @@ from tconform.compare import judge_outputs, tolerance_for
 from tconform.config import ModelConfig
 from tconform.execution import Subject, case_module, execute
 from tconform.models import ModelUnderTest
-from tconform.module_check.localise import Localisation
+from tconform.module_check.localise import Localisation, localise_case
 from tconform.plan import (
     Lane,
 )
@@ -35,8 +35,6 @@ def localise_failures(
     """Localise the case's first failing input set on one ONNX Runtime provider (tconform
     check's machinery, against the case's float64 reference module); the verdict joins each
     failing result as a note."""
-    from tconform.module_check.localise import localise_case
-
     failing = [r for r in results if r.status == "fail"]
     if not failing or runtime.consumes != "onnx":
         return []

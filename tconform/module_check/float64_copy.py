@@ -1,20 +1,22 @@
-"""The reference for any module: a float64 copy of it, run in eager mode.
+"""The float64 copy of any module, run in eager mode: what `tconform check` judges a module's
+runtimes against (verify judges the shipped cases against the float64 NumPy oracle instead).
 
 The copy is `copy.deepcopy(module).double().eval()`; floating-point inputs are cast to float64,
 integer and boolean inputs are passed unchanged. Its outputs are then exact to about 1e-16
 relative per operation, so the float32 error of any runtime stands out against them.
 
-Limits (docs/check.md, "The oracle"):
+Limits (docs/check.md, "The float64 copy"):
 - ops without a float64 kernel (some quantised or fused ops) cannot run in the copy;
 - a module that creates float32 tensors in forward or branches on dtype computes something else
   (or mixes dtypes and raises) in float64;
 - randomness: the copy runs in eval mode (dropout off); a module that draws random numbers in
   eval mode is caught by running the copy twice;
 - PyTorch's fused "fast path" of nn.TransformerEncoderLayer / nn.MultiheadAttention is switched
-  off while the reference runs, so that the reference is the plain composition of its
-  submodules (the same function) and forward hooks see every submodule.
-Where the float64 copy cannot run, the reference falls back to the module in float32 (its own
-dtype), and every result says `reference: float32`.
+  off while the copy runs, so that it is the plain composition of its submodules (the same
+  function) and forward hooks see every submodule.
+Where the float64 copy cannot run, the module itself in float32 (its own dtype) stands in for
+it, and every result says so (`reference: float32`, the JSON field naming what it was judged
+against).
 """
 
 from __future__ import annotations
@@ -51,11 +53,11 @@ def run_module(module: nn.Module, inputs: ModuleInputs) -> list[tuple[str, torch
 
 
 @dataclass
-class Reference:
+class Float64Copy:
     """What the outputs are judged against."""
 
     module: nn.Module  # the copy that ran, in eval mode
-    inputs: ModuleInputs  # its inputs (floats in float64 for the float64 reference)
+    inputs: ModuleInputs  # its inputs (floats in float64 for the float64 copy)
     outputs: dict[str, np.ndarray]  # name -> float64 array
     kind: str  # "float64", or "float32" where the float64 copy could not run
     notes: list[str] = field(default_factory=list)
@@ -72,7 +74,7 @@ def _as_float64(outputs: list[tuple[str, torch.Tensor]]) -> dict[str, np.ndarray
     }
 
 
-def _float64_copy(module: nn.Module, inputs: ModuleInputs) -> Reference:
+def _copy_in_float64(module: nn.Module, inputs: ModuleInputs) -> Float64Copy:
     copied = copy.deepcopy(module).double().eval()
     converted = inputs.converted(torch.float64, module_device(module))
     with plain_composition():
@@ -83,10 +85,10 @@ def _float64_copy(module: nn.Module, inputs: ModuleInputs) -> Reference:
             f"output {narrow[0]} came back in {dict(outputs)[narrow[0]].dtype}, not float64 "
             "(the module casts or creates tensors of a fixed dtype)"
         )
-    return Reference(copied, converted, _as_float64(outputs), "float64")
+    return Float64Copy(copied, converted, _as_float64(outputs), "float64")
 
 
-def _float32_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Reference:
+def _float32_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Float64Copy:
     try:
         copied = copy.deepcopy(module).eval()
     except Exception:  # a module that cannot be copied is used itself, in eval mode
@@ -95,7 +97,7 @@ def _float32_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Refe
     with eval_mode(copied), plain_composition():
         outputs = run_module(copied, converted)
     note = f"reference: float32 (the module in its own dtype), since the float64 copy {why}"
-    return Reference(copied, converted, _as_float64(outputs), "float32", [note])
+    return Float64Copy(copied, converted, _as_float64(outputs), "float32", [note])
 
 
 def _differences(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -111,27 +113,26 @@ def _differences(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
     return worst
 
 
-def build_reference(module: nn.Module, inputs: ModuleInputs, label: str) -> Reference:
-    """The float64 reference of `module` at `inputs` (float32 where float64 cannot run).
-
-    Raises UsageError when the module is not deterministic in eval mode: no reference exists.
-    """
+def build_float64_copy(module: nn.Module, inputs: ModuleInputs, label: str) -> Float64Copy:
+    """The float64 copy of `module` at `inputs` (the module in float32 where float64 cannot
+    run). UsageError when the module is not deterministic in eval mode: nothing exists to
+    judge it against."""
     with calling_user_code(f"{label}: its float64 copy"):
         try:
-            reference = _float64_copy(module, inputs)
+            copy64 = _copy_in_float64(module, inputs)
         except Exception as exc:  # no float64 kernel, a dtype clash, a module not copyable
-            reference = _float32_fallback(module, inputs, f"could not run: {first_line(exc)}")
+            copy64 = _float32_fallback(module, inputs, f"could not run: {first_line(exc)}")
     if module.training:
-        reference.notes.append(
+        copy64.notes.append(
             "the module was in training mode; tconform checks it in eval mode (dropout off, "
             "batch norm on running statistics), as it exports it"
         )
-    with calling_user_code(f"{label}: its {reference.kind} copy"):
-        again = _as_float64(reference.run())
-    if _differences(reference.outputs, again) != 0.0:
+    with calling_user_code(f"{label}: its {copy64.kind} copy"):
+        again = _as_float64(copy64.run())
+    if _differences(copy64.outputs, again) != 0.0:
         raise UsageError(
             f"{label}: the module is not deterministic in eval mode: two runs of its "
-            f"{reference.kind} copy differ by up to {_differences(reference.outputs, again):.3g} "
-            "(random numbers in forward?); no reference exists to judge it against"
+            f"{copy64.kind} copy differ by up to {_differences(copy64.outputs, again):.3g} "
+            "(random numbers in forward?); nothing exists to judge it against"
         )
-    return reference
+    return copy64

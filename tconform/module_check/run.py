@@ -28,16 +28,16 @@ from tconform.module_check.exporting import (
     export_module,
     require_own_export_folder,
 )
-from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
-from tconform.module_check.localise import Localisation
-from tconform.module_check.localise import localise as localise_model
-from tconform.module_check.oracle import (
-    Reference,
-    build_reference,
+from tconform.module_check.float64_copy import (
+    Float64Copy,
+    build_float64_copy,
     floating_dtype,
     module_device,
     run_module,
 )
+from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
+from tconform.module_check.localise import Localisation
+from tconform.module_check.localise import localise as localise_model
 from tconform.provenance import module_provenance
 from tconform.report import RunReport, json_report
 from tconform.results import Result, allow_missing
@@ -134,7 +134,7 @@ def parse_tolerance(items: Sequence[str]) -> dict[str, tuple[float, float]]:
 def _localise(
     result: Result,
     model: ModelUnderTest,
-    reference: Reference,
+    float64_copy: Float64Copy,
     feeds: dict[str, np.ndarray],
     runtime: Runtime,
     tol: Tolerance,
@@ -142,7 +142,7 @@ def _localise(
     """Localise `result`'s run; its verdict joins the result's notes (and message on a fail)."""
     try:
         loc = localise_model(
-            model.path, reference.module, reference.inputs, feeds, runtime, tol, result.model
+            model.path, float64_copy.module, float64_copy.inputs, feeds, runtime, tol, result.model
         )
     except (KeyboardInterrupt, Terminated):
         raise
@@ -237,8 +237,8 @@ def check(
     own_inputs = inputs.converted(None, module_device(module))
     output_names = [n for n, _ in _run_eagerly(module, own_inputs, name)]
     tols = Tolerances(tuple(output_names), atol, rtol, tuple((tolerances or {}).items()))
-    progress(f"{name}: running its float64 copy (the reference)")
-    reference = build_reference(module, inputs, name)
+    progress(f"{name}: running its float64 copy")
+    float64_copy = build_float64_copy(module, inputs, name)
 
     if onnx_model is not None:
         model = given_file(Path(onnx_model))
@@ -259,9 +259,9 @@ def check(
     )
     subject = Subject(model, target)
     feeds = inputs.feeds()
-    expected = InputSet(input_set, feeds, reference.outputs)
+    expected = InputSet(input_set, feeds, float64_copy.outputs)
     judge = judge_outputs(lambda precision, output: tols.by_output(precision)[output])
-    row = Result.about(name, component, notes=list(reference.notes), reference=reference.kind)
+    row = Result.about(name, component, notes=list(float64_copy.notes), reference=float64_copy.kind)
     results: list[Result] = []
     localisations: list[Localisation] = []
     for runtime in chosen:
@@ -273,7 +273,7 @@ def check(
         if runtime.consumes == "onnx" and result.status in ("pass", "fail") and wanted:
             progress(f"{name}: localising on {label(runtime)}")
             tol = tols.module(result.precision)
-            loc = _localise(result, model, reference, feeds, runtime, tol)
+            loc = _localise(result, model, float64_copy, feeds, runtime, tol)
             localisations += [loc] if loc else []
 
     settings = {
@@ -289,8 +289,8 @@ def check(
         "exporter": None if onnx_model is not None else exporter,
         "opset": None if onnx_model is not None else opset,
         "dynamic": {n: {str(a): d for a, d in axes.items()} for n, axes in dynamic_axes.items()},
-        "reference": reference.kind,
-        "reference_model": module_provenance(reference.module, reference.kind).to_dict(),
+        "reference": float64_copy.kind,
+        "reference_model": module_provenance(float64_copy.module, float64_copy.kind).to_dict(),
         # the row of TOLERANCES and the user's overrides; each output's atol/rtol is in results
         "tolerance": {
             "class": DEFAULT_TOLERANCE_CLASS,
