@@ -1,11 +1,11 @@
 """`pytest --tconform`: the work units of a verify run as pytest items.
 
-One item per unit (case x cell x runtime x input set, tconform.units), so that pytest-xdist
-(`-n auto`) spreads them over processes and `--junitxml` reports them. A unit that passes is a
-pass; a failure or runtime error fails the item with verify's message; a provider that cannot
-run, a cell that cannot exist or a missing float16 kernel is a skip with the reason (never a
-pass). Items of CUDA runtimes carry the `gpu` marker. With --tconform, the session runs these
-items instead of the test files it collected.
+One item per unit (case x cell x runtime x input set, as tconform.plan lays them out), so that
+pytest-xdist (`-n auto`) spreads them over processes and `--junitxml` reports them. A unit that
+passes is a pass; a failure or runtime error fails the item with verify's message; a provider
+that cannot run, a cell that cannot exist or a missing float16 kernel is a skip with the reason
+(never a pass). Items of CUDA runtimes carry the `gpu` marker. With --tconform, the session
+runs these items instead of the test files it collected.
 
 Loaded by every pytest session of a project that installs tconform (the `pytest11` entry point),
 so without --tconform it does nothing and imports nothing beyond pytest.

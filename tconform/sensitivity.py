@@ -1,4 +1,4 @@
-"""Sensitivity: how far past the tolerance line each fault of `tconform.faults` lands.
+"""Sensitivity: how far past the tolerance line each fault of `tconform.fault_catalogue` lands.
 
 For each fault and case: export the case as the golden folder's config and seed describe, inject
 the fault, run the faulty file with ONNX Runtime (CPU) on every golden input set and compare each

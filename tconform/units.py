@@ -3,7 +3,9 @@ deterministic split of a run's units into shards for CI machines.
 
 A unit is one case, in one cell, on one runtime, on one golden input set. A cell is how the
 model was made and run: exporter, opset, dtype and ONNX Runtime graph-optimisation level (runtimes
-that run the PyTorch module instead of an export share the cell `module`). Its id is a stable
+that run the PyTorch module instead of an export share the cell `module`, a given model has the
+cell `given`). Which units a run holds is decided by tconform.plan; this module is their
+vocabulary, which report merge and the pivot view read too. Its id is a stable
 string, the same on every machine, so that shard reports can be merged unit for unit.
 
 Shards are balanced by an estimated cost. Exporting dominates (docs/scale.md), so the units that

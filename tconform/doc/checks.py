@@ -1,4 +1,4 @@
-"""Run each stated property (properties.py) on the oracle, torch and every ONNX Runtime provider.
+"""Run each stated property (properties.py) on the float64 oracle and every requested runtime.
 
 The components come from the registry at the tiny preset, exported into
 artifacts/doc/tiny/; inputs are drawn from a fixed seed here (the tests draw them with

@@ -1,4 +1,5 @@
-"""Run the documents' numbers through the exported components and the torch reference.
+"""Run the documents' numbers through the components on every requested runtime: the exported
+files on the ONNX runtimes, the reference modules on the PyTorch ones.
 
 Each case's RuntimeCheck names a registry case and a config; the component is exported once per
 config into artifacts/doc/<config_name>/ (export_cases caches it), opened on every requested

@@ -2,7 +2,7 @@
 the CPU or a CUDA device.
 
 It is one more implementation under test: the reference module's float32 error against the
-float64 golden is reported next to ONNX Runtime's, and a user's own module (tconform check) is
+float64 golden is reported next to the ONNX runtimes', and a user's own module (tconform check) is
 run the same way, in its own dtype.
 """
 
