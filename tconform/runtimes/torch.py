@@ -156,7 +156,7 @@ class TorchSession(Session):
 
     def timed_call(self, feeds: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
         """Inputs prepared on the device once; a compiled module is compiled first (timed)."""
-        torch.set_flush_denormal(False)  # PyTorch's default, whatever another engine set
+        torch.set_flush_denormal(False)  # PyTorch's default, whatever another runtime set
         args, kwargs = self.arguments(feeds)
         details: dict[str, object] = {"device": self.runtime.device}
         if self.runtime.compiled:

@@ -12,15 +12,11 @@ from tconform.config import ModelConfig
 from tconform.execution import Subject, case_module, execute
 from tconform.models import ModelUnderTest
 from tconform.module_check.localise import Localisation, localise_case
-from tconform.plan import (
-    Lane,
-)
+from tconform.plan import Lane
 from tconform.registry import Case
 from tconform.results import Result
 from tconform.runtimes import Runtime, label
-from tconform.units import (
-    unit_id,
-)
+from tconform.units import unit_id
 
 
 def judge_case(case: Case):
