@@ -206,7 +206,7 @@ class Emulated:
 
 
 def measure(golden_dir: Path, artifacts: Path) -> list[dict]:
-    manifest = golden.read_manifest(golden_dir)
+    manifest = golden.read_golden_manifest(golden_dir)
     cfg = golden.manifest_config(manifest)
     rows = []
     for name in manifest["cases"]:

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from tconform.errors import TconformError
-from tconform.faults import FAULTS, get_fault
+from tconform.fault_catalogue import FAULTS, get_fault
 from tconform.sensitivity import format_used, markdown_table, measure
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from bench_report import best_cpu_rows, read_bench_report
 
 from tconform import registry
-from tconform.bench.runner import SKIP_LAYER_NORM_FUSION
+from tconform.bench.run import SKIP_LAYER_NORM_FUSION
 from tconform.config import get_preset
 from tconform.execution import Subject, open_subject
 from tconform.models import given_file

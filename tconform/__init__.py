@@ -1,5 +1,6 @@
 """tconform: export a reference Transformer (or your own PyTorch module) to ONNX, verify it on
-ONNX Runtime's execution providers against exact float64 references, and measure it.
+runtimes (ONNX Runtime on each execution provider, OpenVINO, ONNX's reference evaluator,
+PyTorch) against exact float64 goldens, and measure it.
 
 Importing the package is cheap: torch, onnx and onnxruntime load only when a stage needs them.
 `tconform.check(module, example_inputs, ...)` checks your own module (see the README).

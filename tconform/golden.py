@@ -116,7 +116,7 @@ def write(
 
 def _cases_to_keep(golden_dir, cfg, seed, preset, cases, force) -> dict:
     """The manifest entries of the golden folder's cases that `golden --case` leaves alone."""
-    held = read_manifest(golden_dir)
+    held = read_golden_manifest(golden_dir)
     if (held["config"], held["seed"], held.get("preset")) != (cfg.to_dict(), seed, preset):
         raise UsageError(
             f"{golden_dir} holds goldens of preset {held.get('preset')!r}, seed {held['seed']}; "
@@ -218,7 +218,7 @@ def _swap_into_place(staging: Path, golden_dir: Path) -> None:
 # --- reading -------------------------------------------------------------------------------
 
 
-def read_manifest(golden_dir: Path) -> dict:
+def read_golden_manifest(golden_dir: Path) -> dict:
     if not golden_dir.is_dir():
         raise UsageError(f"{golden_dir}: no golden folder (run `tconform golden` to make one)")
     path = golden_dir / MANIFEST
@@ -284,7 +284,7 @@ def expected_files(case: Case, cfg: ModelConfig, set_names) -> list[str]:
 def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) -> list[InputSet]:
     """Load a case's input sets, checking each file's sha256, names, shapes and dtypes. The case
     folder must hold exactly the files its manifest lists, and at least one input set."""
-    entry = manifest["cases"].get(case.name)  # validated by read_manifest
+    entry = manifest["cases"].get(case.name)  # validated by read_golden_manifest
     manifest_path = golden_dir / MANIFEST
     if entry is None:
         raise UsageError(f"{manifest_path}: no goldens for case {case.name!r}")
@@ -371,7 +371,7 @@ def check(golden_dir: Path, cases: tuple[Case, ...] | None = None) -> tuple[list
     match bit for bit, outputs within one float32 ulp. Returns the drifts and the number of
     output elements that differed by exactly one ulp (summation-order noise).
     """
-    manifest = read_manifest(golden_dir)
+    manifest = read_golden_manifest(golden_dir)
     cfg, seed = manifest_config(manifest), int(manifest["seed"])
     wanted = cases or registry.CASES
     drifts, one_ulp = [], 0

@@ -7,6 +7,8 @@ folder that tconform did not write). A given file is only ever read: tconform ne
 it, rewrites it or deletes it. Before anything runs, a given file must be a regular file of a
 sane size, parse as ONNX, keep its external data inside its own folder, and match the case's
 goldens in input and output names, element types and ranks.
+
+`model_from_record` and `held_model` say which of the two an artifacts folder's file is.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from onnx import TensorProto
 
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
-from tconform.files import sha256_file
+from tconform.export import ExportRecord
+from tconform.files import require_inside, sha256_file
 from tconform.heap import trim
 from tconform.provenance import ModelProvenance, onnx_provenance
 from tconform.registry import Case, get_case
@@ -262,3 +265,34 @@ def check_signature(model: onnx.ModelProto, case: Case, cfg: ModelConfig, path: 
                 )
     if len(float_types) > 1:
         raise UsageError(f"{path}: mixes float32 and float16 inputs/outputs")
+
+
+def model_from_record(case: Case, record: ExportRecord, note: str = "") -> ModelUnderTest:
+    path = Path(record.location)
+    notes = (note,) if note else ()
+    if record.attention_nodes:  # the variant is part of what was checked
+        notes += (f"{record.attention} attention: {record.attention_nodes} ONNX Attention nodes",)
+    return ModelUnderTest(case, path, record.provenance(), notes)
+
+
+def held_model(
+    case: Case, cfg: ModelConfig, artifacts_dir: Path, manifest: dict, key: str
+) -> ModelUnderTest:
+    """--no-export: the case's file in the artifacts folder, as it is. tconform's own unchanged
+    file is `cached`; anything else is checked like a given model."""
+    path = artifacts_dir / case.name / "model.onnx"
+    if not path.exists():
+        raise UsageError(f"{path}: missing (--no-export exports nothing; run `tconform export`)")
+    require_inside(artifacts_dir, path)
+    entry = manifest.get("models", {}).get(case.name)
+    if entry is None:
+        return given_model(case, cfg, path)
+    if not path.is_file() or sha256_file(path) != entry.get("sha256"):
+        model = given_model(case, cfg, path)
+        return ModelUnderTest(
+            case, path, model.provenance, ("changed since tconform wrote it: verified as given",)
+        )
+    record = ExportRecord.from_manifest(entry, artifacts_dir)
+    stale = entry.get("key") != key
+    note = "exported by another version of tconform or its libraries (cache key differs)"
+    return model_from_record(case, record, note if stale else "")

@@ -1,11 +1,11 @@
 """`pytest --tconform`: the work units of a verify run as pytest items.
 
-One item per unit (case x cell x runtime x input set, tconform.units), so that pytest-xdist
-(`-n auto`) spreads them over processes and `--junitxml` reports them. A unit that passes is a
-pass; a failure or runtime error fails the item with verify's message; a provider that cannot
-run, a cell that cannot exist or a missing float16 kernel is a skip with the reason (never a
-pass). Items of CUDA runtimes carry the `gpu` marker. With --tconform, the session runs these
-items instead of the test files it collected.
+One item per unit (case x cell x runtime x input set, as tconform.plan lays them out), so that
+pytest-xdist (`-n auto`) spreads them over processes and `--junitxml` reports them. A unit that
+passes is a pass; a failure or runtime error fails the item with verify's message; a provider
+that cannot run, a cell that cannot exist or a missing float16 kernel is a skip with the reason
+(never a pass). Items of CUDA runtimes carry the `gpu` marker. With --tconform, the session
+runs these items instead of the test files it collected.
 
 Loaded by every pytest session of a project that installs tconform (the `pytest11` entry point),
 so without --tconform it does nothing and imports nothing beyond pytest.
@@ -52,9 +52,9 @@ def _options(config: pytest.Config):
 
     from tconform.commands.verify import MATRIX_AXES
     from tconform.errors import TconformError
+    from tconform.plan import VerifyOptions
     from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps
-    from tconform.verify import VerifyOptions
 
     axes = {}
     try:
@@ -84,7 +84,7 @@ def pytest_collection_modifyitems(
     if not config.getoption("--tconform"):
         return
     from tconform.errors import TconformError
-    from tconform.verify import plan
+    from tconform.plan import plan
 
     options = _options(config)
     try:
@@ -119,7 +119,8 @@ class UnitItem(pytest.Item):
 
         from tconform.errors import TconformError
         from tconform.report import RunReport
-        from tconform.verify import result_unit, verify
+        from tconform.units import result_unit
+        from tconform.verify import verify
 
         report = RunReport("verify")
         try:

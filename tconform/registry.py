@@ -5,6 +5,8 @@ float64, its inputs and outputs (with symbolic axes, from which dynamic ONNX axe
 inputs are derived), its tolerance class, its matrix-multiply FLOP count (bench's ceiling share)
 and any weight-initialisation rule of its own. export, golden, verify, bench and the tests all
 iterate over `CASES`; adding a component is one entry here (docs/design.md has the checklist).
+`GENERATION_CASES` are the three models of incremental decoding (tconform.generation), cases
+too, so that export handles them like every other model.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from tconform import costs, oracle, reference
+from tconform import costs, oracle, reference, weights
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.oracle import Params, scope
+from tconform.oracle import incremental as oracle_incremental
+from tconform.reference import incremental as reference_incremental
 
 # Axes that vary between input sets and stay dynamic in the exported models.
 DYNAMIC_AXES = ("batch", "src_seq", "tgt_seq", "past_seq")
@@ -81,9 +85,7 @@ class Case:
 
     def make_params(self, cfg: ModelConfig, seed: int) -> dict[str, np.ndarray]:
         """The case's deterministic float32-representable weights (tconform/weights.py)."""
-        from tconform.weights import make_params
-
-        return make_params(self.build(cfg), seed, self.weight_init)
+        return weights.make_params(self.build(cfg), seed, self.weight_init)
 
     def flop_count(self, cfg: ModelConfig, shape: Shape) -> int:
         """Matrix-multiply FLOP of one forward pass at `shape`."""
@@ -337,15 +339,90 @@ CASES: tuple[Case, ...] = (
 )
 
 
+# --- the models of incremental decoding ----------------------------------------------------
+# Not in CASES: they have no per-component goldens; the generation goldens
+# (tconform.generation.golden) check them through whole decoded sequences instead. They are
+# cases so that the export machinery (cache keys, manifest, checker, workers) handles them like
+# every other model.
+
+CACHE_AXES = ("layers", "batch", "heads", "past_seq", "d_head")
+CROSS_AXES = ("layers", "batch", "heads", "src_seq", "d_head")
+LOG_PROBS = TensorSpec("log_probs", ("batch", "one", "tgt_vocab"))
+
+ENCODER = Case(
+    "gen_encoder",
+    "encoder for generation: memory and every layer's cross-attention keys/values",
+    reference_incremental.EncoderModel,
+    oracle_incremental.encode,
+    _fixed(SRC_IDS, SRC_KEEP),
+    _fixed(
+        TensorSpec("memory", ("batch", "src_seq", "d_model")),
+        TensorSpec("cross_k", CROSS_AXES),
+        TensorSpec("cross_v", CROSS_AXES),
+    ),
+    "model",
+)
+
+STEP = Case(
+    "gen_step",
+    "decoder step with a key/value cache",
+    reference_incremental.DecoderStepModel,
+    oracle_incremental.decoder_step,
+    _fixed(
+        TensorSpec("tgt_ids", ("batch", "one"), "tgt_ids"),
+        TensorSpec("position", ("batch",), "position"),
+        SRC_KEEP,
+        TensorSpec("past_keep", ("batch", "past_seq"), "tgt_keep"),
+        TensorSpec("new_keep", ("batch", "one"), "tgt_keep"),
+        TensorSpec("past_k", CACHE_AXES),
+        TensorSpec("past_v", CACHE_AXES),
+        TensorSpec("cross_k", CROSS_AXES),
+        TensorSpec("cross_v", CROSS_AXES),
+    ),
+    _fixed(
+        LOG_PROBS,
+        TensorSpec("present_k", ("layers", "batch", "heads", "tgt_seq", "d_head")),
+        TensorSpec("present_v", ("layers", "batch", "heads", "tgt_seq", "d_head")),
+    ),
+    "model",
+)
+
+PREFIX = Case(
+    "gen_prefix",
+    "decoder without a cache: the whole prefix every step",
+    reference_incremental.PrefixDecoderModel,
+    lambda p, cfg, *inputs: (oracle_incremental.prefix_decoder(p, cfg, *inputs),),
+    _fixed(
+        TensorSpec("tgt_ids", ("batch", "tgt_seq"), "tgt_ids"),
+        TensorSpec("tgt_keep", ("batch", "tgt_seq"), "tgt_keep"),
+        TensorSpec("memory", ("batch", "src_seq", "d_model")),
+        SRC_KEEP,
+    ),
+    _fixed(LOG_PROBS),
+    "model",
+)
+
+GENERATION_CASES: tuple[Case, ...] = (ENCODER, STEP, PREFIX)
+
+
+def generation_case(name: str) -> Case:
+    """The generation model called `name` (what `verify --generation --model NAME=PATH` takes)."""
+    return _named(GENERATION_CASES, name, "generation model")
+
+
 def case_names() -> tuple[str, ...]:
     return tuple(c.name for c in CASES)
 
 
 def get_case(name: str) -> Case:
-    for case in CASES:
+    return _named(CASES, name, "case")
+
+
+def _named(cases: tuple[Case, ...], name: str, what: str) -> Case:
+    for case in cases:
         if case.name == name:
             return case
-    raise UsageError(f"unknown case {name!r}; choose from {', '.join(case_names())}")
+    raise UsageError(f"unknown {what} {name!r}; choose from {', '.join(c.name for c in cases)}")
 
 
 def select_cases(names: tuple[str, ...] | list[str] | None) -> tuple[Case, ...]:
@@ -354,6 +431,16 @@ def select_cases(names: tuple[str, ...] | list[str] | None) -> tuple[Case, ...]:
         return CASES
     wanted = {get_case(n).name for n in names}
     return tuple(c for c in CASES if c.name in wanted)
+
+
+def exportable_names() -> tuple[str, ...]:
+    """Every case an artifacts folder can hold: the registry's and the generation models."""
+    return (*case_names(), *(case.name for case in GENERATION_CASES))
+
+
+def exportable_case(name: str) -> Case:
+    """The registry case or generation model called `name` (how export workers find a case)."""
+    return _named((*CASES, *GENERATION_CASES), name, "case")
 
 
 # --- example inputs ----------------------------------------------------------------------

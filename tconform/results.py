@@ -23,7 +23,7 @@ class Status(str, Enum):
     """What happened to one check. A str, so it compares equal to its value and serialises
     as one in JSON."""
 
-    PASS = "pass"  # ran and agreed with the reference within tolerance
+    PASS = "pass"  # ran and agreed with the expected outputs within tolerance
     FAIL = "fail"  # ran and disagreed (a conformance failure)
     ERROR = "error"  # the runtime raised on valid input (a conformance failure)
     UNAVAILABLE = "unavailable"  # a requested provider could not run (environment)
@@ -69,21 +69,24 @@ def allow_missing(results: list[Result]) -> list[Result]:
 class Result:
     case: str
     component: str
-    runtime: str  # "onnxruntime" or "torch" (or "oracle" for document checks)
+    runtime: str  # a name of tconform.runtimes.RUNTIMES ("oracle" for document checks)
     ep: str  # requested: cpu, cuda
     ep_actual: list[str]  # what the session really used (get_providers() for ONNX Runtime)
     input_set: str
     status: str
     message: str = ""
-    precision: str = "float32"  # float32, tf32 or float16
+    precision: str = "float32"  # float32, tf32, bfloat16 or float16: picks the tolerance row
     outputs: list[OutputComparison] = field(default_factory=list)
     placement: dict[str, int] = field(default_factory=dict)  # provider -> node count
     fallback_ops: dict[str, int] = field(default_factory=dict)  # op type -> count on CPU
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # facts worth knowing even on a pass
     model: ModelProvenance | None = None  # the exact bytes (or module) that ran
-    reference: str = "float64"  # what the outputs were judged against
-    cell: str = ""  # verify: the cell it ran in (tconform.units; e.g. dynamo-opset18-float32-all)
+    # What the expected outputs were computed in: float64 (the golden, check's float64 copy), or
+    # float32 where check's float64 copy could not run. A JSON field name kept for the schema;
+    # "reference" elsewhere means tconform's PyTorch reference modules (docs/design.md).
+    reference: str = "float64"
+    cell: str = ""  # verify: the cell it ran in (tconform.plan; e.g. dynamo-opset18-float32-all)
     unit: str = ""  # verify: the id of its work unit (tconform.units.unit_id)
 
     @classmethod

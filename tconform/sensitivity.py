@@ -1,4 +1,4 @@
-"""Sensitivity: how far past the tolerance line each fault of `tconform.faults` lands.
+"""Sensitivity: how far past the tolerance line each fault of `tconform.fault_catalogue` lands.
 
 For each fault and case: export the case as the golden folder's config and seed describe, inject
 the fault, run the faulty file with ONNX Runtime (CPU) on every golden input set and compare each
@@ -20,7 +20,7 @@ from tconform import golden, registry
 from tconform.compare import judge_outputs, tolerance_for
 from tconform.execution import Subject, execute
 from tconform.export import ExportJob, ExportSettings, export_jobs
-from tconform.faults import DETECTABLE, FAULTS, MARGIN_FACTOR, MARGINAL, Fault
+from tconform.fault_catalogue import DETECTABLE, FAULTS, MARGIN_FACTOR, MARGINAL, Fault
 from tconform.files import atomic_write_bytes
 from tconform.golden import InputSet
 from tconform.models import derived_file
@@ -94,7 +94,7 @@ class Measurement:
 def export_models(names: Iterable[str], golden_dir: Path, out_dir: Path) -> dict[str, Path]:
     """The named cases exported (dynamo, opset 18, float32) with the goldens' config and seed;
     the one place this module asks tconform.export for models."""
-    manifest = golden.read_manifest(golden_dir)
+    manifest = golden.read_golden_manifest(golden_dir)
     settings = ExportSettings(golden.manifest_config(manifest), seed=int(manifest["seed"]))
     jobs = [ExportJob(registry.get_case(n), settings, out_dir) for n in names]
     return {r.case: Path(r.location) for r in export_jobs(jobs)}
@@ -108,7 +108,7 @@ def measure(
 ) -> list[Measurement]:
     """Every fault on every case it applies to; faulty models are written under work_dir."""
     faults = list(faults)
-    manifest = golden.read_manifest(golden_dir)
+    manifest = golden.read_golden_manifest(golden_dir)
     cfg = golden.manifest_config(manifest)
     wanted = {name for fault in faults for name in fault.cases}
     cases = [c for c in registry.CASES if c.name in wanted]

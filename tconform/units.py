@@ -3,7 +3,9 @@ deterministic split of a run's units into shards for CI machines.
 
 A unit is one case, in one cell, on one runtime, on one golden input set. A cell is how the
 model was made and run: exporter, opset, dtype and ONNX Runtime graph-optimisation level (runtimes
-that run the PyTorch module instead of an export share the cell `module`). Its id is a stable
+that run the PyTorch module instead of an export share the cell `module`, a given model has the
+cell `given`). Which units a run holds is decided by tconform.plan; this module is their
+vocabulary, which report merge and the pivot view read too. Its id is a stable
 string, the same on every machine, so that shard reports can be merged unit for unit.
 
 Shards are balanced by an estimated cost. Exporting dominates (docs/scale.md), so the units that
@@ -18,6 +20,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from tconform.results import CHECKED, FAILING, Result, Status
 
 MODULE = "module"  # the cell of runtimes that run the PyTorch module (torch, torch-compile)
 GIVEN = "given"  # the cell of a model named with --model: how it was made is not ours to say
@@ -80,6 +84,26 @@ def unit_id(case: str, cell: str, runtime: str, input_set: str) -> str:
 def documents_unit() -> Unit:
     """The documents' checks: one unit per run, whatever their number of results."""
     return Unit(DOCUMENTS, "-", "-", "-", DOCUMENTS, DOCUMENTS_SECONDS)
+
+
+def result_unit(result: Result) -> str:
+    """The id of the unit a result belongs to (every document check's: the documents' unit)."""
+    return documents_unit().id if result.case.startswith("doc:") else result.unit
+
+
+def unchecked_models(results: Iterable[Result]) -> str:
+    """Why a whole verify run checked no model ('' when it checked one, or failed): it has ONNX
+    lanes (results in a cell other than MODULE's and the documents'), and every one of them was
+    skipped or could not run (not applicable, no kernel, a provider absent). Passing rows of the
+    PyTorch runtimes check the reference module, not a model. Such a run exits 3."""
+    results = list(results)
+    onnx = [r for r in results if r.cell not in (MODULE, documents_unit().cell, "")]
+    checked = any(Status(r.status) in CHECKED | FAILING for r in onnx)
+    if not onnx or checked or any(Status(r.status) in FAILING for r in results):
+        return ""
+    reasons = list(dict.fromkeys(r.message for r in onnx))
+    more = f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
+    return f"nothing checked: every ONNX lane was skipped or could not run: {reasons[0]}{more}"
 
 
 def digest(ids: Iterable[str]) -> str:

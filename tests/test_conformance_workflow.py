@@ -35,8 +35,8 @@ def test_actionlint_accepts_the_workflow():
 
 def test_the_declared_shards_cover_every_unit_of_the_declared_run():
     from tconform.commands.verify import verify as verify_command
+    from tconform.plan import VerifyOptions, plan
     from tconform.units import split
-    from tconform.verify import VerifyOptions, plan
 
     workflow = _workflow()
     count = int(workflow["env"]["SHARDS"])

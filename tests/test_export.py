@@ -4,10 +4,17 @@ unchanged files."""
 import onnx
 import pytest
 
-from tconform import export, golden, registry
+from tconform import golden, registry
 from tconform.config import PRESETS
 from tconform.errors import UsageError
-from tconform.export import ExportJob, ExportSettings, export_cases, export_jobs, read_manifest
+from tconform.export import (
+    ExportJob,
+    ExportSettings,
+    export_cases,
+    export_jobs,
+    pool,
+    read_artifacts_manifest,
+)
 from tconform.files import atomic_write_json
 
 pytestmark = pytest.mark.integration
@@ -16,7 +23,7 @@ TINY = PRESETS["tiny"]
 
 
 def test_every_model_passes_the_full_checker_and_has_dynamic_axes(built):
-    manifest = read_manifest(built["artifacts"])
+    manifest = read_artifacts_manifest(built["artifacts"])
     assert set(manifest["models"]) == set(registry.case_names())
     for name, entry in manifest["models"].items():
         model = onnx.load(str(built["artifacts"] / name / "model.onnx"))
@@ -79,11 +86,14 @@ def test_a_stale_own_unchanged_model_is_re_exported(tmp_path):
     cases = (registry.get_case("norm"),)
     settings = ExportSettings(TINY, exporter="torchscript")
     export_cases(cases, settings, tmp_path)
-    manifest = read_manifest(tmp_path)
+    manifest = read_artifacts_manifest(tmp_path)
     manifest["models"]["norm"]["key"] = "0" * 64  # another tconform or torch
     atomic_write_json(tmp_path / "manifest.json", manifest)
     again = export_cases(cases, settings, tmp_path)
-    assert not again[0].cached and read_manifest(tmp_path)["models"]["norm"]["key"] == again[0].key
+    assert (
+        not again[0].cached
+        and read_artifacts_manifest(tmp_path)["models"]["norm"]["key"] == again[0].key
+    )
 
 
 def test_a_folder_holds_one_exporter_opset_and_dtype(tmp_path):
@@ -115,15 +125,15 @@ def test_identical_models_in_two_folders_are_exported_once_and_copied(tmp_path, 
     settings = ExportSettings(TINY, exporter="torchscript")
     a, b = tmp_path / "a", tmp_path / "b"
     exports = []
-    real_export_case = export.export_case
+    real_export_case = pool.export_case
     monkeypatch.setattr(
-        export, "export_case", lambda *args: exports.append(args) or real_export_case(*args)
+        pool, "export_case", lambda *args: exports.append(args) or real_export_case(*args)
     )
     first, copy = export_jobs([ExportJob(case, settings, a), ExportJob(case, settings, b)])
     assert len(exports) == 1 and copy.sha256 == first.sha256
     assert not first.cached and not copy.cached  # both files were written by this run
     assert (a / "norm" / "model.onnx").read_bytes() == (b / "norm" / "model.onnx").read_bytes()
-    assert read_manifest(b)["models"]["norm"]["key"] == first.key
+    assert read_artifacts_manifest(b)["models"]["norm"]["key"] == first.key
     # A folder without the model is served from one that has it, in the same call.
     c = tmp_path / "c"
     reused, third = export_jobs([ExportJob(case, settings, a), ExportJob(case, settings, c)])

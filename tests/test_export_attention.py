@@ -15,7 +15,7 @@ import pytest
 from tconform import registry
 from tconform.config import PRESETS
 from tconform.errors import UsageError
-from tconform.export import ExportSettings, build_module, export_cases, read_manifest
+from tconform.export import ExportSettings, build_module, export_cases, read_artifacts_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def test_sdpa_graphs_carry_onnx_attention_and_the_manifest_says_so(tmp_path):
     assert by_case["mha_causal"].attention_nodes == 1
     # The attention case exports its weights too, which the fused op does not give: plain.
     assert by_case["attention"].attention_nodes == 0
-    manifest = read_manifest(tmp_path)
+    manifest = read_artifacts_manifest(tmp_path)
     assert manifest["attention"] == "sdpa" and manifest["opset"] == 23
     assert manifest["models"]["mha_causal"]["attention"] == "sdpa"
     # One folder holds one kernel's graphs.

@@ -13,7 +13,7 @@ import pytest
 from onnx import numpy_helper
 
 from tconform import faults, golden, registry, sensitivity
-from tconform.faults import DETECTABLE, FAULTS, INVISIBLE, MARGIN_FACTOR, MARGINAL
+from tconform.fault_catalogue import DETECTABLE, FAULTS, INVISIBLE, MARGIN_FACTOR, MARGINAL, Fault
 from tconform.files import sha256_file
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ def clean_models(tmp_path_factory) -> dict[str, Path]:
     return sensitivity.export_models(CASES, GOLDEN, tmp_path_factory.mktemp("clean"))
 
 
-def faulty_file(fault: faults.Fault, case: str, clean: Path, folder: Path) -> Path:
+def faulty_file(fault: Fault, case: str, clean: Path, folder: Path) -> Path:
     """The fault injected into the clean export, written to a file of its own. The injector
     must leave the clean model as it was and really change the graph (an injector that did
     nothing would pass as 'invisible')."""
@@ -97,7 +97,7 @@ def test_invisible_fault_stays_within_tolerance(fault, case, clean_models, tmp_p
 def test_marginal_fault_lands_near_the_line(fault, case, clean_models, tmp_path):
     # The docs call these marginal: within a factor of MARGIN_FACTOR of the tolerance either way.
     path = faulty_file(fault, case, clean_models[case], tmp_path)
-    manifest = golden.read_manifest(GOLDEN)
+    manifest = golden.read_golden_manifest(GOLDEN)
     spec = registry.get_case(case)
     sets = golden.read_case(GOLDEN, manifest, spec, golden.manifest_config(manifest))
     used = sensitivity.check_model(path, spec, sets).tolerance_used

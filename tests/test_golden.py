@@ -75,7 +75,11 @@ def test_golden_case_adds_or_replaces_only_the_named_cases(tmp_path):
         golden.write(folder, TINY, 2, norm, "tiny", force=True, only_these=True)
     assert _tree(folder) == after
     golden.write(folder, TINY, 1, CASES[1:], "tiny", force=True, only_these=True)
-    assert set(golden.read_manifest(folder)["cases"]) == {"feed_forward", "transformer", "norm"}
+    assert set(golden.read_golden_manifest(folder)["cases"]) == {
+        "feed_forward",
+        "transformer",
+        "norm",
+    }
     assert (
         _tree(folder)[Path("norm/test_data_set_0/input_0.pb")]
         == after[Path("norm/test_data_set_0/input_0.pb")]

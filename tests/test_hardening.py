@@ -361,7 +361,7 @@ def _wait_for_workers(process: subprocess.Popen, timeout: float = 60) -> list[ps
     while time.monotonic() < deadline:
         children = parent.children(recursive=True)
         # The resource tracker and both export workers: the pool is up and its signal handling
-        # settled (a Ctrl-C while it spawns can be lost, see export._export_in_workers).
+        # settled (a Ctrl-C while it spawns can be lost, see tconform.export.pool).
         if len(children) >= 3:
             time.sleep(0.5)
             return parent.children(recursive=True)

@@ -12,7 +12,7 @@ import pytest
 from tconform import golden, registry
 from tconform.config import PRESETS
 from tconform.results import Result
-from tconform.verify import result_unit
+from tconform.units import result_unit
 from tconform.weights import DEFAULT_SEED
 
 CASES = ("embedding", "norm")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tconform.units import Unit, digest, shard_units, split
+from tconform.results import Result
+from tconform.units import MODULE, Unit, digest, shard_units, split, unchecked_models
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +81,17 @@ def test_torchscript_exports_are_costed_cheaper_so_shards_balance_by_exporter():
     ]  # fmt: skip
     shards = [[u.cell.split("-")[0] for u in shard] for shard in split(units, 2)]
     assert sorted(shards) == [["dynamo"], ["torchscript"] * 7]
+
+
+def _row(cell: str, status: str, message: str = "") -> Result:
+    return Result("norm", "norm", "onnxruntime", "cpu", [], "set0", status, message, cell=cell)
+
+
+def test_a_run_whose_every_onnx_lane_was_skipped_checked_no_model():
+    torch_pass = _row(MODULE, "pass")
+    skipped = _row("cell", "skip", "onnxruntime has no float16 kernel for Erf")
+    why = unchecked_models([torch_pass, skipped, skipped])
+    assert why.startswith("nothing checked:") and "no float16 kernel for Erf" in why
+    assert unchecked_models([torch_pass, skipped, _row("cell", "pass")]) == ""  # one model ran
+    assert unchecked_models([torch_pass]) == ""  # no ONNX lane: the torch rows are the run
+    assert unchecked_models([_row(MODULE, "fail"), skipped]) == ""  # a failure says more

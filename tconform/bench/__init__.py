@@ -1,2 +1,18 @@
 """`tconform bench`: latency of every engine on chosen cases and shapes, against the machine's
-measured matrix-multiply ceiling (flops, ceiling, timing, engines, report, compare)."""
+measured matrix-multiply ceiling and memory floor.
+
+An engine is what a bench times: a runtime on one graph variant of the export (ONNX Runtime
+plain, sdpa or optimizer-fused, with or without IO binding), or a module runtime (torch eager,
+torch.compile), or OpenVINO on the plain export.
+
+  run.py      one bench run, top to bottom (the settings, exports, ceilings, rows, summary)
+  engines.py  the engines and their openers, through the execution layer
+  fusions.py  the optimizer-fused graph variant
+  measure.py  one row: time an engine, latency percentiles, FLOP/s against the ceiling
+  timing.py   the timing loop, statistics and peak memory
+  ceiling.py  the GEMM ceiling and the copy bandwidth (the memory floor)
+  profile.py  ONNX Runtime's per-op profile
+  summary.py  the best variant per case and shape
+  report.py   table, markdown, JSON and plot of a run
+  compare.py  `bench --compare A.json B.json`: ratios with a noise estimate
+"""

@@ -1,6 +1,6 @@
 """The machine's limits, measured in the same run: float32 GEMM FLOP/s through ONNX Runtime on
 the benchmarked provider and threads (the ceiling engines are compared with), numpy's GEMM for
-reference, and memory copy bandwidth (for the memory-bound floor of batch-1 cases)."""
+comparison, and memory copy bandwidth (for the memory-bound floor of batch-1 cases)."""
 
 from __future__ import annotations
 

@@ -193,7 +193,7 @@ def bench(
 
         click.echo(compare_table(compare_reports(*(load_report(p) for p in compare))))
         return
-    from tconform.bench.runner import bench_settings, run_bench
+    from tconform.bench.run import bench_settings, run_bench
     from tconform.results import nothing_checked
 
     settings = bench_settings(

@@ -119,7 +119,7 @@ def check(
     from tconform.module_check import check as run_check
     from tconform.module_check.exporting import OWN_FILES, OWN_RECORD, default_export_dir
     from tconform.module_check.inputs import load_factory, read_npz
-    from tconform.module_check.runner import parse_tolerance
+    from tconform.module_check.run import parse_tolerance
     from tconform.report import table
 
     folder = out_dir or default_export_dir(target)

@@ -199,7 +199,7 @@ def verify(
         )
 
     if generation:
-        from tconform.generation.models import generation_case as lookup
+        from tconform.registry import generation_case as lookup
     else:
         from tconform.registry import get_case as lookup
 

@@ -3,9 +3,9 @@
   data/          the numbers the documents state: one table per document, with citations
   cases.py       each table entry as a case: the exact value computed, and a verdict
   verdict.py     the verdict rule (within one unit of the last printed digit)
-  run.py         feeds the documents' numbers to the exported components (ORT, torch)
+  run.py         feeds the documents' numbers to the components on every requested runtime
   properties.py  the stated properties as violation measures
-  checks.py      runs the properties on the oracle, torch and each ORT provider
+  checks.py      runs the properties on the oracle and every requested runtime
   report.py      all of it in one run (run_document_checks), as Results (report_results)
 
 Verdicts are facts about the documents; only a runtime disagreeing with the oracle is a failure.

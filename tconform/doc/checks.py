@@ -1,4 +1,4 @@
-"""Run each stated property (properties.py) on the oracle, torch and every ONNX Runtime provider.
+"""Run each stated property (properties.py) on the float64 oracle and every requested runtime.
 
 The components come from the registry at the tiny preset, exported into
 artifacts/doc/tiny/; inputs are drawn from a fixed seed here (the tests draw them with
@@ -15,7 +15,7 @@ import numpy as np
 from tconform import registry
 from tconform.config import PRESETS
 from tconform.doc import properties
-from tconform.doc.run import ComponentRunner
+from tconform.doc.run import OpenedComponents
 from tconform.errors import TconformError
 from tconform.execution import NotRun
 from tconform.provenance import ModelProvenance
@@ -46,10 +46,10 @@ def _zeros(seq: int) -> dict[str, np.ndarray]:
     return {"x": np.zeros((1, seq, PROPERTY_CONFIG.d_model), dtype=np.float32)}
 
 
-def pe_table(runner: ComponentRunner, runtime: str) -> np.ndarray:
+def pe_table(components: OpenedComponents, runtime: str) -> np.ndarray:
     """The whole PE table as the runtime computes it: the component applied to zeros."""
     feeds = _zeros(PROPERTY_CONFIG.max_seq_len)
-    return runner.outputs(
+    return components.outputs(
         runtime, "positional_encoding", PROPERTY_CONFIG, PROPERTY_CONFIG_NAME, feeds
     )[0][0]
 
@@ -62,13 +62,15 @@ def draw_inputs(case_name: str, batch: int, src: int, tgt: int, seed: int = SEED
 
 
 def run_component(
-    runner: ComponentRunner, runtime: str, case_name: str, feeds: dict
+    components: OpenedComponents, runtime: str, case_name: str, feeds: dict
 ) -> list[np.ndarray]:
     """The outputs of a property-config component on `runtime`."""
-    return runner.outputs(runtime, case_name, PROPERTY_CONFIG, PROPERTY_CONFIG_NAME, feeds)
+    return components.outputs(runtime, case_name, PROPERTY_CONFIG, PROPERTY_CONFIG_NAME, feeds)
 
 
-def transformer_run(runner: ComponentRunner, runtime: str, src_ids: np.ndarray) -> properties.Run:
+def transformer_run(
+    components: OpenedComponents, runtime: str, src_ids: np.ndarray
+) -> properties.Run:
     """tgt_ids -> the whole model's logits for fixed src_ids, with no padding anywhere."""
     src_keep = np.ones(src_ids.shape, dtype=bool)
 
@@ -79,54 +81,56 @@ def transformer_run(runner: ComponentRunner, runtime: str, src_ids: np.ndarray) 
             "tgt_ids": tgt_ids,
             "tgt_keep": np.ones(tgt_ids.shape, dtype=bool),
         }
-        return np.asarray(run_component(runner, runtime, "transformer", feeds)[0], dtype=np.float64)
+        return np.asarray(
+            run_component(components, runtime, "transformer", feeds)[0], dtype=np.float64
+        )
 
     return run
 
 
-def _pe_shift(runner, runtime):
+def _pe_shift(components, runtime):
     return properties.pe_shift_violation(
-        pe_table(runner, runtime).astype(np.float64), PROPERTY_CONFIG.pe_base
+        pe_table(components, runtime).astype(np.float64), PROPERTY_CONFIG.pe_base
     )
 
 
-def _pe_wavelengths(runner, runtime):
+def _pe_wavelengths(components, runtime):
     return properties.pe_wavelength_violation(
-        pe_table(runner, runtime).astype(np.float64), PROPERTY_CONFIG.pe_base
+        pe_table(components, runtime).astype(np.float64), PROPERTY_CONFIG.pe_base
     )
 
 
-def _softmax_rows(runner, runtime):
+def _softmax_rows(components, runtime):
     feeds = draw_inputs("attention", 2, 5, 4)
     return properties.softmax_row_violation(
-        run_component(runner, runtime, "attention", feeds)[1].astype(np.float64)
+        run_component(components, runtime, "attention", feeds)[1].astype(np.float64)
     )
 
 
-def _causal(runner, runtime):
+def _causal(components, runtime):
     rng = np.random.default_rng(SEED)
     src = rng.integers(0, PROPERTY_CONFIG.src_vocab, (2, 5))
     tgt = rng.integers(0, PROPERTY_CONFIG.tgt_vocab, (2, 6))
     return properties.causal_violation(
-        transformer_run(runner, runtime, src), tgt, PROPERTY_CONFIG.tgt_vocab
+        transformer_run(components, runtime, src), tgt, PROPERTY_CONFIG.tgt_vocab
     )
 
 
-def _multi_head(runner, runtime):
+def _multi_head(components, runtime):
     feeds = draw_inputs("mha_self", 2, 5, 5)
-    params = runner.params("mha_self", PROPERTY_CONFIG)
-    out = run_component(runner, runtime, "mha_self", feeds)[0]
+    params = components.params("mha_self", PROPERTY_CONFIG)
+    out = run_component(components, runtime, "mha_self", feeds)[0]
     return properties.multi_head_violation(
         out, params, PROPERTY_CONFIG, feeds["x"], feeds["src_keep"]
     )
 
 
-def _shapes(runner, runtime):
+def _shapes(components, runtime):
     worst = 0.0
     for batch, seq in ((1, 3), (2, 7)):
         for case_name, name in (("encoder_layer", "x"), ("decoder_layer", "y")):
             feeds = draw_inputs(case_name, batch, seq, seq)
-            out = run_component(runner, runtime, case_name, feeds)[0]
+            out = run_component(components, runtime, case_name, feeds)[0]
             worst = max(worst, properties.shape_violation(out, feeds[name].shape))
     return worst
 
@@ -136,7 +140,7 @@ class Measurement:
     id: str
     statement: str
     cases: tuple[str, ...]  # the registry cases it runs, exported at PROPERTY_CONFIG
-    measure: Callable[[ComponentRunner, str], float]  # (runner, runtime) -> worst violation
+    measure: Callable[[OpenedComponents, str], float]  # (components, runtime) -> worst violation
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
@@ -174,14 +178,14 @@ MEASUREMENTS: tuple[Measurement, ...] = (
 )
 
 
-def property_outcomes(runner: ComponentRunner, runtimes: list[str]) -> list[PropertyOutcome]:
+def property_outcomes(components: OpenedComponents, runtimes: list[str]) -> list[PropertyOutcome]:
     """Every property on the oracle and each runtime."""
     outcomes = []
     for m in MEASUREMENTS:
         for runtime in ["oracle", *runtimes]:
-            limit = properties.LIMITS[runner.precision(runtime)]
+            limit = properties.LIMITS[components.precision(runtime)]
             try:
-                violation = m.measure(runner, runtime)
+                violation = m.measure(components, runtime)
             except NotRun as why:  # unavailable, or skip (a kernel missing)
                 outcomes.append(
                     PropertyOutcome(m.id, m.statement, runtime, str(why.status), message=str(why))
@@ -194,7 +198,7 @@ def property_outcomes(runner: ComponentRunner, runtimes: list[str]) -> list[Prop
                 continue
             status = "pass" if violation <= limit else "fail"
             models = [
-                runner.provenance(runtime, name, PROPERTY_CONFIG, PROPERTY_CONFIG_NAME)
+                components.provenance(runtime, name, PROPERTY_CONFIG, PROPERTY_CONFIG_NAME)
                 for name in m.cases
             ]
             outcomes.append(

@@ -1,8 +1,8 @@
 """The documents' stated properties as checks, each a function returning its worst violation.
 
 Every check takes what an implementation produced (a PE table, attention weights, a function
-from inputs to outputs) so that the same check runs on the oracle, the torch reference, each
-ONNX Runtime provider, and on deliberately broken variants in the tests. A check holds when its
+from inputs to outputs) so that the same check runs on the oracle, on every runtime, and on
+deliberately broken variants in the tests. A check holds when its
 worst violation is at most the limit for the precision that produced the data.
 
   pe_shift            PE(pos+k) = R_k PE(pos), R_k a rotation by k·ω_i of each (sin, cos) pair

@@ -16,7 +16,7 @@ from tconform.doc.checks import (
     PropertyOutcome,
     property_outcomes,
 )
-from tconform.doc.run import COMPONENT, ComponentRunner, RuntimeOutcome, doc_runtimes
+from tconform.doc.run import COMPONENT, OpenedComponents, RuntimeOutcome, doc_runtimes
 from tconform.export import ExportJob, ExportRecord, export_jobs
 from tconform.results import Result
 from tconform.runtimes import Runtime, RuntimeOptions
@@ -57,11 +57,11 @@ def required_exports(artifacts_dir: Path) -> list[ExportJob]:
     """Every model the document checks run: the components fed the documents' numbers, at
     each document's dimensions, and the components the properties run, under
     artifacts_dir/doc/<config>/. Callers export them together with their own models."""
-    runner = ComponentRunner(artifacts_dir)
+    components = OpenedComponents(artifacts_dir)
     checks = [case.runtime for case in document_cases() if case.runtime is not None]
-    jobs = [runner.export_job(c.case, c.cfg, c.config_name) for c in checks]
+    jobs = [components.export_job(c.case, c.cfg, c.config_name) for c in checks]
     jobs += [
-        runner.export_job(name, PROPERTY_CONFIG, PROPERTY_CONFIG_NAME)
+        components.export_job(name, PROPERTY_CONFIG, PROPERTY_CONFIG_NAME)
         for m in MEASUREMENTS
         for name in m.cases
     ]
@@ -86,13 +86,13 @@ def run_document_checks(
         )
         records = export_jobs(jobs)
     report = DocReport(runtimes, document_cases())
-    with ComponentRunner(artifacts_dir, records, runtimes) as runner:
+    with OpenedComponents(artifacts_dir, records, runtimes) as components:
         for case in report.cases:
             if case.runtime is not None:
                 report.case_runtimes[case.id] = {
-                    name: runner.run_check(name, case.runtime) for name in runtimes
+                    name: components.run_check(name, case.runtime) for name in runtimes
                 }
-        report.properties = property_outcomes(runner, list(runtimes))
+        report.properties = property_outcomes(components, list(runtimes))
     return report
 
 

@@ -1,4 +1,5 @@
-"""Run the documents' numbers through the exported components and the torch reference.
+"""Run the documents' numbers through the components on every requested runtime: the exported
+files on the ONNX runtimes, the reference modules on the PyTorch ones.
 
 Each case's RuntimeCheck names a registry case and a config; the component is exported once per
 config into artifacts/doc/<config_name>/ (export_cases caches it), opened on every requested
@@ -54,9 +55,9 @@ def doc_runtimes(options: RuntimeOptions) -> dict[str, Runtime]:
     return {label(runtime): runtime for runtime in make_runtimes(options)}
 
 
-class ComponentRunner:
-    """Opens each (component, config, runtime) once and reuses it for every check; `close()`
-    (or the with-block) releases every session."""
+class OpenedComponents:
+    """The document checks' components: each (component, config, runtime) exported and opened
+    once, and reused for every check; `close()` (or the with-block) releases every session."""
 
     def __init__(
         self,
@@ -75,7 +76,7 @@ class ComponentRunner:
         self._params: dict[tuple[str, str], dict[str, np.ndarray]] = {}
         self._sessions = ExitStack()
 
-    def __enter__(self) -> ComponentRunner:
+    def __enter__(self) -> OpenedComponents:
         return self
 
     def __exit__(self, *exc) -> None:

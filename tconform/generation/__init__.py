@@ -1,11 +1,13 @@
 """Generation: the exported Transformer decoding autoregressively (doc 003, section 3.2).
 
-models    the encoder, decoder-step (key/value cache) and prefix (no cache) models as cases
-steppers  one interface, "the next step's log-probabilities", over the oracle, PyTorch and ONNX
-          Runtime, with and without the cache
+steppers  one interface, "the next step's log-probabilities", over the oracle and every runtime
+          (through the execution layer), with and without the cache
 driver    greedy, beam search and top-k/top-p sampling, asking a stepper only for log-probs
 verdict   token-exact comparison that tells a near-tie from a failure
 golden    the generation goldens (golden-generation/) and their drift check
 verify    `tconform verify --generation`
 bench     `tconform bench --generate N`
+
+The three models it runs (encoder, decoder step with a key/value cache, prefix decoder without
+one) are registry cases: tconform.registry.GENERATION_CASES.
 """

@@ -21,18 +21,21 @@ from pathlib import Path
 import numpy as np
 
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
+from tconform.bench.run import default_threads
 from tconform.bench.timing import round_sig, timed_runs
-from tconform.config import ModelConfig
+from tconform.config import ModelConfig, get_preset
+from tconform.errors import UsageError
 from tconform.execution import NotRun, Subject, case_module, open_subject
-from tconform.export import ExportSettings
+from tconform.export import ExportSettings, export_cases
 from tconform.files import atomic_write_bytes, atomic_write_json
 from tconform.generation.driver import Decoding, Strategy, check_request, generate
-from tconform.generation.models import ENCODER, GENERATION_CASES, STEP, export_generation_models
 from tconform.generation.steppers import CachedStepper, make_stepper
 from tconform.models import ModelUnderTest
 from tconform.reference import Transformer
-from tconform.registry import Shape
+from tconform.registry import ENCODER, GENERATION_CASES, STEP, Shape
+from tconform.report.text import format_table
 from tconform.runtimes import label, make_runtime
+from tconform.runtimes.providers import parse_eps
 from tconform.weights import DEFAULT_SEED, make_params
 
 
@@ -120,12 +123,10 @@ def run_generate_bench(settings: GenerateSettings, log) -> dict:
     cfg = settings.cfg
     check_request(cfg, settings.decoding, settings.strategy)
     log(f"generation models in {settings.artifacts}: exported where not current ...")
-    records = export_generation_models(ExportSettings(cfg, DEFAULT_SEED), settings.artifacts)
+    records = export_cases(GENERATION_CASES, ExportSettings(cfg, DEFAULT_SEED), settings.artifacts)
     models = {
-        case.name: ModelUnderTest(
-            case, Path(records[case.name].location), records[case.name].provenance()
-        )
-        for case in GENERATION_CASES
+        case.name: ModelUnderTest(case, Path(record.location), record.provenance())
+        for case, record in zip(GENERATION_CASES, records, strict=True)
     }
     params = make_params(Transformer(cfg), DEFAULT_SEED)
     rng = np.random.default_rng(0)
@@ -174,8 +175,6 @@ def run_generate_bench(settings: GenerateSettings, log) -> dict:
 
 
 def table(report: dict) -> str:
-    from tconform.report.text import format_table
-
     header = ["engine", "encoder ms", "cached p50/p90 ms", "no-cache p50/p90 ms", "tokens/s",
               f"x faster @{report['new_tokens']}", "x floor", "cache MiB", "cache on"]  # fmt: skip
     body = [
@@ -244,11 +243,6 @@ def bench_generate_command(
     log,
 ) -> dict:
     """Validate the request (UsageError: one line, exit 2), measure, write the reports."""
-    from tconform.bench.runner import default_threads
-    from tconform.config import get_preset
-    from tconform.errors import UsageError
-    from tconform.runtimes.providers import parse_eps
-
     cfg = get_preset(preset)
     unknown = [e for e in engines if e not in GENERATE_ENGINES]
     if unknown:

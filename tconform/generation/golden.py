@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from tconform import golden as golden_files
-from tconform.config import ModelConfig
-from tconform.errors import UsageError
+from tconform.config import ModelConfig, get_preset
+from tconform.errors import EXIT_FAILURE, UsageError
 from tconform.files import atomic_write_json, require_inside, sha256_bytes
 from tconform.folders import GOLDEN, MANIFEST, folder_lock, read_json_manifest
 from tconform.generation.driver import (
@@ -224,7 +224,7 @@ def write(folder: Path, cfg: ModelConfig, seed: int, preset: str, force: bool = 
     return manifest
 
 
-def read_manifest(folder: Path) -> dict:
+def read_generation_manifest(folder: Path) -> dict:
     path = folder / MANIFEST
     if not path.is_file():
         raise UsageError(f"{path}: missing (run `tconform golden --generation` to make it)")
@@ -238,7 +238,7 @@ def read_manifest(folder: Path) -> dict:
 
 def read_cases(folder: Path) -> tuple[ModelConfig, int, list[GenerationCase]]:
     """The stored cases, every file checked against the manifest's sha256 and shape."""
-    manifest = read_manifest(folder)
+    manifest = read_generation_manifest(folder)
     cfg = ModelConfig.from_dict(manifest["config"])
     by_name = {f"{s.name}-{t.name}": (s, t) for s in SETS for t in s.strategies}
     cases = []
@@ -320,9 +320,6 @@ def check(folder: Path) -> list[Drift]:
 def run_golden_command(folder: Path, preset: str, seed: int, force: bool, check_only: bool) -> None:
     """`tconform golden --generation [--check]`: write, or check for drift (exit 1)."""
     import click
-
-    from tconform.config import get_preset
-    from tconform.errors import EXIT_FAILURE
 
     if check_only:
         drifts = check(folder)

@@ -9,7 +9,7 @@ expands each source into its beams and follows the surviving ones).
 Every runtime is reached through the same `run(feeds) -> outputs` of the models opened by the
 execution layer (tconform.execution.Opened), so a stepper is the same code for the float64
 oracle, PyTorch, ONNX Runtime and OpenVINO: it only differs in the opened models it is given,
-one per generation model (tconform.generation.models).
+one per generation model (tconform.registry.GENERATION_CASES).
 
 On a runtime with device memory (ONNX Runtime's CUDA provider) the cached stepper runs with IO
 binding (`run_bound`): the keys and values stay on the device between steps, and only the new
@@ -27,8 +27,8 @@ import numpy as np
 
 from tconform import registry
 from tconform.config import ModelConfig
-from tconform.generation.models import ENCODER, PREFIX, STEP
 from tconform.oracle import Params
+from tconform.registry import ENCODER, PREFIX, STEP
 
 
 class StepModel(Protocol):

@@ -26,26 +26,20 @@ from tconform.export import (
     ExportSettings,
     cache_key,
     export_jobs,
-    read_manifest,
+    read_artifacts_manifest,
 )
 from tconform.files import sha256_file
 from tconform.generation import golden
 from tconform.generation.driver import generate
-from tconform.generation.models import GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.generation.steppers import make_stepper
 from tconform.generation.verdict import judge
-from tconform.models import ModelUnderTest, given_model
+from tconform.models import ModelUnderTest, given_model, held_model, model_from_record
+from tconform.plan import Progress, VerifyOptions, verify_runtimes
 from tconform.reference import Transformer
+from tconform.registry import GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.report import RunReport
 from tconform.results import Result, allow_missing
 from tconform.runtimes import label
-from tconform.verify import (
-    Progress,
-    VerifyOptions,
-    held_model,
-    model_from_record,
-    verify_runtimes,
-)
 from tconform.weights import make_params
 
 GOLDEN_DIR = Path("golden-generation")
@@ -91,7 +85,7 @@ def models_under_test(
     if not options.export:
         for cfg in configs:
             folder = model_folder(options.artifacts_dir, cfg, preset_cfg)
-            manifest = read_manifest(folder)
+            manifest = read_artifacts_manifest(folder)
             for case in GENERATION_CASES:
                 if (cfg, case.name) not in chosen:
                     key = cache_key(case, ExportSettings(cfg, seed))

@@ -24,14 +24,13 @@ from __future__ import annotations
 import torch
 
 from tconform.config import ModelConfig
+from tconform.errors import UsageError
 from tconform.reference.layers import DecoderLayer, residual
 from tconform.reference.multi_head import MultiHeadAttention
 from tconform.reference.transformer import Transformer
 
 
 def _require_target_decoder(cfg: ModelConfig) -> None:
-    from tconform.errors import UsageError
-
     if cfg.decoder_input != "target":
         raise UsageError(
             "generation needs a decoder that reads the target; this variant's decoder reads the "

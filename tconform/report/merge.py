@@ -21,7 +21,7 @@ from tconform.errors import (
 from tconform.files import read_json_object
 from tconform.report import RunReport
 from tconform.results import Result
-from tconform.units import digest
+from tconform.units import digest, result_unit, unchecked_models
 
 # The exit codes a run that stopped early records (README, "Exit codes").
 ERROR_EXIT_CODES = (
@@ -76,8 +76,6 @@ def _same(reports: list[tuple[Path, dict]], what: str, value) -> None:
 def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
     """The report's results, each of one of its declared units, and one at least per unit
     (unless the run stopped early, which the merged report then says)."""
-    from tconform.verify import result_unit
-
     results = []
     for n, entry in enumerate(data["results"]):
         try:
@@ -149,4 +147,7 @@ def merge(paths: list[Path]) -> RunReport:
                 "message": f"shard {shard} ({path}): {data['error']['message']}",
                 "exit_code": data["error"]["exit_code"],
             }
+    why = unchecked_models(merged.results)  # as the whole run would have ended
+    if why and merged.error is None:
+        merged.error = {"message": why, "exit_code": EXIT_EP_UNAVAILABLE}
     return merged

@@ -36,7 +36,7 @@ __all__ = [
 RUNTIMES: dict[str, str] = {
     "onnxruntime": "tconform.runtimes.onnxruntime:OrtRuntime",
     "openvino": "tconform.runtimes.openvino:OpenVinoRuntime",
-    "onnx-reference": "tconform.runtimes.reference:ReferenceRuntime",
+    "onnx-reference": "tconform.runtimes.onnx_reference:OnnxReferenceRuntime",
     "torch": "tconform.runtimes.torch:TorchRuntime",
     "torch-compile": "tconform.runtimes.torch:CompiledTorchRuntime",
 }

@@ -6,8 +6,10 @@ is created, `get_providers()` simply lacks the requested provider, and the only 
 reason is a line that ONNX Runtime's C++ logger writes to stderr. `unavailable_reason` probes each
 provider once per process and keeps that line.
 
-Adding an execution provider (TensorRT, OpenVINO, ...) is one entry in PROVIDERS (plus a row of
-tolerances in tconform.compare if it brings a new precision).
+These are ONNX Runtime's providers; `--ep` also names the device of the other runtimes (torch
+on "cuda", OpenVINO on "cpu"). Adding an execution provider (TensorRT, say) is one entry in
+PROVIDERS (plus a row of tolerances in tconform.compare if it brings a new precision); a
+different engine altogether, as OpenVINO is, is a runtime of its own (tconform.runtimes).
 """
 
 from __future__ import annotations

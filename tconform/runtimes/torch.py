@@ -2,7 +2,7 @@
 the CPU or a CUDA device.
 
 It is one more implementation under test: the reference module's float32 error against the
-float64 golden is reported next to ONNX Runtime's, and a user's own module (tconform check) is
+float64 golden is reported next to the ONNX runtimes', and a user's own module (tconform check) is
 run the same way, in its own dtype.
 """
 
@@ -159,7 +159,7 @@ class TorchSession(Session):
 
     def timed_call(self, feeds: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
         """Inputs prepared on the device once; a compiled module is compiled first (timed)."""
-        torch.set_flush_denormal(False)  # PyTorch's default, whatever another engine set
+        torch.set_flush_denormal(False)  # PyTorch's default, whatever another runtime set
         args, kwargs = self.arguments(feeds)
         details: dict[str, object] = {"device": self.runtime.device}
         if self.runtime.compiled:

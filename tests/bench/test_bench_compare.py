@@ -13,7 +13,7 @@ from tconform.bench.compare import (
     load_report,
     verdict,
 )
-from tconform.bench.runner import SCHEMA
+from tconform.bench.run import SCHEMA
 from tconform.errors import UsageError
 
 pytestmark = pytest.mark.unit

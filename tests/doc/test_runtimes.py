@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tconform.commands.doc import doc
 from tconform.doc import cases, checks, properties, report_results, run_document_checks
-from tconform.doc.run import ComponentRunner, RuntimeOutcome, doc_runtimes
+from tconform.doc.run import OpenedComponents, RuntimeOutcome, doc_runtimes
 from tconform.runtimes import RuntimeOptions
 from tconform.runtimes.providers import available_eps, unavailable_reason
 
@@ -24,15 +24,17 @@ WITH_RUNTIME = [c for c in cases.document_cases() if c.runtime is not None]
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("case", WITH_RUNTIME, ids=lambda c: c.id)
-def test_document_numbers_through_the_components_match_the_oracle(runner, case, runtime):
-    outcome = runner.run_check(runtime, case.runtime)
+def test_document_numbers_through_the_components_match_the_oracle(components, case, runtime):
+    outcome = components.run_check(runtime, case.runtime)
     assert outcome.status == "pass", outcome.message
     assert outcome.max_abs_err is not None and outcome.max_abs_err < 3e-6
 
 
 @pytest.mark.parametrize("ep", [ep for ep in available_eps() if ep != "cpu"])
-def test_a_provider_that_cannot_run_is_unavailable_never_pass(runner, ep):
-    on_ep = ComponentRunner(runner.artifacts_dir, runtimes=doc_runtimes(RuntimeOptions(eps=(ep,))))
+def test_a_provider_that_cannot_run_is_unavailable_never_pass(components, ep):
+    on_ep = OpenedComponents(
+        components.artifacts_dir, runtimes=doc_runtimes(RuntimeOptions(eps=(ep,)))
+    )
     outcome = on_ep.run_check(f"ort-{ep}", WITH_RUNTIME[0].runtime)
     expected = "unavailable" if unavailable_reason(ep) else "pass"
     assert outcome.status == expected, outcome.message
@@ -40,10 +42,10 @@ def test_a_provider_that_cannot_run_is_unavailable_never_pass(runner, ep):
 
 @FAST
 @given(seed=st.integers(0, 10_000), tgt=st.integers(1, 6), src=st.integers(1, 6))
-def test_ort_attention_rows_sum_to_one(runner, seed, tgt, src):
+def test_ort_attention_rows_sum_to_one(components, seed, tgt, src):
     feeds = checks.draw_inputs("attention", 1, src, tgt, seed)
     feeds["mask"][:] = True  # every key visible, so every column has weight for the broken check
-    weights = checks.run_component(runner, "ort-cpu", "attention", feeds)[1].astype(np.float64)
+    weights = checks.run_component(components, "ort-cpu", "attention", feeds)[1].astype(np.float64)
     assert properties.softmax_row_violation(weights) <= FLOAT32_LIMIT
     if tgt > 1:  # the same check catches weights normalised along the wrong axis
         wrong = weights / weights.sum(axis=-2, keepdims=True)
@@ -52,9 +54,9 @@ def test_ort_attention_rows_sum_to_one(runner, seed, tgt, src):
 
 @FAST
 @given(ids=st.lists(st.integers(0, checks.PROPERTY_CONFIG.tgt_vocab - 1), min_size=2, max_size=6))
-def test_exported_transformer_hides_the_future(runner, ids):
+def test_exported_transformer_hides_the_future(components, ids):
     src = np.arange(4)[None] % checks.PROPERTY_CONFIG.src_vocab
-    run = checks.transformer_run(runner, "ort-cpu", src)
+    run = checks.transformer_run(components, "ort-cpu", src)
     tgt = np.array([ids])
     assert properties.causal_violation(run, tgt, checks.PROPERTY_CONFIG.tgt_vocab) <= FLOAT32_LIMIT
 
@@ -65,14 +67,14 @@ def test_exported_transformer_hides_the_future(runner, ids):
     assert properties.causal_violation(leaky, tgt, checks.PROPERTY_CONFIG.tgt_vocab) > 1e-3
 
 
-def test_every_property_passes_on_every_runtime(runner):
-    for outcome in checks.property_outcomes(runner, RUNTIMES):
+def test_every_property_passes_on_every_runtime(components):
+    for outcome in checks.property_outcomes(components, RUNTIMES):
         assert outcome.status == "pass", (outcome.id, outcome.runtime, outcome.violation)
 
 
-def test_cli_table_json_and_exit_code(runner, tmp_path):
+def test_cli_table_json_and_exit_code(components, tmp_path):
     out = tmp_path / "doc.json"
-    args = ["--artifacts", str(runner.artifacts_dir), "--ep", "cpu", "--json", str(out)]
+    args = ["--artifacts", str(components.artifacts_dir), "--ep", "cpu", "--json", str(out)]
     result = CliRunner().invoke(doc, args)
     assert result.exit_code == 0, result.output
     assert "000-attention-scores" in result.output and "erratum" in result.output
@@ -99,17 +101,17 @@ def test_cli_table_json_and_exit_code(runner, tmp_path):
     assert weights["runtimes"]["ort-cpu"]["status"] == "pass"
 
 
-def test_cli_exits_1_when_a_runtime_disagrees(runner, monkeypatch):
+def test_cli_exits_1_when_a_runtime_disagrees(components, monkeypatch):
     monkeypatch.setattr(
-        "tconform.doc.run.ComponentRunner.run_check",
+        "tconform.doc.run.OpenedComponents.run_check",
         lambda self, *args: RuntimeOutcome("fail", 1.0, "forced disagreement"),
     )
-    result = CliRunner().invoke(doc, ["--artifacts", str(runner.artifacts_dir), "--ep", "cpu"])
+    result = CliRunner().invoke(doc, ["--artifacts", str(components.artifacts_dir), "--ep", "cpu"])
     assert result.exit_code == 1
 
 
-def test_verify_results_one_per_case_or_property_and_runtime(runner):
-    report = run_document_checks(RuntimeOptions(), runner.artifacts_dir)
+def test_verify_results_one_per_case_or_property_and_runtime(components):
+    report = run_document_checks(RuntimeOptions(), components.artifacts_dir)
     results = report_results(report)
     assert {r.status for r in results} <= {"pass", "fail", "unavailable", "skip", "error"}
     assert all(r.case.startswith("doc:") and r.component == "document check" for r in results)

@@ -34,8 +34,8 @@ def open_generation_models(stack, runtime, cfg, folder: Path, steps: dict | None
     execution layer and closed with `stack` (`steps`: a case name -> a file replacing the
     folder's)."""
     from tconform.execution import Subject, case_module, open_subject
-    from tconform.generation.models import GENERATION_CASES
     from tconform.models import derived_file
+    from tconform.registry import GENERATION_CASES
 
     params = params_of(cfg)
     opened = {}

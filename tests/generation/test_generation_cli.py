@@ -13,7 +13,7 @@ from test_generation_runtimes import ShiftedStep
 
 from tconform.export import ExportSettings, export_case
 from tconform.files import sha256_file
-from tconform.generation.models import STEP
+from tconform.registry import STEP
 
 pytestmark = pytest.mark.integration
 

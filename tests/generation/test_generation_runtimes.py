@@ -13,11 +13,11 @@ from tconform.compare import tolerance_for
 from tconform.export import ExportSettings, export_case
 from tconform.generation.driver import Decoding, Strategy, generate
 from tconform.generation.golden import set_config
-from tconform.generation.models import STEP
 from tconform.generation.steppers import DEVICE_STATE, CachedStepper, make_stepper
 from tconform.generation.verdict import judge
 from tconform.generation.verify import model_folder
 from tconform.reference.incremental import DecoderStepModel
+from tconform.registry import STEP
 from tconform.results import Status
 from tconform.runtimes import make_runtime
 

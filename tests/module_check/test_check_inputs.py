@@ -12,7 +12,7 @@ from torch import nn
 from tconform.compare import TOLERANCES
 from tconform.errors import UsageError
 from tconform.module_check.inputs import as_inputs, load_factory, parse_dynamic, read_npz
-from tconform.module_check.runner import Tolerances, parse_tolerance
+from tconform.module_check.run import Tolerances, parse_tolerance
 
 pytestmark = pytest.mark.unit
 

@@ -119,30 +119,21 @@ def test_bad_shard_is_one_line_exit_2(cli, value, message):
     assert code == 2 and message in err and err.count("\n") == 1
 
 
+def _matrix_of_norm(cli, root, artifacts: str, exporters: str, opsets: str, *extra):
+    """`verify --matrix` of the norm case over `exporters` x `opsets`, into root/`artifacts`."""
+    args = ["verify", "--golden", str(root / "golden"), "--artifacts", str(root / artifacts)]
+    args += ["--case", "norm", "--no-doc", "-q", "--matrix", "--exporter", exporters]
+    return cli(*args, "--opset", opsets, *extra)
+
+
 def test_matrix_over_two_exporters_and_two_opsets_gives_every_cell_a_verdict_or_a_reason(
     cli, small
 ):
     report_path, plot = small / "matrix.json", small / "matrix.png"
-    code, out, err = cli(
-        "verify",
-        "--golden",
-        str(small / "golden"),
-        "--artifacts",
-        str(small / "art"),
-        "--case",
-        "norm",
-        "--no-doc",
-        "-q",
-        "--matrix",
-        "--exporter",
-        "dynamo,torchscript",
-        "--opset",
-        "18,23",
-        "--json",
-        str(report_path),
-        "--plot",
+    code, out, err = _matrix_of_norm(
+        cli, small, "art", "dynamo,torchscript", "18,23", "--json", str(report_path), "--plot",
         str(plot),
-    )
+    )  # fmt: skip
     report = json.loads(report_path.read_text())
     cells = {r["cell"] for r in report["results"]} - {"module"}
     assert cells == {
@@ -162,6 +153,16 @@ def test_matrix_over_two_exporters_and_two_opsets_gives_every_cell_a_verdict_or_
         "dynamo-opset23-float32",
         "torchscript-opset18-float32",
     ]
+
+
+def test_a_matrix_none_of_whose_onnx_cells_can_exist_checks_nothing_and_exits_3(cli, small):
+    """The torch rows would pass, but no model is checked: exit 3, naming why, before any
+    export."""
+    code, _, err = _matrix_of_norm(cli, small, "none", "torchscript", "21,23")
+    assert code == 3, err
+    assert "nothing to check: no ONNX lane of this run can exist" in err
+    assert "torchscript-opset23-float32-all: opset 23 out of range for torchscript" in err
+    assert not (small / "none").exists()
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,7 @@ def test_a_case_passes_at_f32_on_its_goldens(case_model):
     session = runtime.open(case_model)
     assert session.precision == runtime.precision == "float32"
     assert label(runtime) == "openvino"
-    manifest = golden.read_manifest(GOLDEN)
+    manifest = golden.read_golden_manifest(GOLDEN)
     sets = golden.read_case(GOLDEN, manifest, CASE, golden.manifest_config(manifest))
     tol = tolerance_for(session.precision, CASE.tolerance)
     for input_set in sets:  # three shapes through one compiled model: dynamic axes

@@ -11,18 +11,18 @@ import onnx
 import pytest
 
 from tconform import runtimes
-from tconform.runtimes.reference import ReferenceRuntime, ReferenceSession
+from tconform.runtimes.onnx_reference import OnnxReferenceRuntime, OnnxReferenceSession
 
 pytestmark = pytest.mark.integration
 
 
-class ShiftedSession(ReferenceSession):
+class ShiftedSession(OnnxReferenceSession):
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return [out + np.float32(1e-2) for out in super().run(feeds)]
 
 
 @dataclass
-class ShiftedRuntime(ReferenceRuntime):
+class ShiftedRuntime(OnnxReferenceRuntime):
     """A broken runtime for the test: ONNX's reference evaluator, every output off by 1e-2."""
 
     name: ClassVar[str] = "shifted"

@@ -32,14 +32,14 @@ from tconform.module_check.exporting import (
     export_module,
     require_own_export_folder,
 )
-from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
-from tconform.module_check.oracle import (
-    Reference,
-    build_reference,
+from tconform.module_check.float64_copy import (
+    Float64Copy,
+    build_float64_copy,
     floating_dtype,
     module_device,
     run_module,
 )
+from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
 from tconform.report import RunReport, json_report
 from tconform.results import Result, allow_missing
 from tconform.runtimes import (
@@ -137,7 +137,7 @@ def parse_tolerance(items: Sequence[str]) -> dict[str, tuple[float, float]]:
 def _localise(
     result: Result,
     model: ModelUnderTest,
-    reference: Reference,
+    float64_copy: Float64Copy,
     feeds: dict[str, np.ndarray],
     runtime: Runtime,
     tol: Tolerance,
@@ -149,7 +149,7 @@ def _localise(
     """Localise `result`'s run; its verdict joins the result's notes (and message on a fail)."""
     try:
         loc = localise_model(
-            model, reference.calls, reference.tree, feeds, runtime, tol, result.model,
+            model, float64_copy.calls, float64_copy.tree, feeds, runtime, tol, result.model,
             isolate, repro, command, keep,
         )  # fmt: skip
     except (KeyboardInterrupt, Terminated):
@@ -293,11 +293,11 @@ def check(
     own = _run_eagerly(module, own_inputs, name)
     output_names = [n for n, _ in own]
     tols = Tolerances(tuple(output_names), atol, rtol, tuple((tolerances or {}).items()))
-    progress(f"{name}: running its float64 copy (the reference)")
+    progress(f"{name}: running its float64 copy")
     own_outputs = {n: t.detach().cpu().numpy() for n, t in own if t.is_floating_point()}
-    reference = build_reference(module, inputs, name, own_outputs)
+    float64_copy = build_float64_copy(module, inputs, name, own_outputs)
     del own, own_outputs
-    trim()  # the reference copy is gone
+    trim()  # the copy itself is gone (its outputs and captured calls are kept)
 
     if onnx_model is not None:
         model = given_file(Path(onnx_model))
@@ -322,7 +322,7 @@ def check(
     )
     subject = Subject(model, target)
     feeds = inputs.feeds()
-    expected = InputSet(input_set, feeds, reference.outputs)
+    expected = InputSet(input_set, feeds, float64_copy.outputs)
     judge = judge_outputs(lambda precision, output: tols.by_output(precision)[output], padding_mask)
     if padding_mask is not None and padding_mask not in feeds:
         raise UsageError(
@@ -330,7 +330,7 @@ def check(
             f"{', '.join(feeds)})"
         )
     keep = None if padding_mask is None else np.asarray(feeds[padding_mask]) != 0
-    row = Result.about(name, component, notes=list(reference.notes), reference=reference.kind)
+    row = Result.about(name, component, notes=list(float64_copy.notes), reference=float64_copy.kind)
     results: list[Result] = []
     localisations: list[Localisation] = []
     for runtime in chosen:
@@ -351,7 +351,7 @@ def check(
             progress(f"{name}: localising on {label(runtime)}")
             tol = tols.module(result.precision)
             loc = _localise(
-                result, model, reference, feeds, runtime, tol, isolate, repro_path, command, keep
+                result, model, float64_copy, feeds, runtime, tol, isolate, repro_path, command, keep
             )
             localisations += [loc] if loc else []
 
@@ -370,9 +370,9 @@ def check(
         "exporter_reason": why or None,
         "opset": None if onnx_model is not None else opset,
         "dynamic": {n: {str(a): d for a, d in axes.items()} for n, axes in dynamic_axes.items()},
-        "reference": reference.kind,
+        "reference": float64_copy.kind,
         "padding_mask": padding_mask,
-        "reference_model": reference.provenance.to_dict(),
+        "reference_model": float64_copy.provenance.to_dict(),
         # the row of TOLERANCES and the user's overrides; each output's atol/rtol is in results
         "tolerance": {
             "class": DEFAULT_TOLERANCE_CLASS,

@@ -1,22 +1,24 @@
-"""The reference for any module: a float64 copy of it, run in eager mode.
+"""The float64 copy of any module, run in eager mode: what `tconform check` judges a module's
+runtimes against (verify judges the shipped cases against the float64 NumPy oracle instead).
 
 The copy is `copy.deepcopy(module).double().eval()`; floating-point inputs are cast to float64,
 integer and boolean inputs are passed unchanged. Its outputs are then exact to about 1e-16
 relative per operation, so the float32 error of any runtime stands out against them.
 
-Limits (docs/check.md, "The oracle"):
+Limits (docs/check.md, "The float64 copy"):
 - ops without a float64 kernel (some quantised or fused ops) cannot run in the copy;
 - a module that creates float32 tensors in forward or branches on dtype computes something else
   (or mixes dtypes and raises) in float64;
 - randomness: the copy runs in eval mode (dropout off); a module that draws random numbers in
   eval mode is caught by running the copy twice;
 - PyTorch's fused "fast path" of nn.TransformerEncoderLayer / nn.MultiheadAttention is switched
-  off while the reference runs, so that the reference is the plain composition of its
-  submodules (the same function) and forward hooks see every submodule.
+  off while the copy runs, so that it is the plain composition of its submodules (the same
+  function) and forward hooks see every submodule.
 Where the float64 copy cannot run, or gives NaN or infinity where the module itself is finite
 (a module that computes parts in a fixed dtype: transformers' RMSNorm, rotary embeddings and
-softmax upcast to float32, where float64's mask fill becomes -inf), the reference falls back to
-the module in its own dtype, and every result says `reference: float32` and why.
+softmax upcast to float32, where float64's mask fill becomes -inf), the module itself in its
+own dtype stands in for it, and every result says so and why (`reference: float32`, the JSON
+field naming what it was judged against).
 
 The copy runs once with every module call captured (tconform.localise.capture: localisation's
 reference side), once more to see that it is deterministic, and is then dropped.
@@ -58,7 +60,7 @@ def run_module(module: nn.Module, inputs: ModuleInputs) -> list[tuple[str, torch
 
 
 @dataclass
-class Reference:
+class Float64Copy:
     """What the outputs are judged against: the copy's outputs, and every module call it made
     (localisation's reference side). The copy itself is not kept: on a large model it is twice
     the model's size."""
@@ -78,7 +80,7 @@ def _as_float64(outputs: list[tuple[str, torch.Tensor]]) -> dict[str, np.ndarray
     }
 
 
-def _run_copy(copied: nn.Module, inputs: ModuleInputs, kind: str, notes: list[str]) -> Reference:
+def _run_copy(copied: nn.Module, inputs: ModuleInputs, kind: str, notes: list[str]) -> Float64Copy:
     """Run the copy once with every call captured, once more to see that it is deterministic."""
     calls, out = capture_calls(copied, inputs.args, inputs.kwargs)
     outputs = flatten_outputs(out)
@@ -94,7 +96,7 @@ def _run_copy(copied: nn.Module, inputs: ModuleInputs, kind: str, notes: list[st
     worst = _differences(first, again)
     if worst != 0.0:
         raise NotDeterministic(worst)
-    return Reference(
+    return Float64Copy(
         first, kind, calls, ModuleTree.of(copied), module_provenance(copied, kind), notes
     )
 
@@ -105,7 +107,7 @@ class NotDeterministic(Exception):
         self.worst = worst
 
 
-def _float64_copy(module: nn.Module, inputs: ModuleInputs) -> Reference:
+def _copy_in_float64(module: nn.Module, inputs: ModuleInputs) -> Float64Copy:
     # deepcopy takes each parameter and floating buffer from the memo as a float64 tensor made
     # from the original, never through a float32 copy first: on a large model that copy would
     # be the largest allocation of the run. (Tied weights stay tied: one memo entry each.)
@@ -123,7 +125,7 @@ def _float64_copy(module: nn.Module, inputs: ModuleInputs) -> Reference:
     return _run_copy(copied, converted, "float64", [])
 
 
-def _float32_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Reference:
+def _float32_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Float64Copy:
     try:
         copied = copy.deepcopy(module).eval()
     except Exception:  # a module that cannot be copied is used itself, in eval mode
@@ -162,29 +164,30 @@ def _nonfinite_where_finite(
     return None
 
 
-def build_reference(
+def build_float64_copy(
     module: nn.Module,
     inputs: ModuleInputs,
     label: str,
     own: dict[str, np.ndarray] | None = None,
-) -> Reference:
-    """The float64 reference of `module` at `inputs` (float32 where float64 cannot run, or
-    gives NaN or infinity where the module's own outputs `own` are finite).
+) -> Float64Copy:
+    """The float64 copy of `module` at `inputs` (the module in float32 where float64 cannot
+    run, or gives NaN or infinity where the module's own outputs `own` are finite).
 
-    Raises UsageError when the module is not deterministic in eval mode: no reference exists.
+    Raises UsageError when the module is not deterministic in eval mode: nothing exists to
+    judge it against.
     """
-    with calling_user_code(f"{label}: its reference copy"):
+    with calling_user_code(f"{label}: its float64 copy"):
         try:
             try:
-                reference = _float64_copy(module, inputs)
+                copy64 = _copy_in_float64(module, inputs)
             except NotDeterministic:
                 raise
             except Exception as exc:  # no float64 kernel, a dtype clash, not copyable
-                reference = _float32_fallback(module, inputs, f"could not run: {first_line(exc)}")
+                copy64 = _float32_fallback(module, inputs, f"could not run: {first_line(exc)}")
             else:
-                odd = _nonfinite_where_finite(reference.outputs, own or {})
+                odd = _nonfinite_where_finite(copy64.outputs, own or {})
                 if odd is not None:
-                    reference = _float32_fallback(
+                    copy64 = _float32_fallback(
                         module,
                         inputs,
                         f"gives NaN or infinity in {odd} where the module itself is finite (it "
@@ -193,11 +196,11 @@ def build_reference(
         except NotDeterministic as exc:
             raise UsageError(
                 f"{label}: the module is not deterministic in eval mode: {exc} (random numbers "
-                "in forward?); no reference exists to judge it against"
+                "in forward?); nothing exists to judge it against"
             ) from None
     if module.training:
-        reference.notes.append(
+        copy64.notes.append(
             "the module was in training mode; tconform checks it in eval mode (dropout off, "
             "batch norm on running statistics), as it exports it"
         )
-    return reference
+    return copy64

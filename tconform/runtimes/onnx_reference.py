@@ -17,7 +17,7 @@ from tconform.runtimes.base import Session, TensorInfo
 
 
 @dataclass
-class ReferenceRuntime:
+class OnnxReferenceRuntime:
     name: ClassVar[str] = "onnx-reference"
     consumes: ClassVar[str] = "onnx"
     eps: ClassVar[tuple[str, ...]] = ("cpu",)
@@ -32,7 +32,7 @@ class ReferenceRuntime:
     def settings(self) -> dict[str, object]:
         return {"evaluator": "onnx.reference.ReferenceEvaluator", "onnx": onnx.__version__}
 
-    def open(self, model_path: Path) -> ReferenceSession:
+    def open(self, model_path: Path) -> OnnxReferenceSession:
         from onnx.reference import ReferenceEvaluator
 
         try:
@@ -41,7 +41,7 @@ class ReferenceRuntime:
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise UsageError(f"{model_path}: onnx.reference cannot load it: {first}") from None
-        return ReferenceSession(evaluator, model)
+        return OnnxReferenceSession(evaluator, model)
 
 
 _NUMPY_TYPES = {
@@ -73,7 +73,7 @@ def declared_inputs(model: onnx.ModelProto) -> list[TensorInfo]:
     return found
 
 
-class ReferenceSession(Session):
+class OnnxReferenceSession(Session):
     def __init__(self, evaluator: object, model: onnx.ModelProto) -> None:
         self.evaluator = evaluator
         self.providers = ["onnx.reference"]

@@ -1,4 +1,4 @@
-"""The float64 oracle for any module: exact where float64 runs, float32 where it cannot,
+"""The float64 copy of any module: exact where float64 runs, float32 where it cannot,
 and refused where the module is not deterministic."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from tconform.errors import UsageError
+from tconform.module_check.float64_copy import build_float64_copy
 from tconform.module_check.inputs import as_inputs
-from tconform.module_check.oracle import build_reference
 from tconform.runtimes.torch import eval_mode, flatten_outputs
 
 pytestmark = pytest.mark.unit
@@ -50,7 +50,7 @@ def test_the_reference_is_the_module_in_float64():
     torch.manual_seed(0)
     module = Scaled().eval()
     x, ids = torch.randn(2, 4), torch.tensor([1, 2])
-    ref = build_reference(module, _inputs(module, x, ids), "test")
+    ref = build_float64_copy(module, _inputs(module, x, ids), "test")
     assert ref.kind == "float64" and ref.notes == []
     assert (ref.outputs["output_0"] == _linear64(module.linear, x)).all()
     assert ref.outputs["output_1"].dtype.kind == "i"  # integers stay integers
@@ -61,7 +61,7 @@ def test_a_module_in_training_mode_is_checked_in_eval_mode_and_left_as_it_was():
     torch.manual_seed(0)
     module = Scaled().train()
     x, ids = torch.randn(2, 4), torch.tensor([1, 2])
-    ref = build_reference(module, _inputs(module, x, ids), "test")
+    ref = build_float64_copy(module, _inputs(module, x, ids), "test")
     assert any("training mode" in n for n in ref.notes)
     assert module.training and module.drop.training  # the user's module is not changed
     assert (ref.outputs["output_0"] == _linear64(module.linear, x)).all()  # no dropout
@@ -69,15 +69,15 @@ def test_a_module_in_training_mode_is_checked_in_eval_mode_and_left_as_it_was():
 
 def test_where_float64_cannot_run_the_reference_is_float32_and_says_so():
     module = CastsToFloat32()
-    ref = build_reference(module, _inputs(module, torch.randn(3, 4)), "test")
+    ref = build_float64_copy(module, _inputs(module, torch.randn(3, 4)), "test")
     assert ref.kind == "float32"
     assert "reference: float32" in ref.notes[0] and "could not run" in ref.notes[0]
 
 
-def test_a_module_that_draws_random_numbers_in_eval_mode_has_no_reference():
+def test_a_module_that_draws_random_numbers_in_eval_mode_has_nothing_to_judge_it_against():
     module = Noisy()
     with pytest.raises(UsageError, match="not deterministic"):
-        build_reference(module, _inputs(module, torch.randn(3, 4)), "test")
+        build_float64_copy(module, _inputs(module, torch.randn(3, 4)), "test")
 
 
 def test_eval_mode_restores_each_submodules_own_mode():
