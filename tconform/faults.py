@@ -29,27 +29,19 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from tconform.localise.scopes import dynamo_modules, node_namespace
+
 # ---------------------------------------------------------------------------------------------
 # Finding nodes and tensors
 
 
-def namespace(node: onnx.NodeProto) -> str:
-    """The module scope the dynamo exporter recorded for `node` ('' when there is none)."""
-    for prop in node.metadata_props:
-        if prop.key == "namespace":
-            return prop.value
-    return ""
-
-
 def module_of(node: onnx.NodeProto) -> tuple[str, str]:
-    """(path, class) of the innermost module that produced `node`, from its namespace:
-    ('encoder.layers.0.self_attn.w_k', 'torch.nn.modules.linear.Linear'). The top module's
-    path is ''."""
-    parts = namespace(node).split("/")
-    if len(parts) < 2:  # no namespace, or an op outside every module
-        return "", ""
-    path, _, klass = parts[-2].partition(": ")
-    return path.strip(), klass.strip()
+    """(path, class) of the innermost module that produced `node`, from the scope the dynamo
+    exporter recorded (tconform.localise.scopes reads it): ('encoder.layers.0.self_attn.w_k',
+    'torch.nn.modules.linear.Linear'). The top module's path is ''; ('', '') for a node with no
+    scope."""
+    modules = dynamo_modules(node_namespace(node))
+    return modules[-1] if modules else ("", "")
 
 
 def find_nodes(
@@ -65,7 +57,7 @@ def find_nodes(
     for node in model.graph.node:
         if op_type is not None and node.op_type != op_type:
             continue
-        if scope is not None and scope not in namespace(node):
+        if scope is not None and scope not in (node_namespace(node) or ""):
             continue
         if module_class is not None and not module_of(node)[1].endswith(module_class):
             continue

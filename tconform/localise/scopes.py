@@ -31,14 +31,25 @@ SCOPE_SOURCES = ("dynamo metadata", "TorchScript node names", "none")
 PASS_THROUGH = {"Identity", "Cast"}
 
 
-def dynamo_scope(namespace: str | None) -> tuple[str, ...] | None:
+def dynamo_modules(namespace: str | None) -> list[tuple[str, str]] | None:
     """': pkg.M/layers.0: pkg.Block/layers.0.ln: ...LayerNorm/layer_norm: aten...' ->
-    ('', 'layers.0', 'layers.0.ln'). The last segment is the node's own op, not a module.
-    None where the node records no module scope."""
-    paths = [segment.split(": ", 1)[0] for segment in (namespace or "").split("/")[:-1]]
-    if not paths or paths[0] != "":  # no namespace, or one made outside any module call
+    [('', 'pkg.M'), ('layers.0', 'pkg.Block'), ('layers.0.ln', '...LayerNorm')]: each module
+    scope's (path, class), outermost first. The last segment is the node's own op, not a module.
+    None where the node records no module scope. (The one reader of this record: localisation
+    and the fault injector both use it.)"""
+    modules = []
+    for segment in (namespace or "").split("/")[:-1]:
+        path, _, cls = segment.partition(": ")
+        modules.append((path.strip(), cls.strip()))
+    if not modules or modules[0][0] != "":  # no namespace, or one made outside any module call
         return None
-    return tuple(paths)
+    return modules
+
+
+def dynamo_scope(namespace: str | None) -> tuple[str, ...] | None:
+    """The paths of `dynamo_modules`: ('', 'layers.0', 'layers.0.ln')."""
+    modules = dynamo_modules(namespace)
+    return None if modules is None else tuple(path for path, _ in modules)
 
 
 def node_namespace(node: onnx.NodeProto) -> str | None:
