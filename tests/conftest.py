@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tconform import golden, registry
+from tconform import doc, golden, registry
 from tconform.config import PRESETS
-from tconform.export import ExportSettings, export_cases
+from tconform.export import ExportJob, ExportSettings, export_jobs
 from tconform.weights import DEFAULT_SEED
 
 TINY = PRESETS["tiny"]
@@ -17,11 +17,15 @@ TINY = PRESETS["tiny"]
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory) -> dict[str, Path]:
-    """golden/ and artifacts/ (dynamo, float32) for every case of the tiny preset."""
+    """golden/ and artifacts/ (dynamo, float32) for every case of the tiny preset, with the
+    document checks' models under artifacts/doc/, exported in one pool (a test's copy reuses
+    them instead of exporting them again)."""
     root = tmp_path_factory.mktemp("built")
     golden.write(root / "golden", TINY, DEFAULT_SEED, registry.CASES, "tiny")
-    export_cases(registry.CASES, ExportSettings(TINY), root / "artifacts")
-    return {"golden": root / "golden", "artifacts": root / "artifacts"}
+    artifacts = root / "artifacts"
+    cases = [ExportJob(case, ExportSettings(TINY), artifacts) for case in registry.CASES]
+    export_jobs(cases + doc.required_exports(artifacts))
+    return {"golden": root / "golden", "artifacts": artifacts}
 
 
 @pytest.fixture
