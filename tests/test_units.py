@@ -80,3 +80,13 @@ def test_torchscript_exports_are_costed_cheaper_so_shards_balance_by_exporter():
     ]  # fmt: skip
     shards = [[u.cell.split("-")[0] for u in shard] for shard in split(units, 2)]
     assert sorted(shards) == [["dynamo"], ["torchscript"] * 7]
+
+
+def test_a_shard_count_costs_nothing_it_does_not_use():
+    """Beyond the number of groups every shard is empty, whatever N is: shard 1 of 10^18 is the
+    first group's work at once, a shard past the groups holds nothing (issue 20)."""
+    units = _units()
+    groups = len({u.group for u in units})
+    assert shard_units(units, 1, 10**18) == split(units, groups)[0]
+    assert shard_units(units, groups + 1, 10**18) == []
+    assert shard_units(units, 2, 3) == split(units, 3)[1]  # within the groups, the same split
