@@ -1,9 +1,16 @@
 """Error distribution plot for a verify run: per case and runtime, the worst error against the
-exact golden (log scale) and how much of the tolerance it used."""
+exact golden (log scale) and how much of the tolerance it used.
+
+Every PNG tconform writes (these, the matrix heat map, bench's plots) goes through `save`, which
+marks it in the PNG's own metadata (`Software: tconform`), so that `is_own` can tell a plot
+tconform wrote from a user's image; a run that stopped before it had anything to plot still
+writes its plot, saying why (`write_message`).
+"""
 
 from __future__ import annotations
 
 import io
+import struct
 from pathlib import Path
 
 from tconform.files import atomic_write_bytes
@@ -15,7 +22,77 @@ def _label(r: Result) -> str:
     return runtime_label(r.runtime, r.ep, r.precision)
 
 
-def write(path: Path, results: list[Result]) -> None:
+SOFTWARE = "tconform"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def save(fig, path: Path, **savefig) -> None:
+    """`fig` as a PNG at `path` (atomically), marked as tconform's, and closed."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": SOFTWARE}, **savefig)
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def write_message(path: Path, title: str, message: str) -> None:
+    """A plot of nothing, saying why: the run stopped before it measured anything."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.axis("off")
+    ax.set_title(title)
+    ax.text(0.5, 0.5, textwrap.fill(message, 90), ha="center", va="center", wrap=True)
+    save(fig, path, dpi=100)
+
+
+def is_own(path: Path) -> bool:
+    """Whether `path` holds a PNG tconform wrote (marked by `save`), so replacing it loses
+    nothing."""
+    try:
+        with path.open("rb") as png:
+            if png.read(8) != PNG_SIGNATURE:
+                return False
+            for _ in range(64):  # the text chunks come before the image data
+                header = png.read(8)
+                if len(header) < 8:
+                    return False
+                length, kind = struct.unpack(">I4s", header)
+                if kind in (b"IDAT", b"IEND") or length > 2**16:
+                    return False
+                body = png.read(length)
+                png.read(4)  # the chunk's CRC
+                if kind == b"tEXt" and body == b"Software\0" + SOFTWARE.encode():
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def write(path: Path, report) -> None:
+    """The run report's plot: a matrix run's heat map of cases x cells, else the error
+    distribution below; a run that stopped with nothing to plot says why."""
+    if not any(r.outputs for r in report.results) and report.error is not None:
+        write_message(
+            path,
+            f"tconform {report.command}: stopped early (exit {report.error['exit_code']})",
+            str(report.error["message"]),
+        )
+    elif report.settings.get("matrix"):
+        from tconform.report import pivot
+
+        pivot.write_heatmap(path, report.results)
+    else:
+        write_errors(path, report.results)
+
+
+def write_errors(path: Path, results: list[Result]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +125,4 @@ def write(path: Path, results: list[Result]) -> None:
     ax_used.legend(loc="lower right", fontsize="small")
     fig.suptitle("tconform verify: error against the float64 oracle")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    save(fig, path, dpi=110)

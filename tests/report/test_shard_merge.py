@@ -169,7 +169,9 @@ def test_matrix_over_two_exporters_and_two_opsets_gives_every_cell_a_verdict_or_
     [
         (("--matrix", "--exporter", "onnxscript"), "unknown value 'onnxscript'"),
         (("--matrix", "--opset", "16"), "unknown value '16'"),
-        (("--matrix", "--graph-opt", "max"), "unknown value 'max'"),
+        (("--matrix", "--graph-opts", "max"), "unknown value 'max'"),
+        (("--matrix", "--graph-opt", "disable,all"), "takes a list with --graph-opts"),
+        (("--graph-opts", "all"), "--graph-opts is a matrix axis: add --matrix"),
         (("--dtype", "float16"), "--dtype is a matrix axis: add --matrix"),
     ],
 )
@@ -188,7 +190,7 @@ def test_float16_matrix_shards_merge_unit_for_unit(cli, small):
         "onnxruntime",
         "--runtime",
         "onnx-reference",
-        "--graph-opt",
+        "--graph-opts",
         "disable,all",
     ]
     for k in (1, 2):
