@@ -1,9 +1,13 @@
 """`tconform check PACKAGE.MODULE:FACTORY`: your own module, exported, run on each runtime and
 provider and judged against its own float64 copy (tconform.check does the work; docs/check.md).
 
-Everything that can be refused without running the user's code is refused first: the options'
-values, `--model` and `--inputs` (regular files, before anything opens them), the `--out` folder
-and the report paths.
+The user's code (importing the factory, the factory, forward, the export, the reference, the
+whole check) runs in a child process (tconform.child): whatever it does (`sys.exit(0)`,
+`os._exit(0)`, a segmentation fault, the kernel's out-of-memory killer) ends the command with
+one line, exit 2 and the requested reports, never with exit 0 for a check that checked nothing.
+Everything that can be refused without running it is refused here first, in this process: the
+options' values, `--model` and `--inputs` (regular files, before anything opens them), the
+`--out` folder and the report paths.
 """
 
 from __future__ import annotations
@@ -100,8 +104,9 @@ def check(
     (or --model is taken), run on each runtime and provider and compared with its own float64
     copy; on a failure, or with --localise, the first submodule that diverges is named.
 
-    Exit 0 all passed, 1 a conformance failure, 2 usage, input or export error, 3 a requested
-    provider could not run (unless --allow-missing-ep).
+    Exit 0 all passed, 1 a conformance failure, 2 usage, input or export error (also when the
+    module's code ends the check's process), 3 a requested provider could not run (unless
+    --allow-missing-ep).
     """
     from tconform.check_folder import (
         OWN_FILES,
@@ -109,6 +114,7 @@ def check(
         default_export_dir,
         require_own_export_folder,
     )
+    from tconform.child import run_in_child
     from tconform.report import RunReport, table
     from tconform.report.environment import utc_now
 
@@ -139,13 +145,25 @@ def check(
             "name": target,
             "input_set": inputs_path.name if inputs_path else "example",
         }
+        phase = ["starting"]
 
         def on_message(message) -> None:
             kind, text = message
+            phase[0] = text.removeprefix(f"{target}: ")
             if kind == "progress":
                 progress(text)
 
-        found = check_in_child(on_message, target, inputs_path, settings, utc_now())
+        def ended_early(how: str) -> str:
+            return (
+                f"{target}: the check's process {how} while {phase[0]}, before it finished; "
+                "nothing was checked"
+            )
+
+        started = utc_now()
+        found = run_in_child(
+            check_in_child, (target, inputs_path, settings, started), on_message, target,
+            ended_early,
+        )  # fmt: skip
         report.results, report.settings = found["results"], found["settings"]
         report.details, report.environment = found["details"], found["environment"]
         texts.extend(found["texts"])
@@ -159,8 +177,9 @@ def check(
 def check_in_child(
     send, target: str, inputs_path: Path | None, settings: dict, started: str
 ) -> dict:
-    """The factory, its inputs and the whole check; what the report needs (results, settings,
-    details, the rendered localisations and the environment block)."""
+    """In the check's process: the factory, its inputs and the whole check; what the report
+    needs comes back (results, settings, details, the rendered localisations and the
+    environment block, taken here, where torch is loaded anyway)."""
     from tconform.errors import UsageError
     from tconform.module_check import check as run_check
     from tconform.module_check.inputs import load_factory, read_npz
