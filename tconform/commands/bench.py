@@ -15,6 +15,7 @@ from __future__ import annotations
 import click
 
 from tconform.commands.options import (
+    FiniteRange,
     FolderPath,
     RegularFile,
     ShapeType,
@@ -59,7 +60,7 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
 )
 @click.option(
     "--seconds",
-    type=click.FloatRange(0, 3600, min_open=True),
+    type=FiniteRange(0, 3600, min_open=True),
     default=2.0,
     show_default=True,
     help="Time budget per measurement.",
@@ -120,9 +121,9 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     help="With --generate.",
 )
 @click.option("--beam-width", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--length-penalty", type=click.FloatRange(0), default=0.6, show_default=True)
+@click.option("--length-penalty", type=FiniteRange(0), default=0.6, show_default=True)
 @click.option("--top-k", type=click.IntRange(1), default=None, help="Sampling: keep k tokens.")
-@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
+@click.option("--top-p", type=FiniteRange(0, 1, min_open=True), default=1.0, show_default=True)
 @click.option("--sample-seed", type=click.IntRange(0), default=0, show_default=True)
 @click.option(
     "--end-token",

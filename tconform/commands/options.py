@@ -204,6 +204,17 @@ class KeyValue(click.ParamType):
         return key, text
 
 
+class FiniteRange(click.FloatRange):
+    """click's FloatRange, finite: NaN compares false with every bound, so FloatRange lets it
+    (and, without a maximum, infinity) through."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 class ToleranceValue(click.ParamType):
     """A tolerance: a finite number >= 0 (tconform.compare.tolerance_value, which
     tconform.check applies to the same values given from Python)."""
