@@ -29,7 +29,13 @@ import numpy as np
 import psutil
 import pytest
 
-from tconform.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
+from tconform.errors import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    Terminated,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -320,6 +326,35 @@ def test_bench_exit_3_still_writes_its_reports(cli, ws):
     data = strict_json(report)
     assert data["error"]["exit_code"] == 3 and data["unavailable"][0]["ep"] == "cuda"
     assert "stopped early (exit 3)" in markdown.read_text()
+
+
+@pytest.mark.parametrize(
+    ("raised", "code"),
+    [
+        (KeyboardInterrupt, EXIT_INTERRUPTED),
+        (Terminated, EXIT_TERMINATED),
+        (OSError(28, "No space left on device", "scratch"), EXIT_USAGE),
+        (MemoryError, EXIT_USAGE),
+    ],
+    ids=["ctrl-c", "sigterm", "oserror", "memory"],
+)
+def test_an_end_before_the_run_frame_starts_still_writes_the_reports(
+    cli, ws, monkeypatch, raised, code
+):
+    """Whatever ends a command before its frame runs (a signal while it starts, a full disk),
+    the reports it asked for are written with the error, as the frame would."""
+    import tconform.commands.verify as command
+
+    def stopped(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(command, "run_and_report", stopped)
+    report = ws["reports"] / "r.json"
+    code_seen, out, err = cli("verify", "-q", "--json", str(report))
+    assert code_seen == code
+    assert "Traceback" not in out + err and len(err.strip().splitlines()) == 1
+    data = strict_json(report)
+    assert data["exit_code"] == code and data["error"]["exit_code"] == code
 
 
 def test_user_code_that_ends_at_import_never_passes(ws):

@@ -26,6 +26,9 @@ from tconform.errors import (
 )
 
 RUN_REPORT = "tconform.report:RunReport"
+# Whether the frame has written this command's reports (tconform.cli.main resets it): an error
+# that ends the command afterwards must not replace them with a report of the error alone.
+reports_written = False
 
 
 def progress_printer(quiet: bool) -> Callable[[str], None]:
@@ -75,6 +78,8 @@ def run_and_report(
     text = render(report) if render is not None else report.render()
     if text:
         click.echo(text)
+    global reports_written
+    reports_written = True  # even if writing fails: what it could not write stays unwritten
     write_reports(report, dict(reports))
     if interrupted is not None:
         raise interrupted  # the CLI's one line and exit code for a signal
