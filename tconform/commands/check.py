@@ -148,7 +148,9 @@ def check(
         phase = ["starting"]
 
         def on_message(message) -> None:
-            kind, text = message
+            if not (isinstance(message, tuple) and len(message) == 2):
+                return
+            kind, text = (str(part) for part in message)
             phase[0] = text.removeprefix(f"{target}: ")
             if kind == "progress":
                 progress(text)

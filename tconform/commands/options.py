@@ -502,7 +502,7 @@ def runtime_options(*names: str, ep: str = "cpu", threads: str | None = None):
         @functools.wraps(command)
         def with_runtime(*args, **kwargs):
             given = {dest: kwargs.pop(dest) for dest in dests}
-            names = tuple(given.pop("runtime_names", ()) or DEFAULT_RUNTIMES)
+            names = tuple(dict.fromkeys(given.pop("runtime_names", ()) or DEFAULT_RUNTIMES))
             if given.pop("no_torch", False):
                 names = tuple(n for n in names if n != "torch")
                 if not names:
