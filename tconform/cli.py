@@ -14,6 +14,7 @@ import sys
 import click
 
 from tconform import __version__
+from tconform.commands import run as frame
 from tconform.commands.bench import bench
 from tconform.commands.check import check
 from tconform.commands.doc import doc
@@ -96,31 +97,33 @@ def main(argv: list[str] | None = None) -> None:
     if not isinstance(sys.stdout, ForgivingStdout):
         sys.stdout = ForgivingStdout(sys.stdout)
     sys.stdout.error = None  # an earlier run in this process had its own stdout
+    args = sys.argv[1:] if argv is None else list(argv)
+    frame.reports_written = False  # set by the run frame once it has written them
+
+    def fail(message: str, code: int, line: str | None = None):
+        """One line and the exit code; the reports the command line asked for, where the run
+        frame did not write them (an error before it started)."""
+        if not frame.reports_written:
+            write_error_reports(cli, args, message, code)
+        click.echo(line or f"tconform: error: {message}", err=True)
+        sys.exit(code)
+
     try:
         code = cli.main(args=argv, prog_name="tconform", standalone_mode=False)
     except SystemExit as exc:  # a command that ended with its exit code (sys.exit, ctx.exit)
         code = exc.code
     except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("tconform: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        fail("interrupted", EXIT_INTERRUPTED, "tconform: interrupted")
     except Terminated:
-        click.echo("tconform: terminated", err=True)
-        sys.exit(EXIT_TERMINATED)
+        fail("interrupted", EXIT_TERMINATED, "tconform: terminated")
     except click.ClickException as exc:  # usage errors: one line naming the option, exit 2
-        write_error_reports(cli, sys.argv[1:] if argv is None else argv, exc.format_message(),
-                            exc.exit_code)  # fmt: skip
-        click.echo(f"tconform: error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
+        fail(exc.format_message(), exc.exit_code)
     except TconformError as exc:
-        click.echo(f"tconform: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        fail(str(exc), exc.exit_code)
     except OSError as exc:  # a file that cannot be read or written: name it, no traceback
-        where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"tconform: error: {where}{exc.strerror or exc}", err=True)
-        sys.exit(EXIT_USAGE)
+        fail(frame.describe_os_error(exc), EXIT_USAGE)
     except MemoryError:
-        click.echo("tconform: error: out of memory (try a smaller shape or preset)", err=True)
-        sys.exit(EXIT_USAGE)
+        fail("out of memory (try a smaller shape or preset)", EXIT_USAGE)
     sys.stdout.flush()  # what is still buffered meets a full disk here, not unseen at exit
     lost = sys.stdout.error
     if lost is not None:  # the run and its reports are done; what it printed is lost

@@ -56,7 +56,27 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
 
 
 def tolerance_for(precision: str, tolerance_class: str) -> Tolerance:
+    if (precision, tolerance_class) not in TOLERANCES:
+        raise UsageError(
+            f"no {precision} tolerance row in tconform.compare.TOLERANCES: results computed in "
+            f"{precision} cannot be judged yet"
+        )
     return TOLERANCES[(precision, tolerance_class)]
+
+
+def tolerance_value(value: object, what: str) -> float:
+    """A tolerance as a user gives it (`--atol 1e-4`, `tconform.check(atol=...)`): a finite
+    number >= 0, else a UsageError naming `what`. NaN would pass nothing and compare as
+    nothing, infinity would pass everything, and JSON holds neither."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | np.number):
+        raise UsageError(f"{what}: {value!r} is not a number")
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{what}: {value!r} is not a number") from None
+    if not math.isfinite(number) or number < 0:
+        raise UsageError(f"{what}: {value!r} must be a finite number >= 0")
+    return number
 
 
 @dataclass

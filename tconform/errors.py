@@ -52,6 +52,11 @@ class Terminated(BaseException):
     `finally` runs: workers are stopped and nothing is left half-written."""
 
 
+class EndedByUserCode(UsageError):
+    """User code ended what tconform called it for (sys.exit, GeneratorExit): one line, never
+    retried another way (--exporter auto does not fall back to TorchScript after it)."""
+
+
 def first_line(exc: BaseException) -> str:
     """One line for an exception: its type and the first line of its message. SystemExit is
     named as what it is (a call of sys.exit), never obeyed."""
@@ -72,5 +77,7 @@ def calling_user_code(what: str) -> Iterator[None]:
         raise
     except TconformError:
         raise
-    except BaseException as exc:
+    except Exception as exc:
         raise UsageError(f"{what}: {first_line(exc)}") from None
+    except BaseException as exc:  # SystemExit, GeneratorExit: the code ended itself
+        raise EndedByUserCode(f"{what}: {first_line(exc)}") from None

@@ -176,7 +176,7 @@ def plan_lanes(
         cells = matrix_cells(options)
     else:
         settings = artifact_settings(options, cfg, seed)
-        cells = [Cell(settings.exporter, settings.opset, settings.dtype)]
+        cells = [Cell(settings.exporter, settings.opset, settings.dtype, options.graph_opts[0])]
     by_level = {level: verify_runtimes(options, level) for level in {c.graph_opt for c in cells}}
     first = by_level[cells[0].graph_opt]
     lanes = []

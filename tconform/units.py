@@ -132,5 +132,8 @@ def split(units: Sequence[Unit], count: int) -> list[list[Unit]]:
 
 
 def shard_units(units: Sequence[Unit], index: int, count: int) -> list[Unit]:
-    """Shard `index` of `count` (1-based, as `--shard K/N` names it)."""
-    return split(units, count)[index - 1]
+    """Shard `index` of `count` (1-based, as `--shard K/N` names it). Groups fill the lowest
+    shards first, so beyond the number of groups every shard is empty: only those are laid out,
+    and memory does not grow with `count`."""
+    groups = len({unit.group for unit in units})
+    return split(units, min(count, groups))[index - 1] if index <= groups else []

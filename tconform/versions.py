@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import sys
 from importlib import metadata
 
 
@@ -21,12 +22,14 @@ def library_versions() -> dict[str, str | None]:
     import numpy
     import onnx
     import onnxruntime
-    import torch
 
+    # torch's own where it is loaded; its package's otherwise (the same string), so that a
+    # report written by a process that never needed torch does not load it for its version.
+    torch = sys.modules.get("torch")
     return {
         "python": platform.python_version(),
         "numpy": numpy.__version__,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__) if torch is not None else package_version("torch"),
         "onnx": onnx.__version__,
         "onnxscript": package_version("onnxscript"),
         "onnxruntime": onnxruntime.__version__,

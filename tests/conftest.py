@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from shared_build import built_once
 
 from tconform import doc, golden, registry
 from tconform.config import PRESETS
@@ -19,12 +20,13 @@ TINY = PRESETS["tiny"]
 def built(tmp_path_factory) -> dict[str, Path]:
     """golden/ and artifacts/ (dynamo, float32) for every case of the tiny preset, with the
     document checks' models under artifacts/doc/, exported in one pool (a test's copy reuses
-    them instead of exporting them again)."""
-    root = tmp_path_factory.mktemp("built")
-    golden.write(root / "golden", TINY, DEFAULT_SEED, registry.CASES, "tiny")
-    artifacts = root / "artifacts"
-    cases = [ExportJob(case, ExportSettings(TINY), artifacts) for case in registry.CASES]
-    export_jobs(cases + doc.required_exports(artifacts))
+    them instead of exporting them again); built once per test run, shared by xdist's workers."""
+    with built_once(tmp_path_factory, "built") as (root, to_build):
+        artifacts = root / "artifacts"
+        if to_build:
+            golden.write(root / "golden", TINY, DEFAULT_SEED, registry.CASES, "tiny")
+            cases = [ExportJob(case, ExportSettings(TINY), artifacts) for case in registry.CASES]
+            export_jobs(cases + doc.required_exports(artifacts))
     return {"golden": root / "golden", "artifacts": artifacts}
 
 

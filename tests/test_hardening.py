@@ -154,10 +154,17 @@ def test_a_bad_options_report_never_replaces_what_tconform_did_not_write(cli, tm
         )[0]
         == 2
     )
-    assert cli("bench", "--exporter", "nosuch", "--json", str(tmp_path / "b.json"))[0] == 2
     assert users.read_text() == '{"mine": true}\n'
     assert model.read_bytes() == (tmp_path / "r.json").read_bytes()
-    assert not (folder / "r.json").exists() and not (tmp_path / "b.json").exists()
+    assert not (folder / "r.json").exists()
+    # A bench report is written in bench's own format, and never over a verify report.
+    assert cli("bench", "--exporter", "nosuch", "--json", str(tmp_path / "b.json"))[0] == 2
+    bench = json.loads((tmp_path / "b.json").read_text())
+    assert (bench["tool"], bench["exit_code"]) == ("tconform bench", 2)
+    assert "--exporter" in bench["error"]["message"]
+    verify_report = (tmp_path / "r.json").read_bytes()
+    assert cli("bench", "--exporter", "nosuch", "--json", str(tmp_path / "r.json"))[0] == 2
+    assert (tmp_path / "r.json").read_bytes() == verify_report
 
 
 def test_report_paths_are_checked_before_anything_runs(cli, workspace, tmp_path):

@@ -95,3 +95,13 @@ def test_a_run_whose_every_onnx_lane_was_skipped_checked_no_model():
     assert unchecked_models([torch_pass, skipped, _row("cell", "pass")]) == ""  # one model ran
     assert unchecked_models([torch_pass]) == ""  # no ONNX lane: the torch rows are the run
     assert unchecked_models([_row(MODULE, "fail"), skipped]) == ""  # a failure says more
+
+
+def test_a_shard_count_costs_nothing_it_does_not_use():
+    """Beyond the number of groups every shard is empty, whatever N is: shard 1 of 10^18 is the
+    first group's work at once, a shard past the groups holds nothing (issue 20)."""
+    units = _units()
+    groups = len({u.group for u in units})
+    assert shard_units(units, 1, 10**18) == split(units, groups)[0]
+    assert shard_units(units, groups + 1, 10**18) == []
+    assert shard_units(units, 2, 3) == split(units, 3)[1]  # within the groups, the same split

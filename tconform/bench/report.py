@@ -1,14 +1,74 @@
-"""The bench report as a terminal table, markdown (CI job summaries), JSON and a plot."""
+"""The bench report as a terminal table, markdown (CI job summaries), JSON and a plot.
+
+`BenchReport` is the report kind the run frame (tconform.commands.run) writes for `tconform
+bench`, through the formats registry (tconform.report.formats): its JSON keeps the bench schema
+(tconform-bench/3: settings, ceilings, one row per timing, the best variants) and, like every
+command's, gains `exit_code` and the `error` that ended the run early, with the rows so far.
+"""
 
 from __future__ import annotations
 
-import io
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from tconform.bench.summary import summary_lines as best_lines
-from tconform.files import atomic_write_bytes, atomic_write_json
+from tconform.errors import UsageError
+from tconform.files import atomic_write_bytes, atomic_write_json, read_json_object
+from tconform.report.formats import Writer
 from tconform.report.text import format_table
 from tconform.results import Status
+
+TOOL = "tconform bench"
+SCHEMA = "tconform-bench/3"  # (tconform.bench.runner writes it; kept here for reports without)
+
+
+@dataclass
+class BenchReport:
+    """One bench run: `data` is the runner's report (filled as the run goes), `error` what ended
+    it early."""
+
+    command: str = "bench"
+    data: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    error: dict | None = None
+    writers: ClassVar[dict[str, str]] = {
+        "json": "tconform.bench.report:JSON",
+        "markdown": "tconform.bench.report:MARKDOWN",
+        "plot": "tconform.bench.report:PLOT",
+    }
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.error["exit_code"]) if self.error is not None else 0
+
+    def to_dict(self) -> dict:
+        report = {
+            "tool": TOOL,
+            "schema": SCHEMA,
+            "environment": self.environment,
+            "settings": {},
+            "ceiling": {},
+            "ceilings": {},
+            "unavailable": [],
+            "results": [],
+            "best": [],
+            **self.data,
+        }
+        report["exit_code"] = self.exit_code
+        report["error"] = self.error
+        return report
+
+    def render(self) -> str:
+        """The table and, below it, the ceilings, ratios to torch and best variants."""
+        report = self.to_dict()
+        if not report["results"] and not report["unavailable"]:
+            return ""
+        return "\n".join([table(report), *summary_lines(report)])
+
+    def summary(self) -> str:
+        return ""
+
 
 COLUMNS = (
     "case",
@@ -103,14 +163,19 @@ def summary_lines(report: dict) -> list[str]:
 
 def markdown(report: dict) -> str:
     """A GitHub-flavoured table for CI job summaries."""
+    import io
+
     keys = list(COLUMNS)
     out = io.StringIO()
     out.write("## tconform bench\n\n")
+    error = report.get("error")
+    if error:
+        out.write(f"**The run stopped early (exit {error['exit_code']}):** {error['message']}\n\n")
     settings = report.get("settings", {})
     out.write(
         f"preset `{settings.get('preset')}`, threads {settings.get('intra_op_threads')}, "
         f"graph optimisation `{settings.get('graph_optimization')}`, "
-        f"CPU {report['environment'].get('cpu')}\n\n"
+        f"CPU {report.get('environment', {}).get('cpu')}\n\n"
     )
     for line in ceiling_lines(report):
         out.write(f"- {line}\n")
@@ -124,23 +189,56 @@ def markdown(report: dict) -> str:
     return out.getvalue()
 
 
-def write_json(path: Path, report: dict) -> None:
-    atomic_write_json(path, report)
+def write_json(path: Path, report: BenchReport) -> None:
+    from tconform.report.json_report import strict
+
+    atomic_write_json(path, strict(report.to_dict()))
 
 
-def write_markdown(path: Path, report: dict) -> None:
-    atomic_write_bytes(path, markdown(report).encode())
+def is_own_json(path: Path) -> bool:
+    """Whether `path` holds a bench JSON report (either kind: timings or --generate)."""
+    try:
+        data = read_json_object(path, what="bench report")
+    except UsageError:
+        return False
+    return data.get("tool") == TOOL or data.get("kind") == "tconform-bench-generate"
 
 
-def write_plot(path: Path, report: dict) -> None:
+def write_markdown(path: Path, report: BenchReport) -> None:
+    atomic_write_bytes(path, markdown(report.to_dict()).encode())
+
+
+def is_own_markdown(path: Path) -> bool:
+    """Whether `path` holds a bench markdown summary (its first line is tconform's)."""
+    try:
+        with path.open(encoding="utf-8") as text:
+            return text.readline().rstrip("\n") == "## tconform bench"
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def write_plot(path: Path, report: BenchReport) -> None:
     """p50 bars with p90 whiskers per engine and shape (log scale) over the achieved fraction
     of the GEMM ceiling, one group of bars per case and shape."""
+    from tconform.report import png
+
+    data = report.to_dict()
+    rows = [r for r in data["results"] if r.get("status") == Status.PASS]
+    if not rows:  # nothing measured: the plot says why
+        why = report.error["message"] if report.error else "no engine was timed"
+        png.write_message(path, "tconform bench: nothing measured", str(why))
+        return
+    _plot_rows(path, data, rows)
+
+
+def _plot_rows(path: Path, report: dict, rows: list[dict]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in report["results"] if r.get("status") == Status.PASS]
+    from tconform.report import png
+
     groups = list(dict.fromkeys(f"{r['case']}\n{r['batch']}x{r['seq']}" for r in rows))
     engines = list(dict.fromkeys(f"{r['engine']}/{r['ep']}" for r in rows))
     width = 0.8 / max(1, len(engines))
@@ -169,7 +267,15 @@ def write_plot(path: Path, report: dict) -> None:
         f"ceiling {ceiling.get('gemm_gflops')} GFLOP/s ({ceiling.get('device')})"
     )
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    png.save(fig, path, dpi=100)
+
+
+def _is_own_plot(path: Path) -> bool:
+    from tconform.report import png
+
+    return png.is_own(path)
+
+
+JSON = Writer(write_json, is_own_json)
+MARKDOWN = Writer(write_markdown, is_own_markdown)
+PLOT = Writer(write_plot, _is_own_plot)

@@ -182,22 +182,39 @@ Log = Callable[[str], None]
 ProgressBar = Callable[[int], AbstractContextManager]
 
 
-def run_bench(settings: BenchSettings, log: Log, progress_bar: ProgressBar) -> dict:
+def run_bench(
+    settings: BenchSettings, log: Log, progress_bar: ProgressBar, into: dict | None = None
+) -> dict:
     """The whole report: environment, ceilings, unavailable providers, one row per timing, and
-    the best variant per case and shape."""
+    the best variant per case and shape. `into` (when given) is that report, filled as the run
+    goes, so that a run stopped early (Ctrl-C, an error) still reports what it measured."""
     try:
-        return _measure_all(settings, log, progress_bar)
+        return _measure_all(settings, log, progress_bar, {} if into is None else into)
     finally:
         # The calling thread back to subnormals kept, whatever ONNX Runtime set on it.
         torch.set_flush_denormal(False)
 
 
-def _measure_all(settings: BenchSettings, log: Log, progress_bar: ProgressBar) -> dict:
+def _measure_all(
+    settings: BenchSettings, log: Log, progress_bar: ProgressBar, report: dict
+) -> dict:
     started = utc_now()
+    rows: list[dict] = []
+    report.update(
+        tool="tconform bench",
+        schema=SCHEMA,
+        environment=environment(started, settings.threads),
+        settings=settings.record(),
+        results=rows,
+    )
     torch.set_num_threads(settings.threads)
     models = _export(settings, log)
     ceilings, unavailable = _ceilings(settings, log)
-    rows: list[dict] = []
+    report.update(
+        ceiling=ceilings.get("cpu") or next(iter(ceilings.values()), {}),
+        ceilings=ceilings,
+        unavailable=unavailable,
+    )
     timing = {"warmup": settings.warmup, "runs": settings.runs, "seconds": settings.seconds}
     measurements = _measurement_count(settings, list(ceilings))
     with progress_bar(measurements) as bar:
@@ -229,17 +246,8 @@ def _measure_all(settings: BenchSettings, log: Log, progress_bar: ProgressBar) -
     for ep, ceiling in ceilings.items():
         log(f"measuring the {ep} GEMM ceiling again ...")
         remeasure_ceiling(settings.runtime(BASELINE, ep), ceiling, rows)
-    return {
-        "tool": "tconform bench",
-        "schema": SCHEMA,
-        "environment": environment(started, settings.threads),
-        "settings": settings.record(),
-        "ceiling": ceilings.get("cpu") or next(iter(ceilings.values()), {}),
-        "ceilings": ceilings,
-        "unavailable": unavailable,
-        "results": rows,
-        "best": best_variants(rows),
-    }
+    report["best"] = best_variants(rows)
+    return report
 
 
 def _export(settings: BenchSettings, log: Log) -> dict[str, dict[str, ModelUnderTest]]:

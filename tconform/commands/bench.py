@@ -1,29 +1,34 @@
 """`tconform bench`: latency of ONNX Runtime on each provider and of PyTorch (eager and
 torch.compile) on chosen cases and shapes, against the machine's measured GEMM ceiling.
 
-Exit codes follow every command's rule: 0 measured; 2 bad arguments (unknown engine, provider or
-case, a malformed shape, one beyond the preset's maximum sequence or this machine's memory, a
---compare file that is not a bench report); 3 a requested provider cannot run (skip with
---allow-missing-ep; `--ep all`, the default, means every provider that runs here).
+Exit codes follow every command's rule: 0 measured; 1 decoding (`--generate`) met
+log-probabilities that are no distribution; 2 bad arguments (unknown engine, provider or case, a
+malformed shape, one beyond the preset's maximum sequence or this machine's memory, a --compare
+file that is not a bench report); 3 a requested provider cannot run (skip with
+--allow-missing-ep; `--ep all`, the default, means every provider that runs here). The requested
+reports are written on every exit, through the same frame as every checking command's
+(tconform.commands.run), with an `error` entry where the run stopped.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from tconform.commands.options import (
+    FiniteRange,
+    FolderPath,
+    RegularFile,
     ShapeType,
-    allow_missing_ep_option,
     case_option,
-    ep_option,
     preset_option,
     report_options,
+    runtime_options,
 )
+from tconform.commands.run import run_and_report, writes_report
 from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
 
 
+@writes_report("bench", kind="tconform.bench.report:BenchReport")
 @click.command("bench")
 @preset_option("base")
 @case_option("Case to time (repeatable) [transformer and the heaviest components].")
@@ -44,17 +49,8 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     "optimizer; opt-in), torch, torch-compile [all but onnxruntime-fused]. "
     "The report names the fastest ONNX Runtime variant per case and shape.",
 )
-@ep_option("all")
-@allow_missing_ep_option()
-@click.option(
-    "--threads", type=click.IntRange(1, 1024), default=None, help="Intra-op threads [cores]."
-)
-@click.option(
-    "--graph-opt",
-    type=click.Choice(["disable", "basic", "extended", "all"]),
-    default="all",
-    show_default=True,
-    help="ONNX Runtime graph optimisation level.",
+@runtime_options(
+    "ep", "allow_missing_ep", "threads", "graph_opt", ep="all", threads="one per physical core"
 )
 @click.option(
     "--warmup", type=click.IntRange(0, 10000), default=2, show_default=True, help="Untimed runs."
@@ -64,14 +60,14 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
 )
 @click.option(
     "--seconds",
-    type=click.FloatRange(0, 3600, min_open=True),
+    type=FiniteRange(0, 3600, min_open=True),
     default=2.0,
     show_default=True,
     help="Time budget per measurement.",
 )
 @click.option(
     "--artifacts",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=FolderPath(),
     default=None,
     help="Export cache [artifacts/bench/<preset>].",
 )
@@ -105,7 +101,7 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
 @click.option(
     "--compare",
     nargs=2,
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=RegularFile(),
     default=None,
     help="Compare two bench JSON reports A B (ratios B/A) instead of measuring.",
 )
@@ -125,9 +121,9 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     help="With --generate.",
 )
 @click.option("--beam-width", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--length-penalty", type=click.FloatRange(0), default=0.6, show_default=True)
+@click.option("--length-penalty", type=FiniteRange(0), default=0.6, show_default=True)
 @click.option("--top-k", type=click.IntRange(1), default=None, help="Sampling: keep k tokens.")
-@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
+@click.option("--top-p", type=FiniteRange(0, 1, min_open=True), default=1.0, show_default=True)
 @click.option("--sample-seed", type=click.IntRange(0), default=0, show_default=True)
 @click.option(
     "--end-token",
@@ -140,10 +136,7 @@ def bench(
     cases,
     shapes,
     engines,
-    ep_spec,
-    allow_missing_ep,
-    threads,
-    graph_opt,
+    runtime,
     warmup,
     runs,
     seconds,
@@ -152,9 +145,7 @@ def bench(
     skip_layer_norm_fusion,
     flush_denormals,
     profile,
-    json_path,
-    markdown_path,
-    plot_path,
+    reports,
     compare,
     generate_tokens,
     strategy,
@@ -167,61 +158,53 @@ def bench(
 ) -> None:
     """Time every engine on the chosen cases and shapes; report p50/p90/p99, tokens/s, GFLOP/s
     as a fraction of the measured GEMM ceiling, and peak memory."""
-    from tconform.bench import report as bench_report
-
-    if generate_tokens is not None:
-        from tconform.generation import bench as generation_bench
-        from tconform.generation.driver import Strategy
-
-        report = generation_bench.bench_generate_command(
-            preset, generate_tokens,
-            Strategy(strategy, beam_width, length_penalty, top_k, top_p, sample_seed),
-            end_token, engines, ep_spec, threads, artifacts, json_path, plot_path,
-            lambda text: click.echo(text, err=True),
-        )  # fmt: skip
-        click.echo(generation_bench.table(report))
-        if report["unavailable"] and not allow_missing_ep:
-            raise TconformError.with_code(
-                f"provider {report['unavailable'][0]['ep']} could not run", EXIT_EP_UNAVAILABLE
-            )
-        return
     if compare:
         from tconform.bench.compare import compare_reports, compare_table, load_report
 
-        if json_path or markdown_path or plot_path:
+        if any(reports.values()):
             raise click.UsageError("--compare prints its table only; drop --json/--markdown/--plot")
-
         click.echo(compare_table(compare_reports(*(load_report(p) for p in compare))))
         return
-    from tconform.bench.run import bench_settings, run_bench
-    from tconform.results import nothing_checked
+    if generate_tokens is not None:
+        from tconform.generation.bench import GenerateReport, generate_run
+        from tconform.generation.driver import Strategy
 
-    settings = bench_settings(
-        preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
-        artifacts, profile, spinning, skip_layer_norm_fusion, flush_denormals,
-    )  # fmt: skip
-    stderr = click.get_text_stream("stderr")
-    log = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr
-    result = run_bench(
-        settings, log, lambda length: click.progressbar(length=length, label="timing", file=stderr)
-    )
-    # The table is printed once the ceiling is final, so stdout, JSON and markdown agree.
-    click.echo(bench_report.table(result))
-    for line in bench_report.summary_lines(result):
-        click.echo(line)
-    if json_path:
-        bench_report.write_json(json_path, result)
-    if markdown_path:
-        bench_report.write_markdown(markdown_path, result)
-    if plot_path:
-        bench_report.write_plot(plot_path, result)
-    if result["unavailable"] and not allow_missing_ep:
-        raise TconformError.with_code(
-            f"provider {result['unavailable'][0]['ep']} could not run "
-            "(--allow-missing-ep reports it as skipped)",
-            EXIT_EP_UNAVAILABLE,
+        run = generate_run(
+            preset, generate_tokens,
+            Strategy(strategy, beam_width, length_penalty, top_k, top_p, sample_seed),
+            end_token, engines, runtime, artifacts,
+        )  # fmt: skip
+        run_and_report(GenerateReport(), run, False, reports)
+        return
+    from tconform.bench.report import BenchReport
+
+    def run(report, progress) -> None:
+        from tconform.bench.run import bench_settings, run_bench
+        from tconform.results import nothing_checked
+
+        settings = bench_settings(
+            preset, cases, shapes, engines, runtime.ep_spec, runtime.threads,
+            runtime.graph_opt, warmup, runs, seconds, artifacts, profile, spinning,
+            skip_layer_norm_fusion, flush_denormals,
+        )  # fmt: skip
+        stderr = click.get_text_stream("stderr")
+        run_bench(
+            settings,
+            progress,
+            lambda length: click.progressbar(length=length, label="timing", file=stderr),
+            into=report.data,
         )
-    if nothing_checked(row["status"] for row in result["results"]):
-        raise TconformError.with_code(
-            "nothing was timed: every engine was skipped (see the table)", EXIT_EP_UNAVAILABLE
-        )
+        # The table is printed once the ceiling is final, so stdout, JSON and markdown agree.
+        unavailable = report.data["unavailable"]
+        if unavailable and not runtime.allow_missing_ep:
+            raise TconformError.with_code(
+                f"provider {unavailable[0]['ep']} could not run "
+                "(--allow-missing-ep reports it as skipped)",
+                EXIT_EP_UNAVAILABLE,
+            )
+        if nothing_checked(row["status"] for row in report.data["results"]):
+            raise TconformError.with_code(
+                "nothing was timed: every engine was skipped (see the table)", EXIT_EP_UNAVAILABLE
+            )
+
+    run_and_report(BenchReport(), run, False, reports)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import click
 
 from tconform.commands.options import (
-    allow_missing_ep_option,
     artifacts_option,
-    ep_option,
     quiet_option,
     report_options,
+    runtime_options,
 )
-from tconform.commands.run import run_and_report, writes_run_report
+from tconform.commands.run import run_and_report, writes_report
 
 SHORT = {"pass": "pass", "fail": "FAIL", "unavailable": "n/a", "error": "ERROR", "skip": "skip"}
 
@@ -64,30 +63,30 @@ def format_doc_table(report) -> str:
     )
 
 
-@writes_run_report("doc")
+@writes_report("doc")
 @click.command("doc")
 @artifacts_option("Artifacts folder; the document components are exported under DIR/doc/<config>/.")
-@ep_option()
-@allow_missing_ep_option()
+@runtime_options("runtime", "ep", "allow_missing_ep", "no_torch")
 @report_options("json", "junit", "markdown")
 @quiet_option()
-def doc(artifacts_dir, ep_spec, allow_missing_ep, json_path, junit_path, markdown_path, quiet):
+def doc(artifacts_dir, runtime, reports, quiet):
     """Check every worked number and stated property of the five documents."""
     from tconform.doc import report_results, run_document_checks
+    from tconform.report import RunReport
     from tconform.results import allow_missing
-    from tconform.runtimes import RuntimeOptions
-    from tconform.runtimes.providers import parse_eps
 
     def run(report, progress) -> None:
-        eps = parse_eps(ep_spec)
-        report.settings = {"artifacts": str(artifacts_dir), "eps": eps}
-        checked = run_document_checks(RuntimeOptions(eps=tuple(eps)), artifacts_dir, progress)
+        options = runtime.options()
+        report.settings = {
+            "artifacts": str(artifacts_dir),
+            "eps": list(options.eps),
+            "runtimes": list(options.names),
+        }
+        checked = run_document_checks(options, artifacts_dir, progress)
         report.details = checked.to_dict()
         report.results = report_results(checked)
-        if allow_missing_ep:
+        if runtime.allow_missing_ep:
             allow_missing(report.results)
         click.echo(format_doc_table(checked))
 
-    run_and_report(
-        "doc", run, quiet, json_path, junit_path, markdown_path, render=lambda results: ""
-    )
+    run_and_report(RunReport("doc"), run, quiet, reports, render=lambda report: "")

@@ -7,13 +7,19 @@ from pathlib import Path
 
 import click
 
-from tconform.commands.options import attention_option, case_option, preset_option, seed_option
+from tconform.commands.options import (
+    FolderPath,
+    attention_option,
+    case_option,
+    preset_option,
+    seed_option,
+)
 
 
 @click.command("export")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=FolderPath(),
     default=None,
     help="Output folder [artifacts; artifacts-fp16 for --dtype float16].",
 )

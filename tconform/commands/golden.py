@@ -6,14 +6,14 @@ from pathlib import Path
 
 import click
 
-from tconform.commands.options import case_option, preset_option, seed_option
+from tconform.commands.options import FolderPath, case_option, preset_option, seed_option
 from tconform.errors import EXIT_FAILURE
 
 
 @click.command("golden")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=FolderPath(),
     default=Path("golden"),
     show_default=True,
 )

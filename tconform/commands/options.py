@@ -9,15 +9,20 @@ Importing this module stays cheap (no torch, onnx or onnxruntime): `tconform --h
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from tconform.config import ATTENTION_KERNELS, DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
 
-SHAPE = re.compile(r"\s*(\d{1,9})\s*[xX]\s*(\d{1,9})\s*")
+# ASCII digits only, at most nine: `\d` and str.isdigit accept other scripts' digits (and `²`,
+# which int() refuses), and a count of twenty digits would size a list.
+SHAPE = re.compile(r"\s*([0-9]{1,9})\s*[xX]\s*([0-9]{1,9})\s*")
+SHARD = re.compile(r"\s*([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*")
 MAX_BATCH = 65536  # far beyond anything a bench or a check runs; memory is checked separately
 
 
@@ -60,17 +65,19 @@ class RuntimeName(click.ParamType):
 
 
 class ShardType(click.ParamType):
-    """'2/3' -> (2, 3): shard K of N, 1 <= K <= N."""
+    """'2/3' -> (2, 3): shard K of N, 1 <= K <= N, each written in ASCII digits (at most nine:
+    a shard count sizes nothing, tconform.units.split allocates only the shards that hold
+    work)."""
 
     name = "K/N"
 
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
             return value
-        index, sep, count = str(value).partition("/")
-        if not (sep and index.strip().isdigit() and count.strip().isdigit()):
-            self.fail(f"{value!r} is not K/N (e.g. 2/3)", param, ctx)
-        index, count = int(index), int(count)
+        found = SHARD.fullmatch(str(value))
+        if not found:
+            self.fail(f"{value!r} is not K/N (e.g. 2/3; digits 0-9, at most nine)", param, ctx)
+        index, count = int(found.group(1)), int(found.group(2))
         if not 1 <= index <= count:
             self.fail(f"{value!r}: K must be 1..N (shards are numbered from 1)", param, ctx)
         return index, count
@@ -143,6 +150,131 @@ class ReportPath(click.ParamType):
         return path
 
 
+class RegularFile(click.ParamType):
+    """A file the command will read, checked before anything opens it: it exists and is a
+    regular file (a folder, a FIFO, a device such as /dev/zero or a socket would block a read or
+    never end it)."""
+
+    name = "FILE"
+
+    def convert(self, value, param, ctx):
+        path = Path(value)
+        try:
+            if not path.exists():
+                self.fail(f"{path}: no such file", param, ctx)
+            if path.is_dir():
+                self.fail(f"{path}: is a folder, not a file", param, ctx)
+            if not path.is_file():
+                self.fail(f"{path}: not a regular file (a device, pipe or socket)", param, ctx)
+            if not os.access(path, os.R_OK):
+                self.fail(f"{path}: not readable", param, ctx)
+        except (OSError, ValueError) as exc:  # a name too long, a NUL in it
+            self.fail(f"{value!r}: not a usable path ({exc})", param, ctx)
+        return path
+
+
+class FolderPath(click.ParamType):
+    """A folder the command reads or writes: new, or an existing folder; anything else there (a
+    file, a FIFO, a device) is refused before the run, naming it."""
+
+    name = "DIRECTORY"
+
+    def convert(self, value, param, ctx):
+        path = Path(value)
+        try:
+            if (path.exists() or path.is_symlink()) and not path.is_dir():
+                self.fail(f"{path}: exists and is not a folder", param, ctx)
+        except (OSError, ValueError) as exc:  # a name too long, a NUL in it
+            self.fail(f"{value!r}: not a usable path ({exc})", param, ctx)
+        return path
+
+
+class KeyValue(click.ParamType):
+    """'KEY=VALUE' -> (KEY, VALUE), both non-empty, no space in KEY."""
+
+    name = "KEY=VALUE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        key, sep, text = str(value).partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or not key or not text or any(c.isspace() for c in key):
+            self.fail(f"{value!r} is not KEY=VALUE (e.g. use_tf32=0)", param, ctx)
+        return key, text
+
+
+class FiniteRange(click.FloatRange):
+    """click's FloatRange, finite: NaN compares false with every bound, so FloatRange lets it
+    (and, without a maximum, infinity) through."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class ToleranceValue(click.ParamType):
+    """A tolerance: a finite number >= 0 (tconform.compare.tolerance_value, which
+    tconform.check applies to the same values given from Python)."""
+
+    name = "FLOAT"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float) and math.isfinite(value) and value >= 0:
+            return value
+        from tconform.compare import tolerance_value
+        from tconform.errors import UsageError
+
+        try:
+            return tolerance_value(value, str(value))
+        except UsageError:
+            self.fail(f"{value!r} must be a finite number >= 0", param, ctx)
+
+
+class OutputTolerance(click.ParamType):
+    """'OUTPUT=ATOL,RTOL' -> (OUTPUT, (ATOL, RTOL)), each tolerance a ToleranceValue."""
+
+    name = "OUTPUT=ATOL,RTOL"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        from tconform.compare import tolerance_value
+        from tconform.errors import UsageError
+
+        name, sep, values = str(value).partition("=")
+        parts = values.split(",")
+        if not sep or not name.strip() or len(parts) != 2:
+            self.fail(f"{value!r}: expected OUTPUT=ATOL,RTOL, e.g. out=1e-4,1e-4", param, ctx)
+        try:
+            atol, rtol = (tolerance_value(part.strip(), part.strip()) for part in parts)
+        except UsageError:
+            self.fail(f"{value!r}: ATOL and RTOL must be finite numbers >= 0", param, ctx)
+        return name.strip(), (atol, rtol)
+
+
+class GraphOptLevel(click.ParamType):
+    """One ONNX Runtime graph-optimisation level (tconform.runtimes.providers.GRAPH_OPT_LEVELS,
+    read when the option is given)."""
+
+    name = "LEVEL"
+
+    def convert(self, value, param, ctx):
+        from tconform.runtimes.providers import GRAPH_OPT_LEVELS
+
+        if value not in GRAPH_OPT_LEVELS:
+            hint = " (one level; `verify --matrix` takes a list with --graph-opts)"
+            self.fail(
+                f"{value!r} is not one of {', '.join(GRAPH_OPT_LEVELS)}"
+                + (hint if "," in str(value) else ""),
+                param,
+                ctx,
+            )
+        return value
+
+
 def require_reports_apart(inputs, *reports, what: str = "an input of this run") -> None:
     """No report may be written over a file the run reads or keeps (a model under test, a
     shard report being merged, tconform check's own files), whatever that file is called."""
@@ -188,31 +320,12 @@ def seed_option():
     )
 
 
-def ep_option(default: str = "cpu"):
-    return click.option(
-        "--ep",
-        "ep_spec",
-        default=default,
-        show_default=True,
-        help="Execution providers: cpu, cuda, a comma list, or all (every one that runs here).",
-    )
-
-
-def allow_missing_ep_option():
-    return click.option(
-        "--allow-missing-ep",
-        is_flag=True,
-        help="Report a requested provider that cannot run as skip (with the reason) instead of "
-        "exiting 3.",
-    )
-
-
 def folder_option(flag: str, dest: str, default: Path, help: str):
     """An option naming a folder (never a file), with its default shown."""
     return click.option(
         flag,
         dest,
-        type=click.Path(path_type=Path, file_okay=False),
+        type=FolderPath(),
         default=default,
         show_default=True,
         help=help,
@@ -224,30 +337,229 @@ def artifacts_option(help: str):
 
 
 def report_options(*formats: str):
-    """--json/--junit/--markdown/--plot, each a ReportPath checked before the run."""
-    helps = {
-        "json": ("--json", "json_path", None, "Write the JSON report."),
-        "junit": ("--junit", "junit_path", None, "Write JUnit XML (for CI systems)."),
-        "markdown": ("--markdown", "markdown_path", None, "Write a markdown summary."),
-        "plot": ("--plot", "plot_path", ".png", "Write a PNG plot."),
-    }
-
-    dests = [helps[fmt][1] for fmt in formats]
+    """The report group: one option per format of tconform.report.formats.FORMATS (`--json`,
+    `--junit`, `--markdown`, `--plot`), each a ReportPath checked before the run. The command
+    receives them as one `reports` parameter (format -> path or None); two naming one file is a
+    usage error."""
+    from tconform.report.formats import FORMATS
 
     def decorate(command):
         @functools.wraps(command)
-        def with_distinct_reports(*args, **kwargs):
-            paths = [kwargs[dest].resolve() for dest in dests if kwargs.get(dest)]
+        def with_reports(*args, **kwargs):
+            reports = {fmt: kwargs.pop(FORMATS[fmt].dest) for fmt in formats}
+            paths = [path.resolve() for path in reports.values() if path is not None]
             if len(set(paths)) < len(paths):
                 raise click.UsageError("two report options name the same file; give each its own")
-            return command(*args, **kwargs)
+            return command(*args, reports=reports, **kwargs)
 
         for fmt in reversed(formats):
-            flag, dest, suffix, text = helps[fmt]
-            with_distinct_reports = click.option(flag, dest, type=ReportPath(suffix), help=text)(
-                with_distinct_reports
+            spec = FORMATS[fmt]
+            with_reports = click.option(
+                spec.flag, spec.dest, type=ReportPath(spec.suffix), help=spec.help
+            )(with_reports)
+        return with_reports
+
+    return decorate
+
+
+# --- the runtime group ---------------------------------------------------------------------------
+
+DEFAULT_RUNTIMES = ("onnxruntime", "torch")
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """What a command's runtime options asked for. `options()` builds the one
+    tconform.runtimes.RuntimeOptions every runtime is made from (it parses --ep, which looks at
+    ONNX Runtime, so commands call it inside their run, where its errors are reported)."""
+
+    names: tuple[str, ...] = DEFAULT_RUNTIMES  # --runtime (the command's default when not given)
+    ep_spec: str = "cpu"
+    tf32: bool = False
+    bf16: bool = False
+    device_id: int = 0
+    provider_options: tuple[tuple[str, str], ...] = ()
+    graph_opt: str = "all"
+    threads: int | None = None  # None: the command's default
+    allow_missing_ep: bool = False
+    strict_placement: bool = False
+
+    def options(self):
+        from tconform.runtimes import RuntimeOptions
+        from tconform.runtimes.providers import parse_eps
+
+        return RuntimeOptions(
+            self.names,
+            tuple(parse_eps(self.ep_spec)),
+            tf32=self.tf32,
+            bf16=self.bf16,
+            device_id=self.device_id,
+            provider_options=dict(self.provider_options),
+            graph_opt=self.graph_opt,
+            threads=self.threads or 0,
+        )
+
+
+def _runtime_option(dest, *decls, **attrs):
+    return dest, lambda **changes: click.option(*decls, dest, **{**attrs, **changes})
+
+
+# name -> (the command's parameter, a click.option factory): each option defined once.
+RUNTIME_OPTIONS = dict(
+    (
+        _runtime_option(
+            "runtime_names",
+            "--runtime",
+            multiple=True,
+            type=RuntimeName(),
+            help="Runtime to run on (repeatable; tconform.runtimes.RUNTIMES) "
+            f"[{', '.join(DEFAULT_RUNTIMES)}]; e.g. onnx-reference (ONNX's own reference "
+            "evaluator), openvino.",
+        ),
+        _runtime_option(
+            "ep_spec",
+            "--ep",
+            default="cpu",
+            show_default=True,
+            help="Execution providers: cpu, cuda, a comma list, or all (every one that runs here).",
+        ),
+        _runtime_option(
+            "tf32",
+            "--tf32",
+            is_flag=True,
+            help="Allow TF32 matrix products on CUDA (own tolerance).",
+        ),
+        _runtime_option(
+            "bf16",
+            "--bf16",
+            is_flag=True,
+            help="Allow bfloat16 inference where a runtime has it (OpenVINO), own tolerance row.",
+        ),
+        _runtime_option(
+            "device_id",
+            "--device-id",
+            type=click.IntRange(0, 1023),
+            default=0,
+            show_default=True,
+            help="CUDA device.",
+        ),
+        _runtime_option(
+            "provider_options",
+            "--provider-option",
+            multiple=True,
+            type=KeyValue(),
+            help="Passed to the provider (repeatable), e.g. cudnn_conv_algo_search=DEFAULT.",
+        ),
+        _runtime_option(
+            "graph_opt",
+            "--graph-opt",
+            type=GraphOptLevel(),
+            default=None,
+            help="ONNX Runtime graph-optimisation level: disable, basic, extended, all [all].",
+        ),
+        _runtime_option(
+            "threads",
+            "--threads",
+            type=click.IntRange(1, 1024),
+            default=None,
+            help="Intra-op threads per session [the runtime's default].",
+        ),
+        _runtime_option(
+            "allow_missing_ep",
+            "--allow-missing-ep",
+            is_flag=True,
+            help="Report a requested provider that cannot run as skip (with the reason) instead "
+            "of exiting 3.",
+        ),
+        _runtime_option(
+            "strict_placement",
+            "--strict-placement",
+            is_flag=True,
+            help="Fail a result when nodes fell back from the requested provider to the CPU.",
+        ),
+        _runtime_option(
+            "no_torch", "--no-torch", is_flag=True, help="Leave out the PyTorch rows (torch)."
+        ),
+    )
+)
+
+
+def runtime_options(*names: str, ep: str = "cpu", threads: str | None = None):
+    """The runtime group: the options of RUNTIME_OPTIONS named (`runtime`, `ep`, `tf32`,
+    `bf16`, `device_id`, `provider_option`, `graph_opt`, `threads`, `allow_missing_ep`,
+    `strict_placement`, `no_torch`), which the command receives as one `runtime` parameter, a
+    RuntimeChoice. `ep` is the --ep default, `threads` what --threads defaults to."""
+    keys = {"runtime": "runtime_names", "ep": "ep_spec", "provider_option": "provider_options"}
+    dests = [keys.get(name, name) for name in names]
+    unknown = [n for n in dests if n not in RUNTIME_OPTIONS]
+    if unknown:
+        raise ValueError(f"no runtime option {unknown[0]!r}")
+    changes = {"ep_spec": {"default": ep}}
+    if threads:
+        changes["threads"] = {"help": f"Intra-op threads per session [{threads}]."}
+
+    def decorate(command):
+        @functools.wraps(command)
+        def with_runtime(*args, **kwargs):
+            given = {dest: kwargs.pop(dest) for dest in dests}
+            names = tuple(dict.fromkeys(given.pop("runtime_names", ()) or DEFAULT_RUNTIMES))
+            if given.pop("no_torch", False):
+                names = tuple(n for n in names if n != "torch")
+                if not names:
+                    raise click.UsageError("--no-torch leaves no runtime to run on")
+            given["provider_options"] = tuple(given.get("provider_options", ()))
+            if given.get("graph_opt") is None:
+                given.pop("graph_opt", None)
+            return command(*args, runtime=RuntimeChoice(names, **given), **kwargs)
+
+        for dest in reversed(dests):
+            with_runtime = RUNTIME_OPTIONS[dest](**changes.get(dest, {}))(with_runtime)
+        return with_runtime
+
+    return decorate
+
+
+# --- the tolerance group -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToleranceChoice:
+    """--atol, --rtol and --tolerance OUTPUT=ATOL,RTOL as given: every value finite and >= 0."""
+
+    atol: float | None = None
+    rtol: float | None = None
+    per_output: tuple[tuple[str, tuple[float, float]], ...] = ()
+
+
+def tolerance_options(default: str = "the float32 model row"):
+    """The tolerance group, received by the command as one `tolerance` (a ToleranceChoice).
+    NaN, infinity and negative values are usage errors (exit 2) by type."""
+
+    def decorate(command):
+        @functools.wraps(command)
+        def with_tolerance(*args, atol, rtol, per_output, **kwargs):
+            tolerance = ToleranceChoice(atol, rtol, tuple(per_output))
+            return command(*args, tolerance=tolerance, **kwargs)
+
+        for decl in reversed(
+            (
+                click.option(
+                    "--atol", type=ToleranceValue(), help=f"Absolute tolerance [{default}]."
+                ),
+                click.option(
+                    "--rtol", type=ToleranceValue(), help=f"Relative tolerance [{default}]."
+                ),
+                click.option(
+                    "--tolerance",
+                    "per_output",
+                    multiple=True,
+                    type=OutputTolerance(),
+                    help="Tolerance for one output (repeatable).",
+                ),
             )
-        return with_distinct_reports
+        ):
+            with_tolerance = decl(with_tolerance)
+        return with_tolerance
 
     return decorate
 

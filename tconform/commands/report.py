@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from tconform.commands.options import quiet_option, report_options, require_reports_apart
-from tconform.commands.run import run_and_report, writes_run_report
+from tconform.commands.options import (
+    RegularFile,
+    quiet_option,
+    report_options,
+    require_reports_apart,
+)
+from tconform.commands.run import run_and_report, writes_report
 
 
 @click.group("report")
@@ -15,37 +18,43 @@ def report() -> None:
     """Work with the JSON reports of other runs."""
 
 
-@writes_run_report("verify")
+@writes_report("verify")
 @report.command("merge")
 @click.argument(
-    "reports",
+    "shard_reports",
+    metavar="REPORTS...",
     nargs=-1,
     required=True,
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=RegularFile(),
 )
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
-def merge(reports, json_path, junit_path, markdown_path, plot_path, quiet) -> None:
+def merge(shard_reports, reports, quiet) -> None:
     """Merge the JSON reports of `verify --shard K/N` runs into one report.
 
     They must come from the same goldens, tconform version and unit list, and hold every unit
     exactly once (else exit 2). Exit codes as for verify, over the merged results.
     """
-    from tconform.report import pivot, table
+    from tconform.report import RunReport, pivot, table
     from tconform.report.merge import merge as merge_reports
 
-    require_reports_apart(reports, json_path, junit_path, markdown_path, plot_path)
+    require_reports_apart(shard_reports, *reports.values())
     settings: dict = {}
 
     def run(report, progress) -> None:
-        merged = merge_reports(list(reports))
+        merged = merge_reports(list(shard_reports))
         report.settings, report.details = merged.settings, merged.details
         report.results, report.error = merged.results, merged.error
         settings.update(merged.settings)
-        progress(f"merged {len(reports)} reports: {len(merged.settings['units']['ids'])} units")
+        progress(
+            f"merged {len(shard_reports)} reports: {len(merged.settings['units']['ids'])} units"
+        )
 
-    def render(results):
+    def render(report) -> str:
         # A matrix run's shards merge into a matrix report, shown with its pivot.
-        return (pivot.render_with_pivot if settings.get("matrix") else table.render)(results)
+        if not report.results:
+            return ""
+        show = pivot.render_with_pivot if settings.get("matrix") else table.render
+        return show(report.results)
 
-    run_and_report("verify", run, quiet, json_path, junit_path, markdown_path, plot_path, render)
+    run_and_report(RunReport("verify"), run, quiet, reports, render)

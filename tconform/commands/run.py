@@ -1,101 +1,183 @@
-"""The frame every checking command shares: run, always write the requested reports (also when
-the run stops early on an input error or a signal, with the results so far and an `error`
-entry), print the table, and exit with the one rule of `tconform.results.exit_code`."""
+"""The frame every checking command shares (verify, check, doc, bench, report merge): run, always
+write the requested reports (also when the run stops early on an input error, a file that cannot
+be read or a signal, with the results so far and an `error` entry), print the table, and exit
+with the one rule of `tconform.results.exit_code`.
+
+A usage error that click raises before a command starts (an unknown option, a bad value) still
+gets the reports the command line asked for (`write_error_reports`), read from the arguments
+without click's parser, so that nothing placed before `--json FILE` can hide it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import click
 
-from tconform.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, TconformError, Terminated
+from tconform.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    TconformError,
+    Terminated,
+)
+
+RUN_REPORT = "tconform.report:RunReport"
+# Whether the frame has written this command's reports (tconform.cli.main resets it): an error
+# that ends the command afterwards must not replace them with a report of the error alone.
+reports_written = False
 
 
 def progress_printer(quiet: bool) -> Callable[[str], None]:
     return (lambda _: None) if quiet else (lambda line: click.echo(line, err=True))
 
 
+def describe_os_error(exc: OSError) -> str:
+    """One line for a file that cannot be read or written: the file, then why."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
+
+
 def run_and_report(
-    command: str,
+    report,
     run: Callable,
     quiet: bool,
-    json_path: Path | None = None,
-    junit_path: Path | None = None,
-    markdown_path: Path | None = None,
-    plot_path: Path | None = None,
+    reports: Mapping[str, Path | None],
     render: Callable | None = None,
 ) -> None:
-    """`run(report, progress)` fills a RunReport; this writes it out and exits."""
-    from tconform.report import RunReport, table, write_reports
+    """`run(report, progress)` fills `report` (a RunReport, or another kind of report with
+    `error`, `exit_code`, `environment`, `render()` and `summary()`); this writes every report
+    of `reports` (format -> path, tconform.report.formats) and exits. Whatever ends the run, the
+    reports are written first: a TconformError, a click usage error, a file that cannot be read,
+    memory running out, Ctrl-C and SIGTERM each become the `error` entry."""
+    from tconform.report import write_reports
     from tconform.report.environment import environment, utc_now
 
-    report = RunReport(command)
     started = utc_now()
     interrupted: BaseException | None = None
     try:
         run(report, progress_printer(quiet))
     except TconformError as exc:
         report.error = {"message": str(exc), "exit_code": exc.exit_code}
+    except click.ClickException as exc:
+        report.error = {"message": exc.format_message(), "exit_code": exc.exit_code}
+    except OSError as exc:  # a file that cannot be read or written: named, exit 2
+        report.error = {"message": describe_os_error(exc), "exit_code": EXIT_USAGE}
+    except MemoryError:
+        message = "out of memory (try a smaller shape or preset)"
+        report.error = {"message": message, "exit_code": EXIT_USAGE}
     except (KeyboardInterrupt, click.exceptions.Abort, Terminated) as exc:
         code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
         report.error = {"message": "interrupted", "exit_code": code}
         interrupted = exc
-    report.environment = environment(started)
-    text = (render or table.render)(report.results) if report.results else ""
+    if not report.environment:
+        report.environment = environment(started)
+    text = render(report) if render is not None else report.render()
     if text:
         click.echo(text)
-    write_reports(report, json_path, junit_path, markdown_path, plot_path)
+    global reports_written
+    reports_written = True  # even if writing fails: what it could not write stays unwritten
+    write_reports(report, dict(reports))
     if interrupted is not None:
         raise interrupted  # the CLI's one line and exit code for a signal
     if report.error is not None:
         raise TconformError.with_code(str(report.error["message"]), report.exit_code)
-    click.echo(table.summary(report.results))
+    summary = report.summary()
+    if summary:
+        click.echo(summary)
     raise SystemExit(report.exit_code)
 
 
-def writes_run_report(name: str):
-    """Mark a command whose reports are run reports of `name`, so that a bad option, which
-    stops click before the command starts, still gets them written (write_error_reports)."""
+def writes_report(name: str, kind: str = RUN_REPORT):
+    """Mark a command whose reports are `kind` reports (a "module:Class" made with `name`), so
+    that a usage error that stops click before the command starts still gets them written
+    (write_error_reports)."""
 
     def mark(command: click.Command) -> click.Command:
-        command.run_report = name  # type: ignore[attr-defined]
+        command.report_name = name  # type: ignore[attr-defined]
+        command.report_kind = kind  # type: ignore[attr-defined]
         return command
 
     return mark
 
 
 def write_error_reports(group: click.Group, argv: list[str], message: str, code: int) -> None:
-    """The run reports `argv` asked for, holding only the error entry of a usage error that
-    click raised before the command ran (`--exporter nosuch`, a missing argument). A report is
-    written only where it passed its option's own checks and replaces nothing but a report of
-    its kind that tconform wrote, and never a file or folder that `argv` names otherwise."""
-    from tconform.report import RunReport, json_report, junit, markdown, write_reports
+    """The reports `argv` asked for, holding only the error entry of a usage error that click
+    raised before the command ran (`--exporter nosuch`, a missing argument). A report is written
+    only where its path passes its option's own checks and replaces nothing but a report of its
+    kind that tconform wrote, and never a file or folder that `argv` names otherwise."""
+    import importlib
+
+    from tconform.commands.options import ReportPath
     from tconform.report.environment import environment, utc_now
+    from tconform.report.formats import FORMATS, writer
 
     command, rest = _leaf_command(group, argv)
-    name = getattr(command, "run_report", None)
-    if command is None or name is None:
+    kind = getattr(command, "report_kind", None)
+    if command is None or kind is None:
         return
-    ctx = command.make_context(name, rest, resilient_parsing=True)  # bad values become None
-    kinds = {"json_path": json_report, "junit_path": junit, "markdown_path": markdown}
+    module, _, cls = kind.partition(":")
+    report = getattr(importlib.import_module(module), cls)(command.report_name)
+    report.error = {"message": message, "exit_code": code}
+    asked: dict[str, Path] = {}
+    for fmt, value in report_arguments(command, rest).items():
+        with contextlib.suppress(click.BadParameter):  # a path its option refuses: not written
+            asked[fmt] = ReportPath(FORMATS[fmt].suffix).convert(value, None, None)
     named = _paths_named(argv)
-    asked = {dest: ctx.params[dest] for dest in kinds if ctx.params.get(dest)}
     targets = [path.resolve() for path in asked.values()]
-    paths = {
-        dest: path
-        for dest, path in asked.items()
-        if targets.count(path.resolve()) == 1  # two reports named one file: neither
-        and _replaceable(path, kinds[dest].is_own, named)
-    }
+    paths = {}
+    for fmt, path in asked.items():
+        is_own = getattr(writer(report, fmt), "is_own", None)
+        if (
+            is_own is not None  # a format tconform cannot recognise as its own (a plot): never
+            and targets.count(path.resolve()) == 1  # two reports named one file: neither
+            and _replaceable(path, is_own, named)
+        ):
+            paths[fmt] = path
     if paths:
-        report = RunReport(name, error={"message": message, "exit_code": code})
         report.environment = environment(utc_now())
         # The usage error stays the one line shown, even if a report cannot be written.
         with contextlib.suppress(TconformError, OSError):
-            write_reports(report, **paths)
+            from tconform.report import write_reports
+
+            write_reports(report, paths)
+
+
+def report_arguments(command: click.Command, args: list[str]) -> dict[str, str]:
+    """The report options (tconform.report.formats) in `args`, read as click would read them but
+    without its parser, so that an unknown option or a bad value before `--json FILE` does not
+    hide it: each known option takes its own number of values, anything else one token, and a
+    later `--json` wins over an earlier one, as in click."""
+    from tconform.report.formats import FORMATS
+
+    takes: dict[str, int] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            count = 0 if param.is_flag or param.count else max(param.nargs, 1)
+            for opt in (*param.opts, *param.secondary_opts):
+                takes[opt] = count
+    flags = {spec.flag: fmt for fmt, spec in FORMATS.items() if spec.flag in takes}
+    found: dict[str, str] = {}
+    at = 0
+    while at < len(args):
+        token = args[at]
+        if token == "--":  # everything after it is an argument
+            break
+        name, equals, value = token.partition("=")
+        if token.startswith("--") and equals:
+            if name in flags:
+                found[flags[name]] = value
+            at += 1
+        elif token in flags:
+            if at + 1 < len(args):
+                found[flags[token]] = args[at + 1]
+            at += 2
+        else:
+            at += 1 + takes.get(token, 0)
+    return found
 
 
 def _leaf_command(group: click.Group, argv: list[str]) -> tuple[click.Command | None, list]:

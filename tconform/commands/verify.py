@@ -8,19 +8,18 @@ import click
 
 from tconform.commands.options import (
     CommaList,
-    RuntimeName,
-    allow_missing_ep_option,
+    FolderPath,
     artifacts_option,
     attention_option,
     case_option,
-    ep_option,
     generation_golden_option,
     quiet_option,
     report_options,
     require_reports_apart,
+    runtime_options,
     shard_option,
 )
-from tconform.commands.run import run_and_report, writes_run_report
+from tconform.commands.run import run_and_report, writes_report
 
 
 def _export():
@@ -42,12 +41,13 @@ MATRIX_AXES = {
     "dtypes": CommaList(lambda: list(_export().DTYPES)),
     "graph_opts": CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
 }
-# option -> (parameter, what the axis is, its value without --matrix)
+# option -> (parameter, what the axis is, its value without --matrix). The graph-optimisation
+# axis is --graph-opts, a list; --graph-opt (the runtime group's) is the one level of a run.
 _AXIS_OPTIONS = {
     "--exporter": ("exporters", "exporters", "dynamo"),
     "--opset": ("opsets", "ONNX opsets", "18"),
     "--dtype": ("dtypes", "model dtypes", "float32"),
-    "--graph-opt": ("graph_opts", "ONNX Runtime graph-optimisation levels", "all"),
+    "--graph-opts": ("graph_opts", "ONNX Runtime graph-optimisation levels", "all"),
 }
 
 
@@ -62,17 +62,16 @@ def matrix_axis_options(command):
     return command
 
 
-@writes_run_report("verify")
+@writes_report("verify")
 @click.command("verify")
 @click.option(
     "--golden",
     "golden_dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=FolderPath(),
     default=Path("golden"),
     show_default=True,
 )
 @artifacts_option("Models; missing or stale ones of tconform's own are exported first.")
-@ep_option()
 @case_option()
 @click.option(
     "--model",
@@ -89,32 +88,10 @@ def matrix_axis_options(command):
     "the document checks, which need their own exports, are left out).",
 )
 @attention_option("[the --artifacts folder's own; plain for a new folder]")
-@allow_missing_ep_option()
-@click.option(
-    "--strict-placement",
-    is_flag=True,
-    help="Fail a result when nodes fell back from the requested provider to the CPU.",
-)
-@click.option("--tf32", is_flag=True, help="Allow TF32 matrix products on CUDA (own tolerance).")
-@click.option(
-    "--device-id", type=click.IntRange(0), default=0, show_default=True, help="CUDA device."
-)
-@click.option(
-    "--provider-option",
-    "provider_options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Passed to the provider (repeatable), e.g. cudnn_conv_algo_search=DEFAULT.",
-)
-@click.option(
-    "--runtime",
-    "runtime_names",
-    multiple=True,
-    type=RuntimeName(),
-    help="Runtimes to verify on (repeatable) [onnxruntime, torch]; e.g. onnx-reference adds "
-    "ONNX's own reference evaluator, a second implementation of the ONNX operators.",
-)
-@click.option("--no-torch", is_flag=True, help="Skip the PyTorch float32 rows.")
+@runtime_options(
+    "runtime", "ep", "tf32", "bf16", "device_id", "provider_option", "graph_opt", "threads",
+    "allow_missing_ep", "strict_placement", "no_torch",
+)  # fmt: skip
 @click.option(
     "--localise",
     "--localize",
@@ -143,18 +120,11 @@ def matrix_axis_options(command):
 def verify(
     golden_dir,
     artifacts_dir,
-    ep_spec,
     cases,
     models,
     no_export,
     attention,
-    allow_missing_ep,
-    strict_placement,
-    tf32,
-    device_id,
-    provider_options,
-    runtime_names,
-    no_torch,
+    runtime,
     localise,
     no_doc,
     generation,
@@ -165,10 +135,7 @@ def verify(
     opsets,
     dtypes,
     graph_opts,
-    json_path,
-    junit_path,
-    markdown_path,
-    plot_path,
+    reports,
     quiet,
 ) -> None:
     """Run every case on every golden input set and compare within tolerance.
@@ -177,21 +144,24 @@ def verify(
     could not run (unless --allow-missing-ep).
     """
     from tconform.models import parse_model_options
-    from tconform.runtimes import RuntimeOptions
-    from tconform.runtimes.providers import parse_eps, parse_provider_options
+    from tconform.report import RunReport
     from tconform.verify import VerifyOptions
     from tconform.verify import verify as run_verify
 
     axes = {"exporters": exporters, "opsets": opsets, "dtypes": dtypes, "graph_opts": graph_opts}
     given = {name: values for name, values in axes.items() if values}
     if given and not matrix:
-        flag = "--" + next(iter(given)).rstrip("s").replace("_", "-")
+        flag = next(f for f, (name, _, _) in _AXIS_OPTIONS.items() if name in given)
         raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
+    if "graph_opts" in given and runtime.graph_opt != "all":
+        raise click.UsageError("--graph-opt is one level, --graph-opts the matrix axis: not both")
+    given.setdefault("graph_opts", (runtime.graph_opt,))
     if generation and (matrix or shard):
         raise click.UsageError("--generation runs on its own: not with --matrix or --shard")
     model_paths = [item.partition("=")[2].strip() for item in models]
-    reports = (json_path, junit_path, markdown_path, plot_path)
-    require_reports_apart([m for m in model_paths if m], *reports, what="the model under test")
+    require_reports_apart(
+        [m for m in model_paths if m], *reports.values(), what="the model under test"
+    )
     if generation and cases:
         raise click.UsageError(
             "--case selects components; --generation checks every generation golden (name its "
@@ -204,20 +174,13 @@ def verify(
         from tconform.registry import get_case as lookup
 
     def run(report, progress) -> None:
-        names = tuple(runtime_names) or RuntimeOptions.names
         options = VerifyOptions(
             golden_dir=golden_dir,
             artifacts_dir=artifacts_dir,
-            runtimes=RuntimeOptions(
-                tuple(n for n in names if not (no_torch and n == "torch")),
-                tuple(parse_eps(ep_spec)),
-                tf32=tf32,
-                device_id=device_id,
-                provider_options=parse_provider_options(list(provider_options)),
-            ),
+            runtimes=runtime.options(),
             cases=cases,
-            allow_missing_ep=allow_missing_ep,
-            strict_placement=strict_placement,
+            allow_missing_ep=runtime.allow_missing_ep,
+            strict_placement=runtime.strict_placement,
             with_doc=not no_doc,
             models=parse_model_options(models, lookup),
             export=not no_export,
@@ -236,8 +199,9 @@ def verify(
 
     render = None
     if matrix:
-        from tconform.report.pivot import render_with_pivot as render
+        from tconform.report.pivot import render_with_pivot
 
-    run_and_report(
-        "verify", run, quiet, json_path, junit_path, markdown_path, plot_path, render=render
-    )
+        def render(report) -> str:
+            return render_with_pivot(report.results) if report.results else ""
+
+    run_and_report(RunReport("verify"), run, quiet, reports, render=render)

@@ -12,19 +12,17 @@ decoder and head weights, one embedding row) over the measured copy bandwidth
 
 from __future__ import annotations
 
-import io
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
-from tconform.bench.run import default_threads
 from tconform.bench.timing import round_sig, timed_runs
-from tconform.config import ModelConfig, get_preset
-from tconform.errors import UsageError
+from tconform.config import ModelConfig
 from tconform.execution import NotRun, Subject, case_module, open_subject
 from tconform.export import ExportSettings, export_cases
 from tconform.files import atomic_write_bytes, atomic_write_json
@@ -33,9 +31,8 @@ from tconform.generation.steppers import CachedStepper, make_stepper
 from tconform.models import ModelUnderTest
 from tconform.reference import Transformer
 from tconform.registry import ENCODER, GENERATION_CASES, STEP, Shape
-from tconform.report.text import format_table
+from tconform.report.formats import Writer
 from tconform.runtimes import label, make_runtime
-from tconform.runtimes.providers import parse_eps
 from tconform.weights import DEFAULT_SEED, make_params
 
 
@@ -119,7 +116,12 @@ def _decode_row(runtime, sessions, cfg, settings, feeds, floor_ms: float, ep: st
     return row
 
 
-def run_generate_bench(settings: GenerateSettings, log) -> dict:
+KIND = "tconform-bench-generate"
+
+
+def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None) -> dict:
+    """The report (`into`, filled as the run goes, when given): one row per engine."""
+    report = {} if into is None else into
     cfg = settings.cfg
     check_request(cfg, settings.decoding, settings.strategy)
     log(f"generation models in {settings.artifacts}: exported where not current ...")
@@ -138,6 +140,25 @@ def run_generate_bench(settings: GenerateSettings, log) -> dict:
     bandwidth = copy_bandwidth_gbs()
     floor_ms = weight_bytes / (bandwidth * 1e9) * 1e3
     rows, unavailable = [], []
+    report.update(
+        {
+            "kind": KIND,
+            "preset": settings.preset,
+            "config": cfg.to_dict(),
+            "batch": settings.batch,
+            "new_tokens": settings.new_tokens,
+            "strategy": vars(settings.strategy),
+            "threads": settings.threads,
+            "src_len": src_len,
+            "repeats": settings.repeats,
+            "cpu": cpu_name(),
+            "step_weight_bytes": weight_bytes,
+            "copy_bandwidth_gbs": round_sig(bandwidth),
+            "memory_floor_ms": round_sig(floor_ms),
+            "rows": rows,
+            "unavailable": unavailable,
+        }
+    )
     for runtime_name, ep in settings.engines:
         runtime = make_runtime(runtime_name, ep, threads=settings.threads)
         log(f"{label(runtime)}: decoding {settings.new_tokens} tokens with and without the cache")
@@ -155,26 +176,12 @@ def run_generate_bench(settings: GenerateSettings, log) -> dict:
                 unavailable.append({"engine": runtime_name, "ep": ep, "reason": str(why)})
                 continue
             rows.append(_decode_row(runtime, sessions, cfg, settings, feeds, floor_ms, ep))
-    return {
-        "kind": "tconform-bench-generate",
-        "preset": settings.preset,
-        "config": cfg.to_dict(),
-        "batch": settings.batch,
-        "src_len": src_len,
-        "new_tokens": settings.new_tokens,
-        "strategy": vars(settings.strategy),
-        "threads": settings.threads,
-        "repeats": settings.repeats,
-        "cpu": cpu_name(),
-        "step_weight_bytes": weight_bytes,
-        "copy_bandwidth_gbs": round_sig(bandwidth),
-        "memory_floor_ms": round_sig(floor_ms),
-        "rows": rows,
-        "unavailable": unavailable,
-    }
+    return report
 
 
 def table(report: dict) -> str:
+    from tconform.report.text import format_table
+
     header = ["engine", "encoder ms", "cached p50/p90 ms", "no-cache p50/p90 ms", "tokens/s",
               f"x faster @{report['new_tokens']}", "x floor", "cache MiB", "cache on"]  # fmt: skip
     body = [
@@ -199,77 +206,171 @@ def table(report: dict) -> str:
     return format_table(header, body) + "\n" + floor
 
 
-def write_plot(path: Path, report: dict) -> None:
+def markdown(report: dict) -> str:
+    """The table for CI job summaries (in a code block: it is the terminal's)."""
+    lines = ["## tconform bench --generate", ""]
+    error = report.get("error")
+    if error:
+        lines += [f"**The run stopped early (exit {error['exit_code']}):** {error['message']}", ""]
+    if report.get("rows"):
+        lines += ["```", table(report), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def write_plot(path: Path, report: GenerateReport) -> None:
+    """Per-token milliseconds at each prefix length, with and without the cache, per engine."""
+    from tconform.report import png
+
+    data = report.to_dict()
+    if not data["rows"]:  # nothing measured: the plot says why
+        why = report.error["message"] if report.error else "no engine decoded"
+        png.write_message(path, "tconform bench --generate: nothing measured", str(why))
+        return
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for row in report["rows"]:
+    for row in data["rows"]:
         steps = range(1, len(row["cached_by_prefix_ms"]) + 1)
         ax.plot(steps, row["cached_by_prefix_ms"], label=f"{row['engine']} with cache")
         ax.plot(steps, row["no_cache_by_prefix_ms"], "--", label=f"{row['engine']} no cache")
-    ax.axhline(report["memory_floor_ms"], color="grey", linewidth=1, label="memory floor (CPU)")
+    ax.axhline(data["memory_floor_ms"], color="grey", linewidth=1, label="memory floor (CPU)")
     ax.set_xlabel("prefix length (tokens fed so far)")
     ax.set_ylabel("ms per token (median of repeats)")
-    ax.set_title(f"tconform bench --generate {report['new_tokens']}: {report['preset']} preset")
+    ax.set_title(f"tconform bench --generate {data['new_tokens']}: {data['preset']} preset")
     ax.legend(fontsize="small")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    png.save(fig, path, dpi=110)
 
 
-def write_json(path: Path, report: dict) -> None:
-    atomic_write_json(path, report)
+def write_json(path: Path, report: GenerateReport) -> None:
+    from tconform.report.json_report import strict
+
+    atomic_write_json(path, strict(report.to_dict()))
+
+
+def write_markdown(path: Path, report: GenerateReport) -> None:
+    atomic_write_bytes(path, markdown(report.to_dict()).encode())
+
+
+def _is_own_markdown(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8") as text:
+            return text.readline().rstrip("\n") == "## tconform bench --generate"
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _is_own_json(path: Path) -> bool:
+    from tconform.bench.report import is_own_json
+
+    return is_own_json(path)
+
+
+def _is_own_plot(path: Path) -> bool:
+    from tconform.report import png
+
+    return png.is_own(path)
+
+
+JSON = Writer(write_json, _is_own_json)
+MARKDOWN = Writer(write_markdown, _is_own_markdown)
+PLOT = Writer(write_plot, _is_own_plot)
+
+
+@dataclass
+class GenerateReport:
+    """`bench --generate`'s report kind for the run frame: `data` is run_generate_bench's report
+    (filled as the run goes), `error` what ended it early."""
+
+    command: str = "bench"
+    data: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    error: dict | None = None
+    writers: ClassVar[dict[str, str]] = {
+        "json": "tconform.generation.bench:JSON",
+        "markdown": "tconform.generation.bench:MARKDOWN",
+        "plot": "tconform.generation.bench:PLOT",
+    }
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.error["exit_code"]) if self.error is not None else 0
+
+    def to_dict(self) -> dict:
+        report = {
+            "tool": "tconform bench",
+            "kind": KIND,
+            "environment": self.environment,
+            "rows": [],
+            "unavailable": [],
+            **self.data,
+        }
+        report["exit_code"] = self.exit_code
+        report["error"] = self.error
+        return report
+
+    def render(self) -> str:
+        report = self.to_dict()
+        return table(report) if report["rows"] else ""
+
+    def summary(self) -> str:
+        return ""
 
 
 GENERATE_ENGINES = ("onnxruntime", "torch")
 
 
-def bench_generate_command(
+def generate_run(
     preset: str,
     new_tokens: int,
     strategy: Strategy,
     end_token: int | None,
     engines: tuple[str, ...],
-    ep_spec: str,
-    threads: int | None,
+    runtime,
     artifacts: Path | None,
-    json_path: Path | None,
-    plot_path: Path | None,
-    log,
-) -> dict:
-    """Validate the request (UsageError: one line, exit 2), measure, write the reports."""
-    cfg = get_preset(preset)
-    unknown = [e for e in engines if e not in GENERATE_ENGINES]
-    if unknown:
-        raise UsageError(
-            f"engine {unknown[0]!r} does not decode; choose from {', '.join(GENERATE_ENGINES)}"
+):
+    """The run (for tconform.commands.run.run_and_report) of `bench --generate`: validate the
+    request (UsageError: one line, exit 2), measure into the report, and exit 3 where a
+    requested provider could not run. `runtime` is the command's RuntimeChoice."""
+
+    def run(report: GenerateReport, progress) -> None:
+        from tconform.bench.run import default_threads
+        from tconform.config import get_preset
+        from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError, UsageError
+        from tconform.runtimes.providers import parse_eps
+
+        cfg = get_preset(preset)
+        unknown = [e for e in engines if e not in GENERATE_ENGINES]
+        if unknown:
+            raise UsageError(
+                f"engine {unknown[0]!r} does not decode; choose from {', '.join(GENERATE_ENGINES)}"
+            )
+        eps = parse_eps(runtime.ep_spec)
+        chosen = [
+            (name, ep)
+            for name in engines or GENERATE_ENGINES
+            for ep in eps
+            if ep in ("cpu", "cuda") or name == "onnxruntime"
+        ]
+        settings = GenerateSettings(
+            cfg,
+            preset,
+            new_tokens,
+            strategy,
+            Decoding(new_tokens, eos_id=end_token),
+            tuple(chosen),
+            runtime.threads or default_threads(),
+            artifacts=artifacts or Path("artifacts/bench") / preset / "generation",
         )
-    eps = parse_eps(ep_spec)
-    chosen = [
-        (name, ep)
-        for name in engines or GENERATE_ENGINES
-        for ep in eps
-        if ep in ("cpu", "cuda") or name == "onnxruntime"
-    ]
-    settings = GenerateSettings(
-        cfg,
-        preset,
-        new_tokens,
-        strategy,
-        Decoding(new_tokens, eos_id=end_token),
-        tuple(chosen),
-        threads or default_threads(),
-        artifacts=artifacts or Path("artifacts/bench") / preset / "generation",
-    )
-    check_request(cfg, settings.decoding, strategy)
-    report = run_generate_bench(settings, log)
-    if json_path:
-        write_json(json_path, report)
-    if plot_path:
-        write_plot(plot_path, report)
-    return report
+        check_request(cfg, settings.decoding, strategy)
+        run_generate_bench(settings, progress, into=report.data)
+        unavailable = report.data["unavailable"]
+        if unavailable and not runtime.allow_missing_ep:
+            raise TconformError.with_code(
+                f"provider {unavailable[0]['ep']} could not run", EXIT_EP_UNAVAILABLE
+            )
+
+    return run

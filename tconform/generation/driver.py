@@ -21,6 +21,12 @@ Definitions (docs/generation.md repeats them):
   sequence, finished or not, from a NumPy Generator seeded by the driver) picks the token whose
   cumulative interval holds it. The same seed gives the same stream on every runtime, so a
   sampled sequence differs between runtimes only where their probabilities do.
+- degenerate steps: log-probabilities of the wrong shape, or a live sequence's that hold +inf or
+  are -inf for every token, are no distribution and no strategy can choose from them: decoding
+  stops with `DegenerateOutput`, a conformance failure (exit 1) of the runtime that produced
+  them, with a message naming the step and sequence. NaN is not refused here: the oracle's own
+  rows are NaN where a prompt starts with padding under the -inf mask fill (docs/generation.md),
+  and the verdict judges NaN against the golden like any value.
 """
 
 from __future__ import annotations
@@ -30,11 +36,44 @@ from dataclasses import dataclass
 import numpy as np
 
 from tconform.config import ModelConfig
-from tconform.errors import UsageError
+from tconform.errors import EXIT_FAILURE, TconformError, UsageError
 from tconform.generation.steppers import Stepper
 
 STRATEGIES = ("greedy", "beam", "sample")
 BOS, EOS, PAD = 1, 2, 0  # the tokens tconform's goldens use; any id below the vocabulary works
+
+
+class DegenerateOutput(TconformError):
+    """A decoding step's log-probabilities are no distribution (see the module docstring): a
+    conformance failure of what produced them, exit 1."""
+
+    exit_code = EXIT_FAILURE
+
+
+def require_distribution(
+    log_probs: np.ndarray, live: np.ndarray, step: int, shape: tuple[int, int]
+) -> None:
+    """DegenerateOutput unless `log_probs` has `shape` (rows x vocabulary) and every live row
+    can be decoded from: no +inf, and at least one token above -inf (see the module
+    docstring for NaN)."""
+    values = np.asarray(log_probs)
+    if values.shape != shape:
+        raise DegenerateOutput(
+            f"decoding step {step}: log-probabilities of shape {list(values.shape)}, where "
+            f"{list(shape)} (sequences x vocabulary) is expected"
+        )
+    rows = np.flatnonzero(live)
+    problems = {
+        "hold +inf": np.isposinf(values[rows]).any(axis=1),
+        "are -inf for every token": (values[rows] == -np.inf).all(axis=1),
+    }
+    for what, bad in problems.items():
+        if bad.any():
+            first = int(rows[np.argmax(bad)])
+            raise DegenerateOutput(
+                f"decoding step {step}: the log-probabilities of sequence {first} {what} "
+                f"({int(bad.sum())} of {len(rows)} live sequences): no token can be chosen"
+            )
 
 
 @dataclass(frozen=True)
@@ -123,6 +162,12 @@ def generate(
     log_probs = None
     for j in range(prefix_ids.shape[1]):
         log_probs = stepper.step(prefix_ids[:, j], prefix_keep[:, j])
+    shape = np.shape(log_probs)
+    if len(shape) != 2 or shape[0] != len(src_ids) or shape[1] < 1:
+        raise DegenerateOutput(
+            f"decoding step 1: log-probabilities of shape {list(shape)}, where "
+            f"[{len(src_ids)}, vocabulary] is expected"
+        )
     if strategy.kind == "beam":
         return _beam(stepper, log_probs, decoding, strategy)
     return _one_per_sequence(stepper, log_probs, decoding, strategy)
@@ -136,6 +181,7 @@ def _one_per_sequence(stepper, log_probs, decoding: Decoding, strategy: Strategy
     lengths = np.zeros(batch, dtype=np.int64)
     done = np.zeros(batch, dtype=bool)
     for t in range(decoding.max_new_tokens):
+        require_distribution(log_probs, ~done, t + 1, (batch, vocab))
         if strategy.kind == "sample":
             chosen = sample(log_probs, strategy, rng.random(batch))
         else:
@@ -186,6 +232,7 @@ def _beam(stepper, log_probs, decoding: Decoding, strategy: Strategy) -> Generat
     width, steps = strategy.beam_width, decoding.max_new_tokens
     stepper.reorder(np.repeat(np.arange(batch), width))
     log_probs = np.repeat(log_probs, width, axis=0)
+    shape = (batch * width, vocab)
     scores = np.full((batch, width), -np.inf)
     scores[:, 0] = 0.0  # the beams start identical: expand the first only
     history = np.zeros((batch * width, 0), dtype=np.int64)
@@ -197,6 +244,7 @@ def _beam(stepper, log_probs, decoding: Decoding, strategy: Strategy) -> Generat
         finished[b].append((normalised, tokens, dists))
 
     for t in range(steps):
+        require_distribution(log_probs, (scores > -np.inf).reshape(-1), t + 1, shape)
         total = (scores[:, :, None] + log_probs.reshape(batch, width, vocab)).reshape(batch, -1)
         order = np.argsort(-total, axis=1, kind="stable")[:, : 2 * width]
         rows, next_tokens, next_scores = [], [], []
@@ -246,6 +294,8 @@ def _beam(stepper, log_probs, decoding: Decoding, strategy: Strategy) -> Generat
     dists = np.zeros((batch, steps, vocab))
     lengths = np.zeros(batch, dtype=np.int64)
     for b in range(batch):
+        if not finished[b]:  # every continuation was -inf: no hypothesis to answer with
+            raise DegenerateOutput(f"beam search: no hypothesis of sequence {b} finished")
         # max() keeps the first of equal scores: the earliest finished, a fixed order.
         _, best_tokens, best_dists = max(finished[b], key=lambda f: f[0])
         lengths[b] = len(best_tokens)

@@ -18,7 +18,7 @@ import numpy as np
 
 from tconform.compare import tolerance_for
 from tconform.config import ModelConfig
-from tconform.errors import UsageError
+from tconform.errors import TconformError, UsageError, first_line
 from tconform.execution import NotRun, Subject, case_module, not_run, open_subject
 from tconform.export import (
     ExportJob,
@@ -30,15 +30,15 @@ from tconform.export import (
 )
 from tconform.files import sha256_file
 from tconform.generation import golden
-from tconform.generation.driver import generate
+from tconform.generation.driver import DegenerateOutput, generate
 from tconform.generation.steppers import make_stepper
-from tconform.generation.verdict import judge
+from tconform.generation.verdict import Verdict, judge
 from tconform.models import ModelUnderTest, given_model, held_model, model_from_record
 from tconform.plan import Progress, VerifyOptions, verify_runtimes
 from tconform.reference import Transformer
 from tconform.registry import GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.report import RunReport
-from tconform.results import Result, allow_missing
+from tconform.results import Result, Status, allow_missing
 from tconform.runtimes import label
 from tconform.weights import make_params
 
@@ -157,12 +157,20 @@ def _decode_all(runtime, cfg, opened, row: Result, cases, progress) -> list[Resu
         for cache in (True, False):
             decoder = STEP if cache else PREFIX
             stepper = make_stepper(opened, cfg, cache)
-            with np.errstate(invalid="ignore"):  # -inf fill sets hold NaN rows by design
-                actual = generate(
-                    stepper, inputs["src_ids"], inputs["src_keep"], case.decoding, case.strategy,
-                    (inputs["prefix_ids"], inputs["prefix_keep"]),
-                )  # fmt: skip
-            verdict = judge(case.generation(), actual, tol)
+            try:
+                with np.errstate(invalid="ignore"):  # -inf fill sets hold NaN rows by design
+                    actual = generate(
+                        stepper, inputs["src_ids"], inputs["src_keep"], case.decoding,
+                        case.strategy, (inputs["prefix_ids"], inputs["prefix_keep"]),
+                    )  # fmt: skip
+            except DegenerateOutput as exc:  # no distribution to decode from: a failure
+                verdict = Verdict(Status.FAIL, [], None, str(exc))
+            except TconformError:  # a usage error (feeds the session refuses) stays one
+                raise
+            except Exception as exc:  # the runtime broke mid-decoding, on valid input
+                verdict = Verdict(Status.ERROR, [], None, first_line(exc))
+            else:
+                verdict = judge(case.generation(), actual, tol)
             what = "with the key/value cache" if cache else "without a cache (whole prefix)"
             result = opened[decoder.name].stamp(
                 replace(

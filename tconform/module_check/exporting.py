@@ -25,11 +25,34 @@ from pathlib import Path
 from torch import nn
 
 from tconform import export as project_export
-from tconform.errors import UsageError
-from tconform.files import atomic_write_bytes, atomic_write_json, read_json_object, sha256_file
-from tconform.folders import ARTIFACTS, MANIFEST, managed_folder, manifest_kind
+from tconform.check_folder import (
+    OWN_FILES,
+    OWN_RECORD,
+    default_export_dir,
+    record_own_files,
+    require_own_export_folder,
+)
+from tconform.errors import (
+    EndedByUserCode,
+    Terminated,
+    UsageError,
+    calling_user_code,
+    first_line,
+)
+from tconform.files import atomic_write_bytes
 from tconform.module_check.inputs import ModuleInputs
 from tconform.runtimes.torch import eval_mode
+
+__all__ = [
+    "DEFAULT_OPSET",
+    "EXPORTERS",
+    "OWN_FILES",
+    "OWN_RECORD",
+    "check_opset",
+    "default_export_dir",
+    "export_module",
+    "require_own_export_folder",
+]
 
 EXPORTERS = project_export.EXPORTERS
 DEFAULT_OPSET = project_export.DEFAULT_OPSET
@@ -118,89 +141,36 @@ def export_module(
     require_own_export_folder(path.parent)
     log = io.StringIO()
     log_path = path.parent / "export.log"
-    with tempfile.TemporaryDirectory() as tmp:
+    failed = f"{label + ': ' if label else ''}export with {exporter} failed"
+    with tempfile.TemporaryDirectory() as tmp, calling_user_code(failed):
         raw = Path(tmp) / "model.onnx"
         try:
             with _captured(log), eval_mode(module):
                 _export(module, inputs, output_names, raw, exporter, opset, dynamic or {})
             model = project_export.checked_model(raw)
-        except Exception as exc:
+        except (KeyboardInterrupt, Terminated):
+            raise
+        except BaseException as exc:  # the user's forward may call sys.exit, raise anything
             log.write("\n" + "".join(traceback.format_exception(exc)))
             atomic_write_bytes(log_path, log.getvalue().encode())
-            _record_own_files(path.parent)
-            summary = (
-                exc if isinstance(exc, UsageError) else project_export.exporter_error_line(exc)
-            )
+            record_own_files(path.parent)
+            if isinstance(exc, EndedByUserCode | UsageError):
+                summary = str(exc)
+            elif isinstance(exc, Exception):
+                summary = project_export.exporter_error_line(exc)
+            else:  # SystemExit, GeneratorExit: what the user's code did, in one line
+                raise EndedByUserCode(
+                    f"{failed}: {first_line(exc)} (full log: {log_path})"
+                ) from None
+            if isinstance(exc, EndedByUserCode):
+                raise EndedByUserCode(f"{failed}: {summary} (full log: {log_path})") from None
             way_on = (
                 "; the TorchScript exporter may export it: --exporter torchscript, or --exporter "
                 "auto to try dynamo first"
                 if exporter == "dynamo"
                 else ""
             )
-            raise UsageError(
-                f"{label + ': ' if label else ''}export with {exporter} failed: {summary} "
-                f"(full log: {log_path}){way_on}"
-            ) from None
+            raise UsageError(f"{failed}: {summary} (full log: {log_path}){way_on}") from None
     atomic_write_bytes(path, model.SerializeToString())
     atomic_write_bytes(log_path, log.getvalue().encode())
-    _record_own_files(path.parent)
-
-
-OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
-OWN_FILES = ("model.onnx", "export.log")
-
-
-CHECK_AREA = "check"  # an artifacts folder's subfolder for tconform check's exports
-
-
-def default_export_dir(name: str) -> Path:
-    """Where `tconform check` exports a module named `name` unless told otherwise."""
-    return Path("artifacts") / CHECK_AREA / name.replace(":", ".")
-
-
-def _recorded(folder: Path) -> dict:
-    """The sha256 of each file check wrote here, as a readable check.json records them."""
-    try:
-        hashes = read_json_object(folder / OWN_RECORD, what="check record").get("sha256")
-    except UsageError:  # missing or unreadable: nothing here is known to be check's own
-        return {}
-    return hashes if isinstance(hashes, dict) else {}
-
-
-def in_check_area(folder: Path, managed: Path | None) -> bool:
-    """Whether `folder` lies in the `check/` area of the artifacts folder `managed`: the one
-    place inside an artifacts folder that is tconform check's (as doc/ is the document
-    checks'), so that its default folder works where `tconform verify` made artifacts/."""
-    if managed is None or manifest_kind(managed) != ARTIFACTS:
-        return False
-    area = managed / CHECK_AREA
-    resolved = folder.resolve()
-    return resolved != area and resolved.is_relative_to(area)
-
-
-def require_own_export_folder(folder: Path) -> None:
-    """check writes only where it may replace what is there: a new or tconform check's own
-    folder, never a golden or artifacts folder (but for an artifacts folder's check/ area),
-    never over a file it did not write."""
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{folder}: exists and is not a folder")
-    managed = managed_folder(folder, itself=True)
-    if (folder / MANIFEST).exists() or (managed is not None and not in_check_area(folder, managed)):
-        raise UsageError(
-            f"{folder} is or lies in a golden or artifacts folder ({managed or folder}); "
-            "check --out needs a folder of its own"
-        )
-    recorded = _recorded(folder)
-    for name in OWN_FILES:
-        path = folder / name
-        if path.exists() and (not path.is_file() or sha256_file(path) != recorded.get(name)):
-            ways = f"check it as it is with --model {path}, or " if name == "model.onnx" else ""
-            raise UsageError(
-                f"{path}: not written by tconform check (or changed since); {ways}choose "
-                "another --out"
-            )
-
-
-def _record_own_files(folder: Path) -> None:
-    hashes = {n: sha256_file(folder / n) for n in OWN_FILES if (folder / n).is_file()}
-    atomic_write_json(folder / OWN_RECORD, {"tool": "tconform check", "sha256": hashes})
+    record_own_files(path.parent)

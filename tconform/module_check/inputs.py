@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tconform.errors import UsageError
+from tconform.errors import UsageError, calling_user_code
 
 
 @dataclass
@@ -101,6 +101,12 @@ def as_inputs(module: nn.Module, example_inputs: object, origin: str) -> ModuleI
             raise UsageError(
                 f"{origin}: input {name!r} is a {type(value).__name__}, not a torch.Tensor"
             )
+        if value.is_complex() or value.is_quantized or value.layout != torch.strided:
+            raise UsageError(
+                f"{origin}: input {name!r} is a {str(value.dtype).removeprefix('torch.')} "
+                f"{str(value.layout).removeprefix('torch.')} tensor; tconform checks dense "
+                "tensors of bool, integer or floating-point numbers"
+            )
     known = _forward_parameters(module)
     takes_any = any(
         p.kind == p.VAR_KEYWORD for p in inspect.signature(module.forward).parameters.values()
@@ -132,11 +138,44 @@ def read_npz(path: Path, module: nn.Module) -> ModuleInputs:
             raise UsageError(f"{path}: unreadable array in the archive: {exc}") from None
     if not arrays:
         raise UsageError(f"{path}: the archive holds no arrays")
+    tensors = {name: _tensor(path, name, array) for name, array in arrays.items()}
     origin = str(path)
-    positional = [f"arr_{i}" for i in range(len(arrays))]
-    if sorted(arrays) == sorted(positional):
-        return as_inputs(module, tuple(torch.from_numpy(arrays[n]) for n in positional), origin)
-    return as_inputs(module, {n: torch.from_numpy(a) for n, a in arrays.items()}, origin)
+    positional = [f"arr_{i}" for i in range(len(tensors))]
+    if sorted(tensors) == sorted(positional):
+        return as_inputs(module, tuple(tensors[n] for n in positional), origin)
+    return as_inputs(module, tensors, origin)
+
+
+# numpy kinds an input may have: bool, signed and unsigned integers, floating point. Not text
+# (U, S), structured or raw bytes (V), objects (O), complex (c) or times (M, m).
+INPUT_KINDS = "biuf"
+
+
+def _tensor(path: Path, name: str, array: np.ndarray) -> torch.Tensor:
+    """One array of --inputs as a tensor, or one line naming it and its type."""
+    if array.dtype.kind not in INPUT_KINDS or array.dtype.fields is not None:
+        what = _KIND_NAMES.get(array.dtype.kind, "an unsupported type")
+        if array.dtype.fields is not None:
+            what = "a structured type"
+        raise UsageError(
+            f"{path}: array {name!r} holds {array.dtype} ({what}); inputs are arrays of bool, "
+            "integers or floating-point numbers"
+        )
+    try:
+        return torch.from_numpy(np.ascontiguousarray(array))
+    except (TypeError, ValueError, RuntimeError) as exc:  # a dtype torch has no type for
+        raise UsageError(f"{path}: array {name!r} ({array.dtype}): {exc}") from None
+
+
+_KIND_NAMES = {
+    "U": "text",
+    "S": "bytes",
+    "V": "a structured or raw-bytes type",
+    "O": "Python objects",
+    "c": "complex numbers",
+    "M": "dates",
+    "m": "time spans",
+}
 
 
 def parse_dynamic(
@@ -180,15 +219,11 @@ def _import_target(target: str):
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     importlib.invalidate_caches()  # files written since the interpreter started are found
-    try:
-        python_module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise UsageError(f"{target}: cannot import {module_name!r}: {exc}") from None
-    except Exception as exc:  # the user's module raised while importing
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise UsageError(
-            f"{target}: importing {module_name!r} raised {type(exc).__name__}: {first}"
-        ) from None
+    with calling_user_code(f"{target}: importing {module_name!r}"):  # its top level runs
+        try:
+            python_module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            raise UsageError(f"{target}: cannot import {module_name!r}: {exc}") from None
     try:
         factory = getattr(python_module, attribute)
     except AttributeError:
@@ -206,11 +241,8 @@ def _import_target(target: str):
 def load_factory(target: str) -> tuple[nn.Module, object | None]:
     """Call PACKAGE.MODULE:FACTORY; it returns (module, example_inputs) or just the module."""
     factory = _import_target(target)
-    try:
+    with calling_user_code(f"{target}: the factory"):
         made = factory()
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise UsageError(f"{target}: the factory raised {type(exc).__name__}: {first}") from None
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
         return made[0], made[1]
     if isinstance(made, nn.Module):

@@ -17,8 +17,14 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
-from tconform.compare import Tolerance, judge_outputs, tolerance_for
-from tconform.errors import Terminated, UsageError, calling_user_code, first_line
+from tconform.compare import Tolerance, judge_outputs, tolerance_for, tolerance_value
+from tconform.errors import (
+    EndedByUserCode,
+    Terminated,
+    UsageError,
+    calling_user_code,
+    first_line,
+)
 from tconform.execution import Subject, execute
 from tconform.golden import InputSet
 from tconform.heap import trim
@@ -90,12 +96,34 @@ class Tolerances:
     per_output: tuple[tuple[str, tuple[float, float]], ...] = ()
 
     def __post_init__(self) -> None:
-        for name, _ in self.per_output:
+        # Finite and >= 0 whoever gives them (the command line's types check the same): NaN
+        # passes nothing, infinity everything, and a report holds neither.
+        for what in ("atol", "rtol"):
+            value = getattr(self, what)
+            if value is not None:
+                object.__setattr__(self, what, tolerance_value(value, what))
+        checked = []
+        for item in self.per_output:
+            try:
+                name, (atol, rtol) = item
+            except (TypeError, ValueError):
+                raise UsageError(f"tolerances: {item!r} is not OUTPUT: (ATOL, RTOL)") from None
+            where = f"--tolerance {name}"
+            checked.append(
+                (
+                    name,
+                    (
+                        tolerance_value(atol, f"{where} atol"),
+                        tolerance_value(rtol, f"{where} rtol"),
+                    ),
+                )
+            )
             if name not in self.outputs:
                 raise UsageError(
                     f"--tolerance {name}=...: the module has no output {name!r} "
                     f"(its outputs: {', '.join(self.outputs)})"
                 )
+        object.__setattr__(self, "per_output", tuple(checked))
 
     def module(self, precision: str) -> Tolerance:
         """For the module as a whole (and every boundary localisation compares)."""
@@ -119,17 +147,18 @@ class Tolerances:
 
 
 def parse_tolerance(items: Sequence[str]) -> dict[str, tuple[float, float]]:
-    """['logits=1e-4,1e-4'] -> {'logits': (1e-4, 1e-4)}."""
+    """['logits=1e-4,1e-4'] -> {'logits': (1e-4, 1e-4)}; each value finite and >= 0."""
     parsed = {}
     for item in items:
         name, sep, values = item.partition("=")
         parts = values.split(",")
+        expected = f"--tolerance {item!r}: expected OUTPUT=ATOL,RTOL, e.g. out=1e-4,1e-4"
+        if not sep or not name.strip() or len(parts) != 2:
+            raise UsageError(expected)
         try:
-            atol, rtol = (float(p) for p in parts)
-        except ValueError:
-            atol = rtol = -1.0
-        if not sep or not name.strip() or len(parts) != 2 or atol < 0 or rtol < 0:
-            raise UsageError(f"--tolerance {item!r}: expected OUTPUT=ATOL,RTOL, e.g. out=1e-4,1e-4")
+            atol, rtol = (tolerance_value(part.strip(), part.strip()) for part in parts)
+        except UsageError as exc:
+            raise UsageError(f"{expected} ({exc})") from None
         parsed[name.strip()] = (atol, rtol)
     return parsed
 
@@ -186,6 +215,8 @@ def _export(
     try:
         export_module(module, inputs, output_names, path, "dynamo", opset, dynamic, name)
         return "dynamo", ""
+    except EndedByUserCode:
+        raise  # the module ended itself: no exporter's limit for TorchScript to get round
     except UsageError as exc:
         failed = str(exc).split(" (full log:")[0]
     progress(f"{name}: dynamo failed; exporting with torchscript (auto)")

@@ -7,8 +7,8 @@ the results gathered so far are kept, so a CI system's report step always finds 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from tconform.report.formats import FORMATS, write_reports
 from tconform.results import Result, exit_code
 
 
@@ -30,26 +30,17 @@ class RunReport:
             return int(self.error["exit_code"])
         return exit_code(r.status for r in self.results)
 
+    def render(self) -> str:
+        """The terminal table of the results ('' when there are none)."""
+        from tconform.report import table
 
-def write_reports(
-    report: RunReport,
-    json_path: Path | None = None,
-    junit_path: Path | None = None,
-    markdown_path: Path | None = None,
-    plot_path: Path | None = None,
-) -> None:
-    """Every requested report file (paths were checked before the run started)."""
-    from tconform.report import json_report, junit, markdown, plot
+        return table.render(self.results) if self.results else ""
 
-    if json_path:
-        json_report.write(json_path, report)
-    if junit_path:
-        junit.write(junit_path, report)
-    if markdown_path:
-        markdown.write(markdown_path, report)
-    if plot_path and report.settings.get("matrix"):
-        from tconform.report import pivot
+    def summary(self) -> str:
+        """The last line a finished run prints (`145 results: 145 pass`)."""
+        from tconform.report import table
 
-        pivot.write_heatmap(plot_path, report.results)
-    elif plot_path:
-        plot.write(plot_path, report.results)
+        return table.summary(self.results)
+
+
+__all__ = ["FORMATS", "RunReport", "write_reports"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from tconform.errors import UsageError
@@ -28,7 +29,20 @@ def build(report: RunReport) -> dict[str, object]:
 
 
 def write(path: Path, report: RunReport) -> None:
-    atomic_write_json(path, build(report))
+    atomic_write_json(path, strict(build(report)))
+
+
+def strict(data: object) -> object:
+    """`data` as strict JSON can hold it: a NaN or infinity anywhere (a user's tolerance, a
+    measurement of nothing) becomes the text "nan", "inf" or "-inf", never a bare NaN that
+    strict parsers refuse."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return str(data)
+    if isinstance(data, dict):
+        return {key: strict(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [strict(value) for value in data]
+    return data
 
 
 def is_own(path: Path) -> bool:

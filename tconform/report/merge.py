@@ -8,6 +8,8 @@ full run would have written: the same results unit for unit, so the same exit co
 
 from __future__ import annotations
 
+import itertools
+import re
 from pathlib import Path
 
 from tconform.errors import (
@@ -94,14 +96,21 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
 
 def _missing_shards(shards: list) -> str:
     """Which `K/N` shards are absent, when the reports say; what they hold otherwise. (A shard
-    records only its own unit ids, so the missing ids are known by their shard, not by name.)"""
+    records only its own unit ids, so the missing ids are known by their shard, not by name.)
+    A shard count is whatever a report holds: read as ASCII digits only, and the absent shards
+    are found lazily (the first few), so a count of twenty digits costs nothing."""
     held = [str(shard) for shard in shards]
-    counts = {shard.split("/")[1] for shard in held if "/" in shard}
-    if len(counts) == 1 and all("/" in shard for shard in held):
+    parsed = [re.fullmatch(r"([0-9]{1,18})/([0-9]{1,18})", shard) for shard in held]
+    counts = {found.group(2) for found in parsed if found}
+    if len(counts) == 1 and all(parsed):
         count = int(counts.pop())
-        absent = [f"{k}/{count}" for k in range(1, count + 1) if f"{k}/{count}" not in held]
+        missing = (f"{k}/{count}" for k in range(1, count + 1) if f"{k}/{count}" not in held)
+        absent = list(itertools.islice(missing, 10))
         if absent:
-            return f"no report of shard {', '.join(absent)} (the reports hold {', '.join(held)})"
+            more = ", ..." if len(absent) == 10 else ""
+            return (
+                f"no report of shard {', '.join(absent)}{more} (the reports hold {', '.join(held)})"
+            )
     return f"the reports hold shards {', '.join(sorted(held))}"
 
 

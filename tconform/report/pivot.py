@@ -4,11 +4,10 @@ markdown and as a PNG heat map. An entry that could not run says `n.a.`, and why
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from tconform.files import atomic_write_bytes
+from tconform.report.png import save
 from tconform.report.table import render as render_table
 from tconform.report.text import format_table
 from tconform.results import Result
@@ -134,7 +133,4 @@ def write_heatmap(path: Path, results: list[Result]) -> None:
     fig.colorbar(image, ax=ax, label="share of tolerance used (capped at 2)")
     ax.set_title("tconform verify --matrix: worst over input sets (grey: n.a.)")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")  # keeps the colour-bar label
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    save(fig, path, dpi=110, bbox_inches="tight")  # keeps the colour-bar label

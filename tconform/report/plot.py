@@ -1,21 +1,46 @@
 """Error distribution plot for a verify run: per case and runtime, the worst error against the
-exact golden (log scale) and how much of the tolerance it used."""
+exact golden (log scale) and how much of the tolerance it used.
+
+Every PNG tconform writes (these, the matrix heat map, bench's plots) goes through `save`, which
+marks it in the PNG's own metadata (`Software: tconform`), so that `is_own` can tell a plot
+tconform wrote from a user's image; a run that stopped before it had anything to plot still
+writes its plot, saying why (`write_message`).
+"""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-from tconform.files import atomic_write_bytes
+from tconform.report import pivot
+from tconform.report.png import is_own, save, write_message
 from tconform.results import Result
 from tconform.runtimes.labels import runtime_label
+
+# A writer of the formats registry (tconform.report.formats): write, and is_own for a usage
+# error's report, which replaces only a plot tconform wrote.
+__all__ = ["is_own", "write"]
 
 
 def _label(r: Result) -> str:
     return runtime_label(r.runtime, r.ep, r.precision)
 
 
-def write(path: Path, results: list[Result]) -> None:
+def write(path: Path, report) -> None:
+    """The run report's plot: a matrix run's heat map of cases x cells, else the error
+    distribution below; a run that stopped with nothing to plot says why."""
+    if not any(r.outputs for r in report.results) and report.error is not None:
+        write_message(
+            path,
+            f"tconform {report.command}: stopped early (exit {report.error['exit_code']})",
+            str(report.error["message"]),
+        )
+    elif report.settings.get("matrix"):
+        pivot.write_heatmap(path, report.results)
+    else:
+        write_errors(path, report.results)
+
+
+def write_errors(path: Path, results: list[Result]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +73,4 @@ def write(path: Path, results: list[Result]) -> None:
     ax_used.legend(loc="lower right", fontsize="small")
     fig.suptitle("tconform verify: error against the float64 oracle")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    save(fig, path, dpi=110)

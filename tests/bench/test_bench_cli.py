@@ -16,7 +16,11 @@ pytestmark = pytest.mark.integration
 
 
 def run_bench(*args: str) -> None:
-    bench.main(list(args), standalone_mode=False, prog_name="tconform bench")
+    """bench in this process; it ends, like every checking command, with its exit code."""
+    try:
+        bench.main(list(args), standalone_mode=False, prog_name="tconform bench")
+    except SystemExit as exc:
+        assert exc.code == 0, exc.code
 
 
 @pytest.mark.parametrize(

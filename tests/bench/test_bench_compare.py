@@ -104,4 +104,7 @@ def test_compare_refuses_report_options_it_would_not_write(cli, tmp_path):
         "bench", "--compare", str(path), str(path), "--json", str(tmp_path / "c.json")
     )
     assert code == 2 and "--compare prints its table only" in err
-    assert not (tmp_path / "c.json").exists()
+    # Like every usage error's, the requested report holds the error and nothing else.
+    written = json.loads((tmp_path / "c.json").read_text())
+    assert written["exit_code"] == 2 and written["results"] == []
+    assert "--compare prints its table only" in written["error"]["message"]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from gen_helpers import GOLDEN_DIR, TINY
+from shared_build import built_once
 
 from tconform.generation import golden
 from tconform.generation.verify import export_models
@@ -22,8 +23,10 @@ def golden_cases():
 
 @pytest.fixture(scope="session")
 def generation_artifacts(tmp_path_factory) -> Path:
-    """<root>/generation (mask fill -inf) and <root>/generation-fill-1e9, exported once."""
-    root = tmp_path_factory.mktemp("generation-artifacts")
-    configs = [TINY, TINY.replace(mask_fill="-1e9")]
-    export_models(configs, TINY, DEFAULT_SEED, root, lambda _: None)
+    """<root>/generation (mask fill -inf) and <root>/generation-fill-1e9, exported once per
+    test run (shared by xdist's workers)."""
+    with built_once(tmp_path_factory, "generation-artifacts") as (root, to_build):
+        if to_build:
+            configs = [TINY, TINY.replace(mask_fill="-1e9")]
+            export_models(configs, TINY, DEFAULT_SEED, root, lambda _: None)
     return root

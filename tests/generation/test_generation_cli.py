@@ -3,12 +3,13 @@
 import json
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from gen_helpers import GOLDEN_DIR, TINY
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 from test_generation_runtimes import ShiftedStep
 
 from tconform.export import ExportSettings, export_case
@@ -149,3 +150,45 @@ def test_generation_options_are_honoured_or_refused(cli, tmp_path, args, says):
     assert code == 2 and says in err, err
     assert "Traceback" not in out + err
     assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").iterdir())
+
+
+def _degenerate_step(source: Path, target: Path, value: float) -> None:
+    """The decoder step with its log-probabilities replaced by `value` everywhere."""
+    model = onnx.load(str(source))
+    graph = model.graph
+    for node in graph.node:
+        node.output[:] = ["log_probs_raw" if o == "log_probs" else o for o in node.output]
+    fill = numpy_helper.from_array(np.array([value], np.float32))
+    graph.node.extend(
+        [
+            helper.make_node("Shape", ["log_probs_raw"], ["log_probs_shape"]),
+            helper.make_node("ConstantOfShape", ["log_probs_shape"], ["log_probs"], value=fill),
+        ]
+    )
+    onnx.save(model, str(target))
+
+
+@pytest.mark.parametrize(("value", "says"), [(-np.inf, "-inf for every token"), (np.nan, "")])
+def test_a_step_model_of_no_distribution_fails_verify_generation(
+    cli, tmp_path, generation_artifacts, value, says
+):
+    """A decoder step whose log-probabilities are -inf everywhere (no distribution) or NaN: every
+    strategy (greedy, beam, sampling) fails it with a message; nothing crashes (issue 20)."""
+    step = tmp_path / "step.onnx"
+    _degenerate_step(generation_artifacts / "generation" / "gen_step" / "model.onnx", step, value)
+    before = sha256_file(step)
+    report = tmp_path / "g.json"
+    code, out, err = cli(
+        "verify", "--generation", "--golden-generation", str(GOLDEN_DIR),
+        "--ep", "cpu", "--no-torch", "--artifacts", str(generation_artifacts),
+        "--model", f"gen_step={step}", "--json", str(report), "-q",
+    )  # fmt: skip
+    assert code == 1, out + err
+    assert "Traceback" not in out + err and not err.strip()
+    data = json.loads(report.read_text(), parse_constant=lambda name: pytest.fail(name))
+    given = [r for r in data["results"] if r["model"]["origin"] == "given"]
+    assert given and {r["status"] for r in given} == {"fail"}
+    strategies = {r["component"].split(",")[1].strip() for r in given}
+    assert {"greedy", "beam3"} <= strategies and any(s.startswith("sample") for s in strategies)
+    assert all(says in r["message"] for r in given)
+    assert sha256_file(step) == before

@@ -91,10 +91,14 @@ def test_inputs_file_the_module_rejects(cli, user_package, tmp_path):
 
 
 def test_a_module_that_cannot_be_exported_names_the_log(cli, user_package, tmp_path):
-    code, out, err = cli("check", f"{user_package}:unexportable", "--out", str(tmp_path), "-q")
+    code, out, err = cli(
+        "check", f"{user_package}:unexportable", "--exporter", "dynamo", "--out", str(tmp_path),
+        "-q",
+    )  # fmt: skip
     log = tmp_path / "export.log"
     _one_line_exit_2(code, out, err, "export with dynamo failed", str(log))
     assert "data-dependent" in err  # the exporter's own first error line
+    assert "--exporter torchscript" in err  # and the way on
     assert "Traceback" in log.read_text() and not (tmp_path / "model.onnx").exists()
 
 

@@ -131,8 +131,8 @@ def _package(tmp_path, monkeypatch, name: str, source: str) -> str:
         ("x = 1\n", "missing", "has no attribute 'missing'"),
         ("make = 3\n", "make", "int is not callable"),
         ("def make():\n    return 42\n", "make", "returned int, not a torch.nn.Module"),
-        ("def make():\n    raise ValueError('no weights')\n", "make", "raised ValueError"),
-        ("raise RuntimeError('broken at import')\n", "make", "raised RuntimeError"),
+        ("def make():\n    raise ValueError('no weights')\n", "make", "the factory: ValueError"),
+        ("raise RuntimeError('broken at import')\n", "make", "': RuntimeError: broken at import"),
         (
             "from torch import nn\nmake = nn.Linear(2, 2)\n",
             "make",

@@ -122,3 +122,14 @@ def test_a_deeply_nested_file_is_refused(tmp_path):
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(UsageError, match="RecursionError"):
         read_shard(path)
+
+
+def test_shard_counts_in_a_report_are_read_as_ascii_digits_and_cost_nothing():
+    """A shard report's `K/N` is data: a count of eighteen digits lists its first absent shards
+    at once, and digits int() refuses (`²`) are named as they are, never a traceback."""
+    from tconform.report.merge import _missing_shards
+
+    huge = "9" * 18
+    said = _missing_shards([f"1/{huge}", f"3/{huge}"])
+    assert said.startswith(f"no report of shard 2/{huge}, 4/{huge}") and said.count(", ...") == 1
+    assert _missing_shards(["²/3", "1/3"]) == "the reports hold shards 1/3, ²/3"

@@ -170,7 +170,9 @@ def test_a_matrix_none_of_whose_onnx_cells_can_exist_checks_nothing_and_exits_3(
     [
         (("--matrix", "--exporter", "onnxscript"), "unknown value 'onnxscript'"),
         (("--matrix", "--opset", "16"), "unknown value '16'"),
-        (("--matrix", "--graph-opt", "max"), "unknown value 'max'"),
+        (("--matrix", "--graph-opts", "max"), "unknown value 'max'"),
+        (("--matrix", "--graph-opt", "disable,all"), "takes a list with --graph-opts"),
+        (("--graph-opts", "all"), "--graph-opts is a matrix axis: add --matrix"),
         (("--dtype", "float16"), "--dtype is a matrix axis: add --matrix"),
     ],
 )
@@ -189,7 +191,7 @@ def test_float16_matrix_shards_merge_unit_for_unit(cli, small):
         "onnxruntime",
         "--runtime",
         "onnx-reference",
-        "--graph-opt",
+        "--graph-opts",
         "disable,all",
     ]
     for k in (1, 2):
