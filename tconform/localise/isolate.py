@@ -211,7 +211,7 @@ def _readme(isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dic
         + " (the reference's values rounded to the model's type; integer and boolean inputs as "
         "the model computed them).",
         f"- Rule: |actual - expected| <= atol + rtol * |expected|, atol {tol.atol:g}, rtol "
-        f"{tol.rtol:g} (tconform's `{tol.why}`).",
+        f"{tol.rtol:g} ({tol.why}).",
         f"- Isolated (this subgraph on these inputs, {about.get('runtime')}): {worst.status}, "
         f"max abs err {worst.max_abs_err:.3g}, {worst.mismatches} elements outside tolerance.",
     ]

@@ -129,7 +129,9 @@ class Tolerances:
         """For the module as a whole (and every boundary localisation compares)."""
         row = tolerance_for(precision, DEFAULT_TOLERANCE_CLASS)
         if self.atol is None and self.rtol is None:
-            return row
+            # The row's own reason describes tconform's Transformer, not the user's module.
+            why = f"tconform's {precision} {DEFAULT_TOLERANCE_CLASS} row, check's default"
+            return replace(row, why=why)
         return Tolerance(
             row.atol if self.atol is None else self.atol,
             row.rtol if self.rtol is None else self.rtol,

@@ -107,7 +107,9 @@ def test_default_tolerance_is_the_model_row_with_overrides():
     per_output = tols.by_output("float32")
     assert (per_output["a"].atol, per_output["a"].rtol) == (row.atol, 2e-4)
     assert (per_output["b"].atol, per_output["b"].rtol) == (1.0, 0.5)
-    assert Tolerances(("a",)).module("float16") == TOLERANCES[("float16", "model")]
+    float16 = Tolerances(("a",)).module("float16")
+    assert (float16.atol, float16.rtol) == (TOLERANCES[("float16", "model")].atol,) * 2
+    assert float16.why == "tconform's float16 model row, check's default"
     with pytest.raises(UsageError, match="no output 'c'"):
         Tolerances(("a",), per_output=(("c", (1.0, 1.0)),))
 
