@@ -97,6 +97,11 @@ def quantized_share(model) -> float:
     for node in model.graph.node:
         for name in node.input:
             readers.setdefault(name, set()).add(node.op_type)
+    # An int8 embedding table is gathered first and its rows dequantised after (the quantiser's
+    # Gather -> DequantizeLinear): a Gather's readers read its table too.
+    for node in model.graph.node:
+        if node.op_type == "Gather" and node.output:
+            readers[node.input[0]] |= readers.get(node.output[0], set())
     quantized = total = 0
     for tensor in model.graph.initializer:
         count = 1

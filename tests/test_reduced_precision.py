@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 TINY = PRESETS["tiny"]
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"  # the committed tiny goldens
-CASES = tuple(registry.get_case(n) for n in ("feed_forward", "positional_encoding"))
+CASES = tuple(registry.get_case(n) for n in ("feed_forward", "positional_encoding", "embedding"))
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def int8(tmp_path_factory):
 
 def test_int8_is_onnxruntimes_quantisation_recorded_and_read_back(int8):
     folder, records = int8
-    ff, pe = records
+    ff, pe, embedding = records
     manifest = json.loads((folder / "manifest.json").read_text())
     entry = manifest["models"]["feed_forward"]
     assert manifest["dtype"] == "int8" and entry["quantization"]["reduce_range"] is True
@@ -43,6 +43,8 @@ def test_int8_is_onnxruntimes_quantisation_recorded_and_read_back(int8):
     # What it computes in, from the record and from the file alike: int8 for the quantised
     # feed-forward, float32 for the positional encoding (no weight to quantise).
     assert ff.provenance().compute_elem_type == "int8" and pe.compute_type == "float32"
+    # An int8 embedding table is gathered, then dequantised: int8 too.
+    assert embedding.compute_type == "int8"
     as_given = given_model(registry.get_case("feed_forward"), TINY, folder / ff.path)
     assert as_given.precision == "int8" and as_given.io_type == "float32"
     assert derived_file(folder / pe.path).precision == "float32"

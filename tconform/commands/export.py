@@ -14,6 +14,7 @@ from tconform.commands.options import (
     preset_option,
     seed_option,
 )
+from tconform.config import MODEL_DTYPES
 
 
 @click.command("export")
@@ -36,7 +37,7 @@ from tconform.commands.options import (
 )
 @click.option(
     "--dtype",
-    type=click.Choice(["float32", "float16", "bfloat16", "int8"]),
+    type=click.Choice(MODEL_DTYPES),
     default="float32",
     show_default=True,
 )

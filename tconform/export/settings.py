@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from tconform.config import ATTENTION_KERNELS, ModelConfig
+from tconform.config import ATTENTION_KERNELS, MODEL_DTYPES, ModelConfig
 from tconform.errors import UsageError
 from tconform.registry import Case
 from tconform.versions import library_versions
@@ -30,12 +30,13 @@ OPSETS = tuple(range(17, max(MAX_OPSET.values()) + 1))
 # torch.onnx.export give a user); int8 is the float32 export quantised by ONNX Runtime's
 # quantisation tool (`quantize_dynamic`: int8 weights, activations quantised at run time;
 # the settings below), its inputs and outputs float32.
-DTYPES = {
+DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
     "int8": torch.float32,
 }
+assert tuple(DTYPES) == MODEL_DTYPES  # the command line offers config's names
 # What each dtype's inputs and outputs are (the goldens are fed and compared at that type).
 IO_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int8": "float32"}
 # onnxruntime.quantization.quantize_dynamic's arguments for the int8 dtype (part of the cache
