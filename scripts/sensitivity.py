@@ -1,6 +1,7 @@
 """How far past the tolerance line each fault of tconform.faults lands (docs/sensitivity.md).
 
     python scripts/sensitivity.py [--golden golden] [--fault NAME ...] [--keep DIR]
+                                  [--dtype float32|int8|bfloat16]
 
 Exports the cases the faults apply to with the golden folder's config and seed, injects each
 fault, runs the faulty model with ONNX Runtime (CPU) on every golden input set and prints a
@@ -25,6 +26,13 @@ def main() -> int:
     parser.add_argument("--golden", type=Path, default=Path("golden"))
     parser.add_argument("--fault", action="append", help="only this fault (repeatable)")
     parser.add_argument("--keep", type=Path, help="write the clean and faulty models here")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "int8", "bfloat16"),
+        help="the models' dtype, judged by its own row (int8: faults injected before "
+        "quantisation; bfloat16: run on OpenVINO)",
+    )
     args = parser.parse_args()
     try:
         faults = [get_fault(n) for n in args.fault] if args.fault else list(FAULTS)
@@ -36,7 +44,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            measurements = measure(args.golden, args.keep or Path(tmp), faults, progress)
+            measurements = measure(
+                args.golden, args.keep or Path(tmp), faults, progress, args.dtype
+            )
         except TconformError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return exc.exit_code

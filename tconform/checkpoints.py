@@ -19,7 +19,6 @@ those only.
 from __future__ import annotations
 
 import io
-import json
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -29,11 +28,13 @@ import numpy as np
 
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
-from tconform.files import sha256_bytes
 from tconform.generation.driver import BOS, EOS, PAD, Decoding, Generation, Strategy, generate
 from tconform.generation.steppers import make_stepper, oracle_sessions
+from tconform.weights import CHECKPOINTS as CHECKPOINTS  # where they are read (tconform.weights)
+from tconform.weights import available as available
+from tconform.weights import load_checkpoint as load_checkpoint
+from tconform.weights import read_record as read_record
 
-CHECKPOINTS = Path(__file__).parent / "data" / "checkpoints"
 FIRST_SYMBOL = 3  # after PAD, BOS and EOS
 MIN_LEN = 2
 HELD_OUT_EVERY = 8  # one source in eight is held out (by hash)
@@ -111,36 +112,6 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> bytes:
     data = buffer.getvalue()
     path.write_bytes(data)
     return data
-
-
-def available() -> list[str]:
-    return sorted(p.stem for p in CHECKPOINTS.glob("*.json"))
-
-
-def read_record(name: str, folder: Path = CHECKPOINTS) -> dict:
-    """The JSON record of checkpoint `name`."""
-    path = folder / f"{name}.json"
-    if not path.is_file():
-        names = ", ".join(available()) or "none"
-        raise UsageError(f"unknown checkpoint {name!r}; available: {names}")
-    return json.loads(path.read_text())
-
-
-def load_checkpoint(
-    name: str, folder: Path = CHECKPOINTS
-) -> tuple[ModelConfig, dict[str, np.ndarray]]:
-    """(config, params) of a committed checkpoint; params as tconform.weights.make_params gives
-    them (float64 arrays of float32 values), after checking the .npz against its sha256."""
-    record = read_record(name, folder)
-    path = folder / f"{name}.npz"
-    if not path.is_file():
-        raise UsageError(f"{path.name}: missing beside {name}.json")
-    data = path.read_bytes()
-    if sha256_bytes(data) != record["sha256"]:
-        raise UsageError(f"{path.name}: sha256 does not match {name}.json (corrupt or replaced)")
-    with np.load(io.BytesIO(data)) as archive:
-        params = {key: archive[key].astype(np.float64) for key in archive.files}
-    return ModelConfig.from_dict(record["config"]), params
 
 
 def oracle_greedy(

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tconform.compare import OutputComparison
+from tconform.compare import OutputComparison, is_float_dtype
 from tconform.config import ModelConfig
 from tconform.errors import (
     KernelMissing,
@@ -92,8 +92,9 @@ class NotRun(Exception):
 
 def precision_of(runtime_precision: str, model: ModelUnderTest | None) -> str:
     """The precision a run computes in, which picks its tolerance row: a model that computes
-    in a narrower type than float32 says so itself (float16); otherwise what the runtime
-    computes in (tf32 on CUDA, bfloat16 on OpenVINO when asked, float32)."""
+    in a narrower type than float32 says so itself (float16, bfloat16, int8: its own graph
+    rounds to it, whatever the runtime); otherwise what the runtime computes in (tf32 on
+    CUDA, bfloat16 on OpenVINO when asked, float32)."""
     if model is not None and model.precision != "float32":
         return model.precision
     return runtime_precision
@@ -252,7 +253,7 @@ def match_feeds(
     for info in declared:
         value = np.asarray(named[info.name])
         if info.dtype is not None and value.dtype != info.dtype:
-            if info.dtype.kind == "f" and value.dtype.kind == "f":
+            if is_float_dtype(info.dtype) and is_float_dtype(value.dtype):
                 value = value.astype(info.dtype)
             else:
                 raise UsageError(

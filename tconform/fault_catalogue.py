@@ -12,6 +12,7 @@ should say so rather than hide them. docs/sensitivity.md has the measured table
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from tconform.faults import (
     bypass,
     cast_round_trip,
     constant_input,
+    elem_type,
     find_node,
     find_nodes,
     gelu,
@@ -105,7 +107,9 @@ def residual_dropped(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def gelu_for_relu(model: onnx.ModelProto) -> onnx.ModelProto:
-    return replace_node(model, find_node(model, "Relu"), gelu)
+    relu = find_node(model, "Relu")
+    dtype = helper.tensor_dtype_to_np_dtype(elem_type(model, relu.input[0]))
+    return replace_node(model, relu, functools.partial(gelu, dtype=dtype))
 
 
 def pe_base(model: onnx.ModelProto, base: float = 100.0) -> onnx.ModelProto:
@@ -131,7 +135,8 @@ def heads_reversed(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def float16_round_trip(model: onnx.ModelProto) -> onnx.ModelProto:
     node = find_node(model, "MatMul")
-    return insert_after(model, node.output[0], cast_round_trip(TensorProto.FLOAT16))
+    back = elem_type(model, node.output[0])  # float32; bfloat16 in a bfloat16 export
+    return insert_after(model, node.output[0], cast_round_trip(TensorProto.FLOAT16, back))
 
 
 def value_weight_transposed(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -256,7 +256,8 @@ def replace_initializer(model: onnx.ModelProto, name: str, value: np.ndarray) ->
     tensor = initializer(new, name)
     if tensor is None:
         raise LookupError(f"no initializer {name!r}")
-    tensor.CopyFrom(numpy_helper.from_array(np.asarray(value), name=name))
+    stored = helper.tensor_dtype_to_np_dtype(tensor.data_type)  # a bfloat16 table stays one
+    tensor.CopyFrom(numpy_helper.from_array(np.asarray(value).astype(stored), name=name))
     return _finish(model, new)
 
 
@@ -319,22 +320,38 @@ def _namer(model: onnx.ModelProto) -> Callable[[str], str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Node builders (float32 models)
+# Node builders (float32 models; where a builder takes a type, any float type)
 
 
-def _scalar(name: str, value: float) -> onnx.NodeProto:
-    tensor = numpy_helper.from_array(np.array(value, dtype=np.float32), name=name)
+def _scalar(name: str, value: float, dtype: np.dtype = np.float32) -> onnx.NodeProto:
+    tensor = numpy_helper.from_array(np.array(value, dtype=np.float32).astype(dtype), name=name)
     return helper.make_node("Constant", [], [name], value=tensor)
 
 
-def gelu(x: str, y: str, fresh: Callable[[str], str]) -> list[onnx.NodeProto]:
-    """y = 0.5 x (1 + erf(x / sqrt(2))): GELU from opset-13 ops (ONNX's Gelu needs opset 20)."""
+def elem_type(model: onnx.ModelProto, tensor: str) -> int:
+    """The element type of `tensor` as the graph declares or ONNX's shape inference infers it
+    (TensorProto.FLOAT where neither says)."""
+    found = initializer(model, tensor)
+    if found is not None:
+        return found.data_type
+    for graph in (model.graph, onnx.shape_inference.infer_shapes(model).graph):
+        for value in (*graph.input, *graph.output, *graph.value_info):
+            if value.name == tensor and value.type.tensor_type.elem_type:
+                return value.type.tensor_type.elem_type
+    return TensorProto.FLOAT
+
+
+def gelu(
+    x: str, y: str, fresh: Callable[[str], str], dtype: np.dtype = np.float32
+) -> list[onnx.NodeProto]:
+    """y = 0.5 x (1 + erf(x / sqrt(2))): GELU from opset-13 ops (ONNX's Gelu needs opset 20);
+    its constants in `dtype`, the type of x."""
     root2, one, half = fresh("sqrt2"), fresh("one"), fresh("half")
     scaled, erf, shifted, halved = (fresh(f"gelu_{s}") for s in ("div", "erf", "add", "mul"))
     return [
-        _scalar(root2, float(np.sqrt(2.0))),
-        _scalar(one, 1.0),
-        _scalar(half, 0.5),
+        _scalar(root2, float(np.sqrt(2.0)), dtype),
+        _scalar(one, 1.0, dtype),
+        _scalar(half, 0.5, dtype),
         helper.make_node("Div", [x, root2], [scaled]),
         helper.make_node("Erf", [scaled], [erf]),
         helper.make_node("Add", [erf, one], [shifted]),
@@ -343,14 +360,15 @@ def gelu(x: str, y: str, fresh: Callable[[str], str]) -> list[onnx.NodeProto]:
     ]
 
 
-def cast_round_trip(dtype: int = TensorProto.FLOAT16) -> NodeBuilder:
-    """Cast to `dtype` and back to float32: the precision of `dtype` in a float32 graph."""
+def cast_round_trip(dtype: int = TensorProto.FLOAT16, back: int = TensorProto.FLOAT) -> NodeBuilder:
+    """Cast to `dtype` and back to `back` (the graph's own type, float32 by default): the
+    precision of `dtype` in that graph."""
 
     def build(x: str, y: str, fresh: Callable[[str], str]) -> list[onnx.NodeProto]:
         narrow = fresh(f"{x}_{helper.tensor_dtype_to_np_dtype(dtype).name}")
         return [
             helper.make_node("Cast", [x], [narrow], to=dtype),
-            helper.make_node("Cast", [narrow], [y], to=TensorProto.FLOAT),
+            helper.make_node("Cast", [narrow], [y], to=back),
         ]
 
     return build

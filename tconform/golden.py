@@ -187,10 +187,7 @@ def _write_locked(golden_dir, cfg, seed, cases, preset, on_case, kept: dict) -> 
             "seed": seed,
             "input_sets": [vars(s) for s in input_shapes(cfg)],
             "stored_dtype": "float32",
-            "tolerances": {
-                f"{precision}/{klass}": {"atol": t.atol, "rtol": t.rtol}
-                for (precision, klass), t in TOLERANCES.items()
-            },
+            "tolerances": tolerance_table(),
             "versions": library_versions(),
             "cases": manifest_cases,
         }
@@ -200,6 +197,18 @@ def _write_locked(golden_dir, cfg, seed, cases, preset, on_case, kept: dict) -> 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def tolerance_table() -> dict[str, dict[str, float]]:
+    """compare.TOLERANCES as the manifest records it for tools without tconform: atol, rtol
+    and, for the rows that have one, the SQNR floor in dB."""
+    table = {}
+    for (precision, klass), t in TOLERANCES.items():
+        row = {"atol": t.atol, "rtol": t.rtol}
+        if t.min_sqnr_db is not None:
+            row["min_sqnr_db"] = t.min_sqnr_db
+        table[f"{precision}/{klass}"] = row
+    return table
 
 
 def _swap_into_place(staging: Path, golden_dir: Path) -> None:

@@ -33,9 +33,15 @@ from tconform.registry import Case, get_case
 # that size live in external data files).
 MAX_MODEL_BYTES = 2**31
 
-# Element types a case's tensors may have, by TensorSpec kind ("float" may be float32 or float16:
-# the model's own type decides its tolerance row).
-_FLOAT_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
+# Element types a case's tensors may have, by TensorSpec kind ("float" may be float32, float16
+# or bfloat16: the model's own type decides its tolerance row).
+_FLOAT_TYPES = {
+    TensorProto.FLOAT: "float32",
+    TensorProto.FLOAT16: "float16",
+    TensorProto.BFLOAT16: "bfloat16",
+}
+# The rows of models that compute in a narrower type than float32, narrowest last.
+NARROW = ("float16", "bfloat16")
 _KIND_TYPES = {
     "src_ids": TensorProto.INT64,
     "tgt_ids": TensorProto.INT64,
@@ -63,11 +69,17 @@ class ModelUnderTest:
 
     @property
     def precision(self) -> str:
-        """Its tolerance row: float16 when its inputs and outputs are float16, or most of its
-        operations take float16 (a float16 conversion that kept float32 inputs and
-        outputs); float16 weights Cast back to float32, or a Cast pair, do not loosen it."""
-        if "float16" in (self.io_type, self.provenance.compute_elem_type):
-            return "float16"
+        """Its tolerance row: int8 when most of its weights are int8 read by quantised ops
+        (onnxruntime.quantization's graphs); float16 or bfloat16 when its inputs and outputs
+        are, or most of its operations take that type (a conversion that kept float32 inputs
+        and outputs); float16 weights Cast back to float32, or a Cast pair, do not loosen
+        it."""
+        compute = self.provenance.compute_elem_type
+        if compute == "int8":
+            return "int8"
+        for narrow in NARROW:
+            if narrow in (self.io_type, compute):
+                return narrow
         return self.io_type
 
     def confirm_unchanged(self) -> None:
@@ -225,7 +237,8 @@ def _value_infos(values) -> dict[str, tuple[int, int | None]]:
 
 def check_signature(model: onnx.ModelProto, case: Case, cfg: ModelConfig, path: Path) -> None:
     """Input and output names, element types and ranks must be those of the case's goldens;
-    the first difference is the error. Float tensors may be float32 or float16, all alike."""
+    the first difference is the error. Float tensors may be float32, float16 or bfloat16, all
+    alike."""
     initializers = {t.name for t in model.graph.initializer}
     inputs = _value_infos(v for v in model.graph.input if v.name not in initializers)
     outputs = _value_infos(model.graph.output)
@@ -249,7 +262,7 @@ def check_signature(model: onnx.ModelProto, case: Case, cfg: ModelConfig, path: 
                     raise UsageError(
                         f"{path}: {role} {spec.name!r} has element type "
                         f"{TensorProto.DataType.Name(elem_type)}; case {case.name!r} needs "
-                        "float32 or float16"
+                        "float32, float16 or bfloat16"
                     )
                 float_types.add(elem_type)
             elif elem_type != _KIND_TYPES[spec.kind]:
@@ -264,7 +277,7 @@ def check_signature(model: onnx.ModelProto, case: Case, cfg: ModelConfig, path: 
                     f"{len(spec.axes)} ({', '.join(spec.axes)})"
                 )
     if len(float_types) > 1:
-        raise UsageError(f"{path}: mixes float32 and float16 inputs/outputs")
+        raise UsageError(f"{path}: mixes float types in its inputs/outputs")
 
 
 def model_from_record(case: Case, record: ExportRecord, note: str = "") -> ModelUnderTest:

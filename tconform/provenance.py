@@ -33,7 +33,7 @@ class ModelProvenance:
     opsets: dict[str, int] = field(default_factory=dict)
     ir_version: int | None = None
     elem_type: str = ""  # of its floating-point inputs and outputs
-    compute_elem_type: str = ""  # the float type most of its operations take
+    compute_elem_type: str = ""  # the type most of its operations take ("int8": quantised)
     external_data: dict[str, str] = field(default_factory=dict)  # location -> sha256
 
     def to_dict(self) -> dict[str, object]:
@@ -66,11 +66,64 @@ def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvena
     )
 
 
+# Ops that read quantised (8-bit) tensors: ONNX's and ONNX Runtime's contrib ops that
+# onnxruntime.quantization writes (dynamic, static QOperator and QDQ formats).
+QUANTIZED_OPS = {
+    "MatMulInteger",
+    "ConvInteger",
+    "DequantizeLinear",
+    "QLinearMatMul",
+    "QLinearConv",
+    "DynamicQuantizeMatMul",
+    "MatMulIntegerToFloat",
+    "QAttention",
+    "QGemm",
+    "QEmbedLayerNormalization",
+}
+_INT8_TYPES = {2, 3}  # UINT8, INT8
+# Weights: initializers of more elements than this (a scale or zero point is one, or one per
+# channel; a Reshape's shape a few).
+_WEIGHT_ELEMENTS = 64
+
+
+# A model whose weights are mostly int8 is an int8 model (its tolerance row is int8's).
+INT8_SHARE = 0.5
+
+
+def quantized_share(model) -> float:
+    """The share of `model`'s weight elements held as int8/uint8 and read by a quantised op
+    (0 for a float model): a graph onnxruntime.quantization made holds most of its weights so."""
+    readers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+    # An int8 embedding table is gathered first and its rows dequantised after (the quantiser's
+    # Gather -> DequantizeLinear): a Gather's readers read its table too.
+    for node in model.graph.node:
+        if node.op_type == "Gather" and node.output:
+            readers[node.input[0]] |= readers.get(node.output[0], set())
+    quantized = total = 0
+    for tensor in model.graph.initializer:
+        count = 1
+        for dim in tensor.dims:
+            count *= dim
+        if count <= _WEIGHT_ELEMENTS:
+            continue
+        total += count
+        if tensor.data_type in _INT8_TYPES and readers.get(tensor.name, set()) & QUANTIZED_OPS:
+            quantized += count
+    return quantized / total if total else 0.0
+
+
 def compute_type(model) -> str:
-    """The float type most of `model`'s node inputs have ('' when none is known): a float16
-    conversion that kept float32 inputs and outputs computes in float16, while float16 weights
-    Cast back to float32, or a Cast pair in between, leave it float32."""
+    """The type `model` computes in ('' when none is known): "int8" when most of its weights
+    are int8 read by quantised ops; otherwise the float type most of its node inputs have. A
+    float16 conversion that kept float32 inputs and outputs computes in float16, while float16
+    weights Cast back to float32, or a Cast pair in between, leave it float32."""
     import onnx
+
+    if quantized_share(model) > INT8_SHARE:
+        return "int8"
 
     try:
         graph = onnx.shape_inference.infer_shapes(model).graph

@@ -1,20 +1,33 @@
-"""Deterministic parameters, drawn with NumPy from a seed and each parameter's name.
+"""Deterministic parameters, drawn with NumPy from a seed and each parameter's name, or read
+from a committed trained checkpoint.
 
 Each parameter has its own generator, seeded by (seed, crc32(name)), so adding a parameter never
 changes the others. Values are rounded to float32 first: the float64 oracle then computes with
 exactly the weights a float32 model holds, so the golden is the exact answer for that model.
+
+Trained checkpoints (tconform/data/checkpoints/<name>.npz with <name>.json: config, task,
+training record, sha256; made by scripts/train_checkpoint.py, scored by tconform.checkpoints)
+hold float32 arrays keyed by the Transformer's parameter names, which the generation models
+share: `checkpoint_params` gives any module whose names they cover its trained weights.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import zlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from tconform.config import DEFAULT_SEED
+from tconform.config import DEFAULT_SEED, ModelConfig
+from tconform.errors import UsageError
+from tconform.files import sha256_bytes
+
+CHECKPOINTS = Path(__file__).parent / "data" / "checkpoints"
 
 Rule = Callable[[tuple[int, ...], np.random.Generator], np.ndarray]
 
@@ -52,3 +65,52 @@ def load_params(module: nn.Module, params: dict[str, np.ndarray]) -> nn.Module:
         for name, p in module.named_parameters():
             p.copy_(state[name].to(p.dtype))
     return module.eval()
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in CHECKPOINTS.glob("*.json"))
+
+
+def read_record(name: str, folder: Path = CHECKPOINTS) -> dict:
+    """The JSON record of checkpoint `name`."""
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        names = ", ".join(available()) or "none"
+        raise UsageError(f"unknown checkpoint {name!r}; available: {names}")
+    return json.loads(path.read_text())
+
+
+def load_checkpoint(
+    name: str, folder: Path = CHECKPOINTS
+) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    """(config, params) of a committed checkpoint; params as make_params gives them (float64
+    arrays of float32 values), after checking the .npz against its sha256."""
+    record = read_record(name, folder)
+    path = folder / f"{name}.npz"
+    if not path.is_file():
+        raise UsageError(f"{path.name}: missing beside {name}.json")
+    data = path.read_bytes()
+    if sha256_bytes(data) != record["sha256"]:
+        raise UsageError(f"{path.name}: sha256 does not match {name}.json (corrupt or replaced)")
+    with np.load(io.BytesIO(data)) as archive:
+        params = {key: archive[key].astype(np.float64) for key in archive.files}
+    return ModelConfig.from_dict(record["config"]), params
+
+
+def checkpoint_params(
+    module: nn.Module, name: str, cfg: ModelConfig | None = None
+) -> dict[str, np.ndarray]:
+    """`module`'s parameters from checkpoint `name` (every one must be there); with `cfg`, the
+    checkpoint must have been trained at that config."""
+    trained_cfg, params = load_checkpoint(name)
+    if cfg is not None and trained_cfg != cfg:
+        raise UsageError(
+            f"checkpoint {name!r} was trained at another config ({trained_cfg.to_dict()})"
+        )
+    missing = [n for n, _ in module.named_parameters() if n not in params]
+    if missing:
+        raise UsageError(
+            f"checkpoint {name!r} holds no parameter {missing[0]!r} (it holds the whole "
+            "Transformer's: the transformer case and the generation models take it)"
+        )
+    return {n: params[n] for n, _ in module.named_parameters()}

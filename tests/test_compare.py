@@ -62,3 +62,27 @@ def test_a_zero_tolerance_is_an_exactness_check_with_json_safe_figures(error, st
         result = compare_output("y", actual, golden, Tolerance(0, 0, "exact"))
     assert (result.status, result.tolerance_used) == (status, used)
     json.dumps(result.to_dict(), allow_nan=False)  # raises on NaN or Infinity
+
+
+def test_an_sqnr_floor_fails_noise_spread_evenly_within_the_element_bound():
+    from tconform.compare import BFLOAT16, sqnr_db
+
+    rng = np.random.default_rng(0)
+    golden = rng.standard_normal(1000).astype(np.float32)
+    noisy = golden + rng.choice([-0.05, 0.05], 1000).astype(np.float32)  # every element 0.05 off
+    floor = Tolerance(0.1, 0.1, "test", min_sqnr_db=30.0)
+    result = compare_output("y", noisy, golden, floor)
+    measured = sqnr_db(noisy, golden)
+    assert 25 < measured < 27 and result.sqnr_db == pytest.approx(measured, abs=1e-3)
+    assert result.status == "fail" and result.kind == "sqnr" and result.mismatches == 0
+    assert "below the row's floor of 30 dB" in result.message
+    # The floor's share is in the element-wise share's units: the error RMS over the allowed.
+    assert result.tolerance_used == pytest.approx(10 ** ((30 - measured) / 20), rel=1e-6)
+    loose = Tolerance(0.1, 0.1, "test", min_sqnr_db=20.0)
+    passed = compare_output("y", noisy, golden, loose)
+    assert passed.status == "pass" and passed.tolerance_used < 1
+    # Without a floor the SQNR is still recorded; an exact output has none (infinite).
+    assert compare_output("y", noisy, golden, Tolerance(0.1, 0.1, "")).status == "pass"
+    assert compare_output("y", golden, golden.copy(), floor).sqnr_db is None
+    # bfloat16 outputs (ml_dtypes) compare against float32 goldens like any float type.
+    assert compare_output("y", golden.astype(BFLOAT16), golden, floor).status == "pass"

@@ -148,8 +148,12 @@ def test_committed_manifest_records_the_current_tolerance_table():
     manifest = json.loads(
         (Path(__file__).resolve().parents[1] / "golden" / "manifest.json").read_text()
     )
-    recorded = {k: (v["atol"], v["rtol"]) for k, v in manifest["tolerances"].items()}
-    assert recorded == {f"{p}/{c}": (t.atol, t.rtol) for (p, c), t in TOLERANCES.items()}
+    recorded = {
+        k: (v["atol"], v["rtol"], v.get("min_sqnr_db")) for k, v in manifest["tolerances"].items()
+    }
+    assert recorded == {
+        f"{p}/{c}": (t.atol, t.rtol, t.min_sqnr_db) for (p, c), t in TOLERANCES.items()
+    }
 
 
 def test_goldens_never_go_inside_another_tconform_folder_or_over_a_users_file(tmp_path):

@@ -14,6 +14,7 @@ from tconform.commands.options import (
     preset_option,
     seed_option,
 )
+from tconform.config import MODEL_DTYPES
 
 
 @click.command("export")
@@ -21,7 +22,7 @@ from tconform.commands.options import (
     "--out",
     type=FolderPath(),
     default=None,
-    help="Output folder [artifacts; artifacts-fp16 for --dtype float16].",
+    help="Output folder [artifacts; artifacts-fp16, artifacts-bfloat16, artifacts-int8].",
 )
 @preset_option()
 @case_option()
@@ -35,7 +36,10 @@ from tconform.commands.options import (
     help="ONNX opset (17..23 for dynamo, 17..20 for torchscript) [18; 23 with --attention sdpa].",
 )
 @click.option(
-    "--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True
+    "--dtype",
+    type=click.Choice(MODEL_DTYPES),
+    default="float32",
+    show_default=True,
 )
 @attention_option("[plain]")
 @seed_option()
@@ -57,7 +61,9 @@ def export(out, preset, cases, exporter, opset, dtype, attention, seed, jobs, fo
     from tconform.export import ExportSettings, default_opset, export_cases
 
     cfg = get_preset(preset)
-    out = out or Path("artifacts" if dtype == "float32" else "artifacts-fp16")
+    out = out or Path(
+        {"float32": "artifacts", "float16": "artifacts-fp16"}.get(dtype, f"artifacts-{dtype}")
+    )
     selected = registry.select_cases(cases)
     attention = attention or "plain"
     opset = opset or default_opset(attention)

@@ -4,6 +4,7 @@
   exporter.py   the torch.onnx call: module and weights, example inputs, dynamic axes, checker
   artifacts.py  the artifacts folder: records, manifest, the cache's rules, staged placement
   pool.py       export_jobs / export_cases: many jobs at once, in worker processes
+  quantize.py   the int8 dtype: a float32 export through onnxruntime.quantization
 
 Callers import from here; the names below are the package's interface.
 """
@@ -25,10 +26,13 @@ from tconform.export.exporter import (
     exporter_error_line,
 )
 from tconform.export.pool import ExportJob, export_cases, export_jobs
+from tconform.export.quantize import quantize_int8
 from tconform.export.settings import (
     DEFAULT_OPSET,
     DTYPES,
     EXPORTERS,
+    INT8_QUANTIZATION,
+    IO_DTYPES,
     OPSETS,
     ExportSettings,
     cache_key,
@@ -39,6 +43,8 @@ __all__ = [
     "DEFAULT_OPSET",
     "DTYPES",
     "EXPORTERS",
+    "INT8_QUANTIZATION",
+    "IO_DTYPES",
     "OPSETS",
     "ExportJob",
     "ExportRecord",
@@ -55,5 +61,6 @@ __all__ = [
     "export_with_torch",
     "exporter_error_line",
     "folder_settings",
+    "quantize_int8",
     "read_artifacts_manifest",
 ]

@@ -28,7 +28,14 @@ from tconform import registry
 from tconform.config import ATTENTION_KERNELS
 from tconform.errors import UsageError
 from tconform.export.exporter import checked_model, dynamic_axes, export_to, exporter_error_line
-from tconform.export.settings import DTYPES, EXPORTERS, ExportSettings, cache_key
+from tconform.export.settings import (
+    DTYPES,
+    EXPORTERS,
+    IO_DTYPES,
+    ExportSettings,
+    cache_key,
+    quantization,
+)
 from tconform.files import atomic_write_bytes, atomic_write_json, require_inside, sha256_file
 from tconform.folders import (
     ARTIFACTS,
@@ -37,7 +44,7 @@ from tconform.folders import (
     read_json_manifest,
     require_artifacts_folder,
 )
-from tconform.provenance import ModelProvenance
+from tconform.provenance import INT8_SHARE, ModelProvenance, quantized_share
 from tconform.registry import Case
 from tconform.schema import (
     SHA256,
@@ -70,6 +77,12 @@ class ExportRecord:
     opsets: dict[str, int] = field(default_factory=dict)
     attention: str = "plain"
     attention_nodes: int = 0  # ONNX Attention nodes in the graph (the fused kernel's)
+    # int8: onnxruntime.quantization.quantize_dynamic's arguments (settings.INT8_QUANTIZATION)
+    quantization: dict[str, object] | None = None
+    # What the graph computes in: the dtype, except an int8 export with no weight to quantise
+    # (positional encoding, attention, norm), which is the float32 graph unchanged
+    compute_type: str = ""
+    checkpoint: str = ""  # the trained checkpoint whose weights it holds ("": seeded weights)
     folder: str = ""  # the artifacts folder it lives in (not part of the manifest entry)
     staged: str = ""  # where a new export waits to be placed (not part of the manifest entry)
 
@@ -81,6 +94,9 @@ class ExportRecord:
         entry = asdict(self)
         for transient in ("cached", "folder", "staged"):
             entry.pop(transient)
+        for optional in ("quantization", "checkpoint"):
+            if not entry[optional]:
+                del entry[optional]
         return entry
 
     def provenance(self) -> ModelProvenance:
@@ -92,7 +108,9 @@ class ExportRecord:
             producer=self.producer,
             opsets=dict(self.opsets),
             ir_version=self.ir_version,
-            elem_type=self.dtype,
+            elem_type=IO_DTYPES.get(self.dtype, self.dtype),
+            # What it computes in, as the export made it (manifests before this field: dtype).
+            compute_elem_type=self.compute_type or self.dtype,
         )
 
     @classmethod
@@ -214,9 +232,20 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
         opsets={o.domain or "ai.onnx": o.version for o in model.opset_import},
         attention=settings.attention,
         attention_nodes=sum(node.op_type == "Attention" for node in model.graph.node),
+        quantization=quantization(settings.dtype),
+        compute_type=_compute_type(model, settings.dtype),
+        checkpoint=settings.checkpoint,
         folder=str(out_dir),
         staged=str(staged / "model.onnx"),
     )
+
+
+def _compute_type(model, dtype: str) -> str:
+    """The module's dtype, as it was traced; for int8, whether the quantiser found weights to
+    quantise (tconform.provenance.compute_type's rule, which a given file is read by too)."""
+    if dtype != "int8":
+        return dtype
+    return "int8" if quantized_share(model) > INT8_SHARE else "float32"
 
 
 def _made(folder: Path) -> Path:
@@ -225,7 +254,7 @@ def _made(folder: Path) -> Path:
 
 
 # What a folder's models have in common; a folder never mixes them.
-FOLDER_SETTINGS = ("exporter", "opset", "dtype", "attention")
+FOLDER_SETTINGS = ("exporter", "opset", "dtype", "attention", "checkpoint")
 
 
 def folder_settings(out_dir: Path) -> dict[str, object] | None:
@@ -242,6 +271,7 @@ def folder_settings(out_dir: Path) -> dict[str, object] | None:
         for k in FOLDER_SETTINGS
     }
     found["attention"] = found["attention"] or "plain"
+    found["checkpoint"] = found["checkpoint"] or ""  # before checkpoints: seeded weights
     return found
 
 
@@ -294,6 +324,7 @@ class ArtifactsFolder:
                 "opset": self.settings.opset,
                 "dtype": self.settings.dtype,
                 "attention": self.settings.attention,
+                **({"checkpoint": self.settings.checkpoint} if self.settings.checkpoint else {}),
                 "versions": library_versions(),
                 "models": self.models,
             },
@@ -310,4 +341,5 @@ class ArtifactsFolder:
 
 def _describe(settings: dict[str, object]) -> str:
     kernel = "" if settings["attention"] == "plain" else f" {settings['attention']}-attention"
-    return f"{settings['exporter']} opset {settings['opset']} {settings['dtype']}{kernel}"
+    weights = f" (checkpoint {settings['checkpoint']})" if settings.get("checkpoint") else ""
+    return f"{settings['exporter']} opset {settings['opset']} {settings['dtype']}{kernel}{weights}"

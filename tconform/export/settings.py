@@ -16,16 +16,37 @@ from pathlib import Path
 
 import torch
 
-from tconform.config import ATTENTION_KERNELS, ModelConfig
+from tconform.config import ATTENTION_KERNELS, MODEL_DTYPES, ModelConfig
 from tconform.errors import UsageError
 from tconform.registry import Case
 from tconform.versions import library_versions
-from tconform.weights import DEFAULT_SEED
+from tconform.weights import DEFAULT_SEED, read_record
 
 EXPORTERS = ("dynamo", "torchscript")
 MAX_OPSET = {"dynamo": 23, "torchscript": 20}  # the TorchScript exporter stops at opset 20
 OPSETS = tuple(range(17, max(MAX_OPSET.values()) + 1))
-DTYPES = {"float32": torch.float32, "float16": torch.float16}
+# A model's dtype -> the torch dtype its module is traced in. float16 and bfloat16 are the
+# module in that type (weights, activations, inputs and outputs: what `module.to(dtype)` and
+# torch.onnx.export give a user); int8 is the float32 export quantised by ONNX Runtime's
+# quantisation tool (`quantize_dynamic`: int8 weights, activations quantised at run time;
+# the settings below), its inputs and outputs float32.
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int8": torch.float32,
+}
+assert tuple(DTYPES) == MODEL_DTYPES  # the command line offers config's names
+# What each dtype's inputs and outputs are (the goldens are fed and compared at that type).
+IO_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int8": "float32"}
+# onnxruntime.quantization.quantize_dynamic's arguments for the int8 dtype (part of the cache
+# key). reduce_range: 7-bit weights. ONNX Runtime's x86 int8 kernels multiply uint8 activations
+# by int8 weights with VPMADDUBSW, whose int16 pair sums saturate on CPUs without VNNI (AVX2:
+# this project's EPYC): with full-range weights the tiny preset's attention lost up to 20 dB of
+# SQNR to saturation (docs/tolerances.md). 7-bit weights cannot saturate, so the same graph
+# computes the same numbers on every x86 CPU, and the int8 row holds on all of them.
+# per_channel: one scale per output column, which 7-bit weights need to keep their resolution.
+INT8_QUANTIZATION = {"weight_type": "QInt8", "per_channel": True, "reduce_range": True}
 DEFAULT_OPSET = 18
 # ONNX's Attention op, which the "sdpa" kernel exports to, exists from opset 23 on; below it
 # the exporter spells the fused call out as MatMul, Softmax, Where, ... again.
@@ -46,6 +67,7 @@ _MODEL_SOURCES = sorted(
         _PACKAGE / "config.py",
         _PACKAGE / "export" / "settings.py",
         _PACKAGE / "export" / "exporter.py",
+        _PACKAGE / "export" / "quantize.py",
     ]
 )
 
@@ -58,6 +80,8 @@ class ExportSettings:
     opset: int = DEFAULT_OPSET
     dtype: str = "float32"
     attention: str = "plain"  # one of ATTENTION_KERNELS (reference/attention.py)
+    # a committed trained checkpoint's weights (tconform.weights) instead of the seeded ones
+    checkpoint: str = ""
 
     def __post_init__(self) -> None:
         if self.exporter not in EXPORTERS:
@@ -73,11 +97,23 @@ class ExportSettings:
             )
         if self.attention == "sdpa" and self.exporter != "dynamo":
             raise UsageError("--attention sdpa needs the dynamo exporter (ONNX Attention op)")
+        if self.checkpoint:
+            trained = ModelConfig.from_dict(read_record(self.checkpoint)["config"])
+            if trained != self.cfg:
+                raise UsageError(
+                    f"checkpoint {self.checkpoint!r} was trained at another config than this "
+                    "export's"
+                )
         top = MAX_OPSET[self.exporter]
         if not OPSETS[0] <= self.opset <= top:
             raise UsageError(
                 f"opset {self.opset} out of range for {self.exporter}: {OPSETS[0]}..{top}"
             )
+
+
+def quantization(dtype: str) -> dict[str, object] | None:
+    """The quantisation a dtype's models are made with (None: none, the module's own type)."""
+    return dict(INT8_QUANTIZATION) if dtype == "int8" else None
 
 
 def _source_digest() -> str:
@@ -103,4 +139,8 @@ def cache_key(case: Case, settings: ExportSettings) -> str:
         },
         sort_keys=True,
     )
+    if settings.dtype == "int8":  # the quantiser's settings decide the bytes too
+        blob += json.dumps(quantization(settings.dtype), sort_keys=True)
+    if settings.checkpoint:  # the trained weights, by their recorded sha256
+        blob += f"checkpoint {settings.checkpoint} {read_record(settings.checkpoint)['sha256']}"
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -4,6 +4,7 @@ Runtime but not here (or the reverse) points at a kernel, not at the export."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import ClassVar
 import numpy as np
 import onnx
 
-from tconform.errors import UsageError
+from tconform.compare import BFLOAT16
+from tconform.errors import KernelMissing, UsageError
 from tconform.runtimes.base import Session, TensorInfo
 
 
@@ -40,6 +42,14 @@ class OnnxReferenceRuntime:
             evaluator = ReferenceEvaluator(model)
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            missing = re.search(
+                r"No implementation for operator '(\w+)' domain '[\w.]*' and "
+                r"version (\d+)",
+                first,
+            )
+            if missing:  # e.g. DequantizeLinear below opset 19 (an int8 graph at opset 18)
+                op, version = missing.groups()
+                raise KernelMissing("onnx.reference", f"{op} (opset {version})", "any") from None
             raise UsageError(f"{model_path}: onnx.reference cannot load it: {first}") from None
         return OnnxReferenceSession(evaluator, model)
 
@@ -47,6 +57,7 @@ class OnnxReferenceRuntime:
 _NUMPY_TYPES = {
     onnx.TensorProto.FLOAT: np.float32,
     onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.BFLOAT16: BFLOAT16,
     onnx.TensorProto.DOUBLE: np.float64,
     onnx.TensorProto.INT64: np.int64,
     onnx.TensorProto.INT32: np.int32,

@@ -26,6 +26,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto
 
+from tconform.compare import BFLOAT16
 from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
 from tconform.runtimes.base import Session, TensorInfo, TimedCall
 from tconform.runtimes.providers import (
@@ -226,6 +227,7 @@ def quiet_run() -> ort.RunOptions:
 _NUMPY_TYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
+    "tensor(bfloat16)": BFLOAT16,
     "tensor(double)": np.float64,
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
@@ -274,7 +276,30 @@ class OrtSession(Session):
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
     ) -> list[np.ndarray]:
-        return self.session.run(list(outputs) if outputs else None, dict(feeds), quiet_run())
+        wanted = list(outputs) if outputs else None
+        if any(np.asarray(v).dtype == BFLOAT16 for v in feeds.values()):
+            return self._run_bfloat16(feeds, wanted)
+        return self.session.run(wanted, dict(feeds), quiet_run())
+
+    def _run_bfloat16(
+        self, feeds: Mapping[str, np.ndarray], wanted: list[str] | None
+    ) -> list[np.ndarray]:
+        """ONNX Runtime's Python API takes no ml_dtypes array and returns no bfloat16 one:
+        bfloat16 tensors go in and come out as OrtValues of the same bits."""
+        values = {}
+        for name, value in feeds.items():
+            array = np.ascontiguousarray(value)
+            if array.dtype == BFLOAT16:
+                values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    array.view(np.uint16), TensorProto.BFLOAT16
+                )
+            else:
+                values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+        results = self.session.run_with_ort_values(wanted, values, quiet_run())
+        return [
+            _bfloat16_array(r) if r.data_type() == "tensor(bfloat16)" else r.numpy()
+            for r in results
+        ]
 
     def run_bound(
         self, feeds: Mapping[str, np.ndarray | ort.OrtValue], keep: Collection[str]
@@ -336,6 +361,16 @@ class OrtSession(Session):
             events = json.loads(Path(profiling.session.end_profiling()).read_text())
         totals = kernel_time_by_op_type(events, skip_runs=1)
         return {op: us / runs / 1e3 for op, us in totals.items()}
+
+
+def _bfloat16_array(value: ort.OrtValue) -> np.ndarray:
+    """A host OrtValue of bfloat16 copied out as a NumPy bfloat16 array."""
+    import ctypes
+
+    shape = tuple(value.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    buffer = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    return np.ctypeslib.as_array(buffer).copy().view(BFLOAT16).reshape(shape)
 
 
 def kernel_time_by_op_type(events: list[dict], skip_runs: int = 0) -> dict[str, float]:

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tconform.compare import BFLOAT16
 from tconform.errors import ProviderUnavailable, UsageError
 from tconform.runtimes.base import Session, TensorInfo, select
 
@@ -282,7 +283,7 @@ class OpenVinoSession(Session):
         self.inputs = [
             TensorInfo(
                 port.get_any_name(),
-                np.dtype(port.get_element_type().to_dtype()),
+                numpy_type(port.get_element_type()),
                 port.get_partial_shape().rank.get_length()
                 if port.get_partial_shape().rank.is_static
                 else None,
@@ -307,11 +308,43 @@ class OpenVinoSession(Session):
     ) -> list[np.ndarray]:
         """The outputs in the model's order, or those named (copies: a later run leaves them
         alone). OpenVINO computes every output either way."""
-        ordered = {info.name: np.asarray(feeds[info.name]) for info in self.inputs}
+        ordered = {info.name: _tensor(np.asarray(feeds[info.name])) for info in self.inputs}
         with self._lock:  # the compiled model's own infer request serves one run at a time
             try:
                 result = self.compiled(ordered, share_outputs=False)
             except Exception as exc:
                 raise UsageError(f"OpenVINO cannot run it: {reason(exc)}") from None
-            values = [np.asarray(result[i]) for i in range(len(self.outputs))]
+            values = [
+                _array(result[i], port.get_element_type())
+                for i, port in enumerate(self.compiled.outputs)
+            ]
         return select(self.outputs, values, outputs)
+
+
+def numpy_type(element_type: Any) -> np.dtype:
+    """The NumPy type of an OpenVINO element type. OpenVINO's own `to_dtype` gives float16 for
+    bf16 (the same 2 bytes, other bits): bfloat16 is ml_dtypes' type, as ONNX's tools use."""
+    if str(element_type.get_type_name()) == "bf16":
+        return BFLOAT16
+    return np.dtype(element_type.to_dtype())
+
+
+def _tensor(value: np.ndarray) -> Any:
+    """A feed as OpenVINO takes it: a bfloat16 array as a bf16 tensor of the same bits (OpenVINO
+    knows no ml_dtypes type), anything else as it is."""
+    if value.dtype != BFLOAT16:
+        return value
+    import openvino as ov
+
+    tensor = ov.Tensor(ov.Type.bf16, list(value.shape))
+    np.copyto(tensor.data.view(np.uint16), np.ascontiguousarray(value).view(np.uint16))
+    return tensor
+
+
+def _array(value: Any, element_type: Any) -> np.ndarray:
+    """An output as NumPy: a bf16 output's bits read as bfloat16 (OpenVINO hands them over as
+    float16 or uint16)."""
+    array = np.asarray(value)
+    if numpy_type(element_type) == BFLOAT16:
+        return array.view(np.uint16).view(BFLOAT16)
+    return array

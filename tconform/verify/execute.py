@@ -57,8 +57,8 @@ def lane_results(lane: Lane, models, params, cfg: ModelConfig, sets, options) ->
     case, runtime = lane.case, lane.runtime
     if lane.not_applicable:
         # Named at the precision the cell would have run at, like its neighbours in the pivot.
-        float16 = lane.export is not None and lane.export.dtype == "float16"
-        precision = "float16" if float16 else runtime.precision
+        narrow = lane.export is not None and lane.export.dtype != "float32"
+        precision = lane.export.dtype if narrow else runtime.precision
         results = [
             Result(
                 case.name,
