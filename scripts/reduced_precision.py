@@ -45,7 +45,6 @@ from tconform.generation.driver import BOS, Decoding, Generation, Strategy, gene
 from tconform.generation.steppers import Stepper, make_stepper
 from tconform.localise.cases import localise_case
 from tconform.models import model_from_record
-from tconform.oracle import Params
 from tconform.registry import GENERATION_CASES
 from tconform.runtimes import make_runtime
 from tconform.versions import library_versions
@@ -77,6 +76,11 @@ def export_all(cfg, checkpoint: str, artifacts: Path) -> dict[tuple[str, str], E
     }
 
 
+def exported(records, dtype: str, case: registry.Case) -> Subject:
+    """The export of `case` at `dtype`, as the execution layer opens it."""
+    return Subject(model_from_record(case, records[dtype, case.name]))
+
+
 def teacher_forced(
     stepper: Stepper, src_ids: np.ndarray, src_keep: np.ndarray, tokens: np.ndarray
 ) -> np.ndarray:
@@ -100,49 +104,67 @@ def distribution_figures(oracle: np.ndarray, model: np.ndarray, where: np.ndarra
     }
 
 
-def decode_lane(dtype, records, cfg, task, src_ids, src_keep, oracle: Generation) -> dict:
-    """One dtype on its runtime: greedy agreement with the oracle, and teacher forcing."""
+def batches(count: int, size: int) -> list[slice]:
+    """Consecutive slices of at most `size` rows covering `count`."""
+    return [slice(start, start + size) for start in range(0, count, size)]
+
+
+def decode_lane(
+    dtype, batch: int, records, cfg, task, src_ids, src_keep, oracle: Generation
+) -> dict:
+    """One dtype on its runtime, `batch` sources at a time: greedy agreement with the oracle
+    (a Generation), and teacher forcing. The batch matters for int8: DynamicQuantizeLinear
+    takes one scale per call for the whole tensor, so a sequence's numbers depend on the
+    sequences decoded beside it."""
     runtime = make_runtime(LANES[dtype])
     decoding = Decoding(max_new_tokens=checkpoints.max_len(cfg) + 1)
+    greedy, forced = [], []
     with ExitStack() as stack:
         opened = {
-            case.name: stack.enter_context(
-                open_subject(runtime, Subject(model_from_record(case, records[dtype, case.name])))
-            )
+            case.name: stack.enter_context(open_subject(runtime, exported(records, dtype, case)))
             for case in GENERATION_CASES
         }
-        progress(f"  {dtype} on {LANES[dtype]}: greedy decoding")
-        decoded = generate(
-            make_stepper(opened, cfg, cache=True), src_ids, src_keep, decoding, Strategy("greedy")
-        )
-        progress(f"  {dtype} on {LANES[dtype]}: teacher forcing on the oracle's tokens")
-        forced = teacher_forced(
-            make_stepper(opened, cfg, cache=True), src_ids, src_keep, oracle.tokens
-        )
+        progress(f"  {dtype} on {LANES[dtype]}, batch {batch}: greedy, then teacher forcing")
+        for rows in batches(len(src_ids), batch):
+            stepper = make_stepper(opened, cfg, cache=True)
+            greedy.append(
+                generate(stepper, src_ids[rows], src_keep[rows], decoding, Strategy("greedy"))
+            )
+            stepper = make_stepper(opened, cfg, cache=True)
+            forced.append(
+                teacher_forced(stepper, src_ids[rows], src_keep[rows], oracle.tokens[rows])
+            )
         precision = opened[registry.STEP.name].precision
+    tokens = np.concatenate([g.tokens for g in greedy])
+    lengths = np.concatenate([g.lengths for g in greedy])
     decoded_steps = np.arange(oracle.tokens.shape[1])[None, :] < oracle.lengths[:, None]
     return {
         "dtype": dtype,
         "runtime": LANES[dtype],
+        "batch": batch,
         "precision": precision,
-        "greedy_agreement": quality.token_agreement(
-            oracle.tokens, oracle.lengths, decoded.tokens, decoded.lengths
+        "greedy_agreement": quality.token_agreement(oracle.tokens, oracle.lengths, tokens, lengths),
+        "task": checkpoints.score(task, src_ids, src_keep, tokens),
+        "teacher_forced": distribution_figures(
+            oracle.log_probs, np.concatenate(forced), decoded_steps
         ),
-        "task": checkpoints.score(task, src_ids, src_keep, decoded.tokens),
-        "teacher_forced": distribution_figures(oracle.log_probs, forced, decoded_steps),
     }
 
 
-def whole_model_lane(dtype, records, cfg, params: Params, feeds, expected) -> dict:
-    """The whole `transformer` fed the answers: its logits against the oracle's."""
-    runtime = make_runtime(LANES[dtype])
-    with open_subject(
-        runtime, Subject(model_from_record(WHOLE, records[dtype, WHOLE.name]))
-    ) as opened:
-        logits = opened.run(feeds, ["logits"])[0].astype(np.float64)
+def whole_model_lane(dtype, batch: int, records, feeds, expected: np.ndarray) -> dict:
+    """The whole `transformer` fed the answers, `batch` sources a run: its logits against the
+    oracle's."""
+    with open_subject(make_runtime(LANES[dtype]), exported(records, dtype, WHOLE)) as opened:
+        logits = np.concatenate(
+            [
+                opened.run({name: value[rows] for name, value in feeds.items()}, ["logits"])[0]
+                for rows in batches(len(expected), batch)
+            ]
+        ).astype(np.float64)
     return {
         "dtype": dtype,
         "runtime": LANES[dtype],
+        "batch": batch,
         **distribution_figures(expected, logits, feeds["tgt_keep"]),
     }
 
@@ -238,14 +260,14 @@ def markdown(report: dict) -> str:
         "teacher forcing feeds each model the oracle's tokens and compares its step "
         "log-probabilities over the oracle's decoded steps.",
         "",
-        "| dtype | runtime | greedy tokens equal | sequences equal | task token accuracy "
+        "| dtype | runtime | batch | greedy tokens equal | sequences equal | task token accuracy "
         "| teacher-forced top-1 | KL (nats) | SQNR (dB) |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for lane in report["decoding"]:
         agree, forced = lane["greedy_agreement"], lane["teacher_forced"]
         lines.append(
-            f"| {lane['dtype']} | {lane['runtime']} | {agree['tokens']:.2%} | "
+            f"| {lane['dtype']} | {lane['runtime']} | {lane['batch']} | {agree['tokens']:.2%} | "
             f"{agree['sequences']:.2%} | {lane['task']['token_accuracy']:.2%} | "
             f"{forced['top1_agreement']:.2%} | {forced['kl_nats']:.2e} | "
             f"{_db(forced['sqnr_db'])} |"
@@ -255,21 +277,23 @@ def markdown(report: dict) -> str:
         "The whole `transformer` fed the answers (training's teacher forcing), its logits at "
         "the answers' positions:",
         "",
-        "| dtype | runtime | top-1 | KL (nats) | SQNR (dB) |",
-        "|---|---|---|---|---|",
+        "| dtype | runtime | batch | top-1 | KL (nats) | SQNR (dB) |",
+        "|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {w['dtype']} | {w['runtime']} | {w['top1_agreement']:.2%} | {w['kl_nats']:.2e} | "
-        f"{_db(w['sqnr_db'])} |"
+        f"| {w['dtype']} | {w['runtime']} | {w['batch']} | {w['top1_agreement']:.2%} | "
+        f"{w['kl_nats']:.2e} | {_db(w['sqnr_db'])} |"
         for w in report["whole_model"]
     ]
-    int8 = next(lane for lane in report["decoding"] if lane["dtype"] == "int8")
-    met = int8["greedy_agreement"]["tokens"] >= TARGET_TOKEN_AGREEMENT
-    lines += [
-        "",
-        f"Target: int8 greedy tokens equal to the oracle's >= {TARGET_TOKEN_AGREEMENT:.0%}: "
-        f"{'met' if met else 'NOT met'} ({int8['greedy_agreement']['tokens']:.2%}).",
-    ]
+    lines.append("")
+    for lane in report["decoding"]:
+        if lane["dtype"] == "int8":
+            share = lane["greedy_agreement"]["tokens"]
+            met = "met" if share >= TARGET_TOKEN_AGREEMENT else "NOT met"
+            lines.append(
+                f"Target: int8 greedy tokens equal to the oracle's >= "
+                f"{TARGET_TOKEN_AGREEMENT:.0%}, batch {lane['batch']}: {met} ({share:.2%})."
+            )
     localised = report.get("int8_modules")
     if localised:
         lines += [
@@ -299,6 +323,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, help="held-out seed (default: the record's)")
     parser.add_argument("--artifacts", type=Path, default=ROOT / "artifacts" / "reduced-precision")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "reduced-precision")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        action="append",
+        help="sources per run (repeatable; default: all of them at once, then one at a time)",
+    )
     parser.add_argument("--no-localise", action="store_true", help="skip per-module SQNR")
     args = parser.parse_args()
 
@@ -314,8 +344,11 @@ def main() -> int:
 
     progress("float64 oracle: greedy decoding")
     oracle = checkpoints.oracle_greedy(cfg, params, src_ids, src_keep)
+    sizes = args.batch or [count, 1]
     decoding = [
-        decode_lane(dtype, records, cfg, task, src_ids, src_keep, oracle) for dtype in LANES
+        decode_lane(dtype, batch, records, cfg, task, src_ids, src_keep, oracle)
+        for batch in sizes
+        for dtype in LANES
     ]
 
     targets = checkpoints.answers(task, src_ids, src_keep)
@@ -323,7 +356,7 @@ def main() -> int:
     feeds = {"src_ids": src_ids, "src_keep": src_keep, "tgt_ids": tgt_ids, "tgt_keep": tgt_keep}
     progress("whole transformer: float64 oracle and each dtype, fed the answers")
     expected = registry.run_oracle(WHOLE, cfg, params, feeds)[0]
-    whole = [whole_model_lane(d, records, cfg, params, feeds, expected) for d in LANES]
+    whole = [whole_model_lane(d, b, records, feeds, expected) for b in sizes for d in LANES]
 
     report = {
         "command": shlex.join(["python", "scripts/reduced_precision.py", *sys.argv[1:]]),
