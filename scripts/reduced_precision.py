@@ -2,15 +2,16 @@
 (docs/reduced-precision.md).
 
     python scripts/reduced_precision.py [--checkpoint reverse] [--count 512] [--seed S]
-                                        [--artifacts DIR] [--out results/reduced-precision]
-                                        [--no-localise]
+                                        [--batch N ...] [--artifacts DIR]
+                                        [--out results/reduced-precision] [--no-localise]
 
 Exports the generation models and the whole `transformer` with the checkpoint's weights at
 float32, int8 and bfloat16 (tconform.export), then on the checkpoint's held-out sources:
 
 - greedy decoding (key/value cache) by the float64 oracle and by each export on its runtime
   (float32 and int8 on ONNX Runtime, bfloat16 on OpenVINO: ONNX Runtime's CPU provider has no
-  bfloat16 MatMul), scored against the oracle's tokens (tconform.quality.token_agreement) and
+  bfloat16 MatMul), `--batch` sources a run (default: all at once, then one at a time; int8
+  depends on it), scored against the oracle's tokens (tconform.quality.token_agreement) and
   against the task's answers (tconform.checkpoints.score);
 - each export's step log-probabilities under teacher forcing on the oracle's tokens: top-1
   agreement, KL(oracle || model) and SQNR over the oracle's decoded steps;
@@ -291,14 +292,15 @@ def markdown(report: dict) -> str:
             share = lane["greedy_agreement"]["tokens"]
             met = "met" if share >= TARGET_TOKEN_AGREEMENT else "NOT met"
             lines.append(
-                f"Target: int8 greedy tokens equal to the oracle's >= "
+                f"- Target: int8 greedy tokens equal to the oracle's >= "
                 f"{TARGET_TOKEN_AGREEMENT:.0%}, batch {lane['batch']}: {met} ({share:.2%})."
             )
     localised = report.get("int8_modules")
     if localised:
         lines += [
             "",
-            "Per-module SQNR of the int8 `transformer` (lowest output SQNR of each module call; "
+            f"Per-module SQNR of the int8 `transformer`, all {report['count']} sources in one "
+            "run (lowest output SQNR of each module call; "
             "cumulative: at its boundary in the whole int8 model; isolated: its own subgraph "
             "fed the reference's inputs, '-' where not every input pairs with the reference's, "
             "as where the int8 model quantises an input outside the module and its uint8 copy "
