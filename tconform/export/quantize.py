@@ -6,6 +6,10 @@ scale and zero point computed per call) + MatMulInteger with the int8 weight + t
 float32, and every Gather from a weight table reads an int8 table through DequantizeLinear. Ops
 without weights (attention's activation products, softmax, norms) stay float32, as do the
 inputs and outputs. The settings are `settings.INT8_QUANTIZATION` (why reduce_range: there).
+
+The quantiser's new nodes carry no metadata, so they would belong to no module scope and
+localisation (tconform.localise.scopes) could not place a Linear's MatMulInteger in the Linear:
+`restore_scopes` gives each the module scope its consumers share.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import contextlib
 import io
 import logging
 from pathlib import Path
+
+import onnx
 
 from tconform.export.settings import INT8_QUANTIZATION
 
@@ -40,3 +46,45 @@ def quantize_int8(source: Path, target: Path) -> None:
     weight_type = getattr(QuantType, str(settings.pop("weight_type")))
     with _quiet_quantizer():
         quantize_dynamic(source, target, weight_type=weight_type, **settings)
+    model = onnx.load(str(target))
+    restore_scopes(model.graph)
+    onnx.save(model, str(target))
+
+
+NAMESPACE = "namespace"  # the dynamo exporter's record of a node's module scope
+
+
+def restore_scopes(graph: onnx.GraphProto) -> None:
+    """Give each node without a namespace the module scopes its consumers' namespaces share
+    (their common leading segments; the last segment is a node's own op, not a module). The
+    graph is in topological order, so walking it backwards settles consumers first: the rescale
+    Mul of a quantised Linear takes the scope of the Linear's bias Add, the Cast and
+    MatMulInteger before it the Mul's, and an activation's DynamicQuantizeLinear shared by
+    three projections the attention module around them."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    for node in reversed(graph.node):
+        if any(p.key == NAMESPACE for p in node.metadata_props):
+            continue
+        scopes = [
+            _namespace(user).split("/")[:-1]
+            for name in node.output
+            for user in consumers.get(name, [])
+            if _namespace(user) is not None
+        ]
+        if not scopes:
+            continue  # feeds only graph outputs: no module to give it
+        shared = []
+        for segments in zip(*scopes, strict=False):
+            if any(s != segments[0] for s in segments):
+                break
+            shared.append(segments[0])
+        if shared:
+            prop = node.metadata_props.add()
+            prop.key, prop.value = NAMESPACE, "/".join([*shared, f"{node.name}: {node.op_type}"])
+
+
+def _namespace(node: onnx.NodeProto) -> str | None:
+    return next((p.value for p in node.metadata_props if p.key == NAMESPACE), None)

@@ -27,14 +27,17 @@ def localise_case(
     seed: int = DEFAULT_SEED,
     runtime: Runtime | None = None,
     tol: Tolerance | None = None,
+    checkpoint: str = "",
+    isolate_modules: str = "first",
 ) -> Localisation:
     """Localise a registry case's exported model (e.g. `transformer`) against its float64
     reference module (cfg: default the tiny preset). inputs: the case's inputs by name, as the
     model takes them (a golden input set, or registry.make_inputs). tol: default the case's
-    float32 tolerance."""
+    float32 tolerance. checkpoint: the trained weights the model was exported with (instead
+    of the seeded ones); isolate_modules: as `localise` takes it."""
     case = registry.get_case(case_name)
     cfg = cfg or PRESETS["tiny"]
-    module, _ = build_module(case, ExportSettings(cfg, seed))
+    module, _ = build_module(case, ExportSettings(cfg, seed, checkpoint=checkpoint))
     module = module.double()
     specs = case.inputs(cfg)
     args = tuple(
@@ -53,4 +56,5 @@ def localise_case(
         {s.name: np.asarray(inputs[s.name]) for s in specs},
         runtime or make_runtime("onnxruntime"),
         tol or tolerance_for("float32", case.tolerance),
+        isolate_modules=isolate_modules,
     )

@@ -80,8 +80,15 @@ def pair_tensors(
         used = {p.onnx for p in pairs.values()}
         for k in list(reasons):
             size = reference[k].size
+            # Floats only, as by shape: a quantised model's uint8 copy of a float tensor has
+            # its size, and is no value of it.
             same = [
-                n for n in candidates if n not in used and n in values and values[n].size == size
+                n
+                for n in candidates
+                if n not in used
+                and n in values
+                and values[n].dtype.kind == "f"
+                and values[n].size == size
             ]
             if len(same) == 1:
                 pairs[k] = Pair(same[0], reshaped=True)

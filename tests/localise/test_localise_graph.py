@@ -172,3 +172,15 @@ def test_pairing_by_shape_then_by_value_then_by_size():
     assert pairs == {} and "no ONNX tensor of shape [2, 6]" in why[0]
     pairs, why = pair_tensors([np.zeros((2, 6))], ["r"], values, by_size=True)
     assert pairs[0].onnx == "r" and pairs[0].reshaped and why == {}
+
+
+def test_pairing_by_size_takes_no_integer_tensor():
+    """int8 models: DynamicQuantizeLinear's uint8 copy of an activation has its size but holds
+    no value of it; paired, isolation would feed the reference's floats cast to uint8."""
+    reference = [np.zeros((2, 6))]
+    values = {"x_quantized": np.ones((2, 3, 2), np.uint8), "x_scale": np.ones((), np.float32)}
+    pairs, why = pair_tensors(reference, ["x_quantized", "x_scale"], values, by_size=True)
+    assert pairs == {} and "no ONNX tensor of shape [2, 6]" in why[0]
+    values["x"] = np.ones((2, 3, 2), np.float32)  # the float tensor itself is still paired
+    pairs, _ = pair_tensors(reference, ["x_quantized", "x", "x_scale"], values, by_size=True)
+    assert pairs[0].onnx == "x" and pairs[0].reshaped

@@ -1,0 +1,41 @@
+"""restore_scopes: the quantiser's nodes take the module scope their consumers share, so that
+localisation places a quantised Linear's MatMulInteger inside the Linear."""
+
+import pytest
+from onnx import helper
+
+from tconform.export.quantize import restore_scopes
+from tconform.localise.scopes import dynamo_scope, node_namespace
+
+pytestmark = pytest.mark.unit
+
+ROOT = ": pkg.Model"
+ATTENTION = f"{ROOT}/attn: pkg.Attention"
+
+
+def _node(op: str, inputs: list[str], outputs: list[str], namespace: str | None = None):
+    node = helper.make_node(op, inputs, outputs, name=f"{op}_{outputs[0]}")
+    if namespace is not None:
+        helper.set_metadata_props(node, {"namespace": namespace})
+    return node
+
+
+def test_quantiser_nodes_take_the_scope_their_consumers_share():
+    nodes = [
+        _node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),  # shared by both projections
+        _node("MatMulInteger", ["xq", "wq"], ["q_int"]),
+        _node("Mul", ["q_int", "xs"], ["q_scaled"]),
+        _node("Add", ["q_scaled", "bq"], ["q"], f"{ATTENTION}/attn.w_q: nn.Linear/add: aten.add"),
+        _node("MatMulInteger", ["xq", "wk"], ["k_int"]),
+        _node("Add", ["k_int", "bk"], ["k"], f"{ATTENTION}/attn.w_k: nn.Linear/add: aten.add"),
+        _node("Cast", ["k"], ["out"]),  # feeds only the graph's output: no scope to give it
+    ]
+    graph = helper.make_graph(nodes, "g", [], [])
+    restore_scopes(graph)
+    scope = {node.output[0]: dynamo_scope(node_namespace(node)) for node in graph.node}
+    assert scope["xq"] == ("", "attn")  # both projections' common module
+    assert scope["q_int"] == scope["q_scaled"] == ("", "attn", "attn.w_q")
+    assert scope["k_int"] == ("", "attn", "attn.w_k")
+    assert node_namespace(graph.node[-1]) is None
+    # A node that had a namespace keeps it.
+    assert node_namespace(graph.node[3]) == f"{ATTENTION}/attn.w_q: nn.Linear/add: aten.add"
