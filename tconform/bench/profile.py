@@ -12,7 +12,21 @@ from tconform.runtimes import Runtime, label
 
 # Op types whose time is matrix products. ONNX's fused Attention is counted with them: its time
 # is mostly its two batched products (Q K^T and weights V), the softmax between them is in it.
-MATRIX_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Attention", "MultiHeadAttention"})
+# So are the int8 graph's products: MatMulInteger, and the kernels ONNX Runtime fuses it into
+# with the activation's quantisation (DynamicQuantizeMatMul) or the rescale to float
+# (MatMulIntegerToFloat); the quantisation inside them is a small part of their time.
+MATRIX_OPS = frozenset(
+    {
+        "MatMul",
+        "Gemm",
+        "FusedMatMul",
+        "Attention",
+        "MultiHeadAttention",
+        "MatMulInteger",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+    }
+)
 
 
 def op_profile(
