@@ -2,13 +2,16 @@
 measured matrix-multiply ceiling and memory floor.
 
 An engine is what a bench times: a runtime on one graph variant of the export (ONNX Runtime
-plain, sdpa or optimizer-fused, with or without IO binding), or a module runtime (torch eager,
-torch.compile), or OpenVINO on the plain export.
+plain, sdpa, optimizer-fused or int8, with or without IO binding; OpenVINO at bfloat16), or a
+module runtime (torch eager, torch.compile, torch's dynamic int8), or OpenVINO on the plain
+export.
 
   run.py      one bench run, top to bottom (the settings, exports, ceilings, rows, summary)
   engines.py  the engines and their openers, through the execution layer
   fusions.py  the optimizer-fused graph variant
   measure.py  one row: time an engine, latency percentiles, FLOP/s against the ceiling
+  weights.py  the weight bytes an engine reads (its memory floor), from what it holds
+  accuracy.py a row's outputs judged against the float64 oracle under its precision's row
   timing.py   the timing loop, statistics and peak memory
   ceiling.py  the GEMM ceiling and the copy bandwidth (the memory floor)
   profile.py  ONNX Runtime's per-op profile

@@ -1,11 +1,15 @@
 """One measurement: open an engine, time it, and turn the times into one report row (latency
-percentiles, throughput, achieved FLOP/s against the ceiling, memory, the memory floor)."""
+percentiles, throughput, achieved FLOP/s against the ceiling, memory, the memory floor from the
+engine's own weight bytes, and its outputs judged against the float64 oracle)."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+import numpy as np
+
+from tconform.bench.accuracy import judge_outputs
 from tconform.bench.ceiling import memory_floor_ms
 from tconform.bench.timing import (
     current_rss_mb,
@@ -31,10 +35,13 @@ def measure(
     opener: Callable[[], TimedCall],
     ceiling: dict,
     timing: dict,
+    golden: Callable[[], Mapping[str, np.ndarray]] | None = None,
 ) -> dict:
     """The row of `engine` on `ep` at batch x seq: `pass` with its figures, or `skip` with the
-    reason it could not run (torch.compile without a compiler, ...). `timing` holds warmup,
-    runs and seconds; `ceiling` is the provider's measured ceiling."""
+    reason it could not run (torch.compile without a compiler, a reduced precision this CPU
+    lacks, ...). `timing` holds warmup, runs and seconds; `ceiling` is the provider's measured
+    ceiling; `golden` gives the float64 oracle's outputs by name, against which one more run's
+    outputs are judged (`accuracy`), where the engine gives its outputs."""
     row: dict[str, object] = {
         "case": case.name,
         "engine": engine,
@@ -73,8 +80,25 @@ def measure(
         details=opened.details,
     )
     if ep == "cpu" and batch == 1 and "copy_bandwidth_gbs" in ceiling:
-        row["weight_bytes"] = case.weight_bytes_read(cfg, Shape(batch, seq, seq))
+        row.update(_weight_bytes(opened, case, cfg, batch, seq))
         row["memory_floor_ms"] = memory_floor_ms(row["weight_bytes"], ceiling)
+    outputs = getattr(opened, "outputs", None)
+    if golden is not None and outputs is not None:
+        precision = getattr(opened, "precision", "float32")
+        row["accuracy"] = judge_outputs(outputs(), golden(), precision, case.tolerance)
     opened.close()
     del opened
     return row
+
+
+def _weight_bytes(opened: TimedCall, case: Case, cfg: ModelConfig, batch: int, seq: int) -> dict:
+    """The weight bytes one forward pass of the engine reads, counted from what it holds (its
+    ONNX file's initializers, its module's tensors); from the config's float32 parameters
+    where it says nothing of its own."""
+    count = getattr(opened, "weight_bytes", None)
+    if count is not None:
+        return {"weight_bytes": count(batch * seq), "weight_bytes_from": "engine"}
+    return {
+        "weight_bytes": case.weight_bytes_read(cfg, Shape(batch, seq, seq)),
+        "weight_bytes_from": "config (float32 parameters)",
+    }

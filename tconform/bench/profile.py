@@ -14,7 +14,7 @@ from tconform.runtimes import Runtime, label
 # is mostly its two batched products (Q K^T and weights V), the softmax between them is in it.
 # So are the int8 graph's products: MatMulInteger, and the kernels ONNX Runtime fuses it into
 # with the activation's quantisation (DynamicQuantizeMatMul) or the rescale to float
-# (MatMulIntegerToFloat); the quantisation they include is a small part of their time.
+# (MatMulIntegerToFloat); the quantisation inside them is a small part of their time.
 MATRIX_OPS = frozenset(
     {
         "MatMul",

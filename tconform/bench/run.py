@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,13 @@ import torch
 
 from tconform import registry
 from tconform.bench.ceiling import measure_ceiling, remeasure_ceiling
-from tconform.bench.engines import BASELINE, ORT_VARIANTS, engine_openers, parse_engines
+from tconform.bench.engines import (
+    BASELINE,
+    GRAPH_VARIANTS,
+    PLAIN_EXPORT,
+    engine_openers,
+    parse_engines,
+)
 from tconform.bench.measure import measure
 from tconform.bench.profile import op_profile, outside_matmul_share
 from tconform.bench.summary import best_variants
@@ -27,7 +34,7 @@ from tconform.models import ModelUnderTest, derived_file
 from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
 from tconform.results import Status
-from tconform.runtimes import Runtime, make_runtime
+from tconform.runtimes import RUNTIMES, Runtime, make_runtime, runtime_class
 from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO
 from tconform.runtimes.providers import parse_eps, unavailable_reason
 
@@ -125,23 +132,30 @@ class BenchSettings:
     flush_denormals: bool = True
 
     @property
-    def attentions(self) -> tuple[str, ...]:
-        """The attention kernels whose exports the chosen engines run."""
-        used = [v.attention for e, v in ORT_VARIANTS.items() if e in self.engines]
-        return tuple(dict.fromkeys(used or ["plain"]))
+    def exports(self) -> tuple[tuple[str, str], ...]:
+        """The exports, (attention kernel, dtype), that the chosen engines run: each graph
+        variant's, and the plain one for the runtimes that run it (or when nothing else is)."""
+        used = [v.export for e, v in GRAPH_VARIANTS.items() if e in self.engines]
+        if not used or any(_runs_plain_export(e) for e in self.engines):
+            used.append(PLAIN_EXPORT)
+        return tuple(dict.fromkeys(used))
 
-    def artifacts_for(self, attention: str) -> Path:
-        """A folder holds one kernel's graphs: the plain ones in --artifacts, the rest beside."""
-        if attention == "plain":
+    def artifacts_for(self, export: tuple[str, str]) -> Path:
+        """A folder holds one export's graphs: the plain float32 ones in --artifacts, each
+        other beside it, named after what differs (base-sdpa, base-int8)."""
+        differs = [p for p, plain in zip(export, PLAIN_EXPORT, strict=True) if p != plain]
+        if not differs:
             return self.artifacts
-        return self.artifacts.with_name(f"{self.artifacts.name}-{attention}")
+        return self.artifacts.with_name("-".join([self.artifacts.name, *differs]))
 
-    def runtime(self, name: str, ep: str) -> Runtime:
-        """The runtime `name` on `ep` as this bench times it: its threads, and for ONNX
-        Runtime its session settings (make_runtime gives each runtime the ones it takes)."""
+    def runtime(self, name: str, ep: str, **options: object) -> Runtime:
+        """The runtime `name` on `ep` as this bench times it: its threads, for ONNX Runtime
+        its session settings, and a graph variant's `options` (OpenVINO's bf16), of which
+        make_runtime gives each runtime the ones it takes."""
         return make_runtime(
             name,
             ep,
+            **options,
             graph_opt=self.graph_opt,
             threads=self.threads,
             session_config={
@@ -224,15 +238,17 @@ def _measure_all(
                 feeds = registry.make_inputs(
                     case, settings.cfg, Shape(batch, seq, seq), np.random.default_rng(0)
                 )
-                of_case = {attention: found[case.name] for attention, found in models.items()}
+                golden = cache(partial(_oracle, case, settings.cfg, params, feeds))
+                of_case = {export: found[case.name] for export, found in models.items()}
                 openers = engine_openers(
                     settings.engines, tuple(ceilings), case, settings.cfg, params, feeds,
                     of_case, settings.runtime,
                 )  # fmt: skip
                 for engine, ep, opener in openers:
                     row = measure(
-                        case, settings.cfg, batch, seq, engine, ep, opener, ceilings[ep], timing
-                    )
+                        case, settings.cfg, batch, seq, engine, ep, opener, ceilings[ep], timing,
+                        golden,
+                    )  # fmt: skip
                     row.update(threads=settings.threads, graph_opt=_graph_opt(settings, engine))
                     rows.append(row)
                     bar.update(1)
@@ -241,7 +257,9 @@ def _measure_all(
                         log(f"  {what}: skipped: {row['reason']}")
                         continue
                     log(f"  {what}: p50 {row['p50_ms']} ms, p90 {row['p90_ms']} ms")
-                    if settings.profile and engine in ORT_VARIANTS:
+                    if row.get("accuracy", {}).get("status") == Status.FAIL:
+                        log(f"  {what}: outputs outside the {_row_name(row)} tolerance row")
+                    if settings.profile and _runs_on(engine) == BASELINE:
                         _profile(settings, row, feeds, log)
     for ep, ceiling in ceilings.items():
         log(f"measuring the {ep} GEMM ceiling again ...")
@@ -250,29 +268,32 @@ def _measure_all(
     return report
 
 
-def _export(settings: BenchSettings, log: Log) -> dict[str, dict[str, ModelUnderTest]]:
-    """{attention kernel: {case: model}} for every kernel the engines need."""
+def _export(settings: BenchSettings, log: Log) -> dict[tuple[str, str], dict[str, ModelUnderTest]]:
+    """{export (attention kernel, dtype): {case: model}} for every export the engines run."""
     log(
-        f"exporting {len(settings.cases)} models x {len(settings.attentions)} attention kernels "
-        f"at preset {settings.preset} (cached; the base whole model is ~400 MB and takes a "
-        "minute per kernel) ..."
+        f"exporting {len(settings.cases)} models x {len(settings.exports)} exports "
+        f"({', '.join(' '.join(e) for e in settings.exports)}) at preset {settings.preset} "
+        "(cached; the base whole model is ~400 MB and takes a minute per export) ..."
     )
     jobs = [
         ExportJob(
             case,
-            ExportSettings(settings.cfg, opset=default_opset(attention), attention=attention),
-            settings.artifacts_for(attention),
+            ExportSettings(
+                settings.cfg, opset=default_opset(attention), dtype=dtype, attention=attention
+            ),
+            settings.artifacts_for((attention, dtype)),
         )
-        for attention in settings.attentions
+        for attention, dtype in settings.exports
         for case in settings.cases
     ]
     records = export_jobs(
         jobs, on_done=lambda r: log(f"  {r.location}: {'reused' if r.cached else 'exported'}")
     )
-    models: dict[str, dict[str, ModelUnderTest]] = {}
+    models: dict[tuple[str, str], dict[str, ModelUnderTest]] = {}
     for job, record in zip(jobs, records, strict=True):
         model = ModelUnderTest(job.case, Path(record.location), record.provenance())
-        models.setdefault(job.settings.attention, {})[job.case.name] = model
+        export = (job.settings.attention, job.settings.dtype)
+        models.setdefault(export, {})[job.case.name] = model
     return models
 
 
@@ -299,10 +320,34 @@ def _measurement_count(settings: BenchSettings, eps: list[str]) -> int:
     case = settings.cases[0]
     openers = engine_openers(
         settings.engines, tuple(eps), case, settings.cfg, {}, {},
-        dict.fromkeys(settings.attentions),
+        dict.fromkeys(settings.exports),
         settings.runtime,
     )  # fmt: skip
     return len(openers) * len(settings.cases) * len(settings.shapes)
+
+
+def _oracle(case: Case, cfg: ModelConfig, params, feeds) -> dict[str, np.ndarray]:
+    """The case's float64 outputs by name for `feeds` (computed once per case and shape)."""
+    names = [spec.name for spec in case.outputs(cfg)]
+    return dict(zip(names, registry.run_oracle(case, cfg, params, feeds), strict=True))
+
+
+def _row_name(row: dict) -> str:
+    return f"{row['accuracy']['precision']}/{row['accuracy']['tolerance']}"
+
+
+def _runs_on(engine: str) -> str:
+    """The runtime an engine runs on (a graph variant's, else the engine's own name)."""
+    variant = GRAPH_VARIANTS.get(engine)
+    return variant.runtime if variant else engine
+
+
+def _runs_plain_export(engine: str) -> bool:
+    """Whether an engine that is no graph variant runs the plain export (OpenVINO does; the
+    module runtimes run no export)."""
+    if engine in GRAPH_VARIANTS or engine not in RUNTIMES:
+        return False
+    return runtime_class(engine).consumes == "onnx"
 
 
 def _graph_opt(settings: BenchSettings, engine: str) -> str | None:

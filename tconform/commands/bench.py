@@ -45,9 +45,11 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     multiple=True,
     help="Restrict to these engines (repeatable): onnxruntime (the plain export), "
     "onnxruntime-sdpa (the --attention sdpa export: one fused ONNX Attention node per "
-    "attention), onnxruntime-fused (the plain export through the onnxruntime.transformers "
-    "optimizer; opt-in), torch, torch-compile [all but onnxruntime-fused]. "
-    "The report names the fastest ONNX Runtime variant per case and shape.",
+    "attention), torch, torch-compile [these four]; opt-in: onnxruntime-fused (the plain "
+    "export through the onnxruntime.transformers optimizer), onnxruntime-int8 (the --dtype "
+    "int8 export), openvino and openvino-bf16 (its bfloat16 inference precision; not "
+    "available on a CPU without native bfloat16), torch-int8 (torch's dynamic int8 Linear "
+    "layers). The report names the fastest graph variant per case and shape.",
 )
 @runtime_options(
     "ep", "allow_missing_ep", "threads", "graph_opt", ep="all", threads="one per physical core"

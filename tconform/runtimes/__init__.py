@@ -39,6 +39,7 @@ RUNTIMES: dict[str, str] = {
     "onnx-reference": "tconform.runtimes.onnx_reference:OnnxReferenceRuntime",
     "torch": "tconform.runtimes.torch:TorchRuntime",
     "torch-compile": "tconform.runtimes.torch:CompiledTorchRuntime",
+    "torch-int8": "tconform.runtimes.torch:QuantizedTorchRuntime",
 }
 
 

@@ -101,7 +101,11 @@ class TorchRuntime:
         if self.ep == "cuda" and not torch.cuda.is_available():
             raise ProviderUnavailable(f"cuda: this torch ({torch.__version__}) sees no CUDA device")
         module = target.build().to(DTYPES[self.dtype]).to(self.device)
-        return TorchSession(module, target, self)
+        return TorchSession(self.prepared(module), target, self)
+
+    def prepared(self, module: nn.Module) -> nn.Module:
+        """The module as this runtime runs it (eager: as built)."""
+        return module
 
 
 @dataclass
@@ -110,6 +114,42 @@ class CompiledTorchRuntime(TorchRuntime):
 
     name: ClassVar[str] = "torch-compile"
     compiled: ClassVar[bool] = True
+
+
+@dataclass
+class QuantizedTorchRuntime(TorchRuntime):
+    """The module with its Linear layers dynamically quantised to int8, as a PyTorch user gets
+    an int8 model: `torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, qint8)` (int8
+    weights, one scale per tensor; activations quantised to uint8 on each call, the output
+    float32). It computes in int8, so it is judged by the int8 tolerance rows, the same rows as
+    ONNX Runtime's int8 graph. The quantised kernels (fbgemm/onednn) run on the CPU only."""
+
+    name: ClassVar[str] = "torch-int8"
+    eps: ClassVar[tuple[str, ...]] = ("cpu",)
+
+    @property
+    def precision(self) -> str:
+        return "int8"
+
+    def settings(self) -> dict[str, object]:
+        return {**super().settings(), "quantization": QUANTIZATION}
+
+    def prepared(self, module: nn.Module) -> nn.Module:
+        import warnings
+
+        from torch.ao.quantization import quantize_dynamic
+
+        with warnings.catch_warnings():  # torch.ao.quantization's deprecation notices
+            warnings.simplefilter("ignore")
+            return quantize_dynamic(module.eval(), {nn.Linear}, dtype=torch.qint8)
+
+
+# What QuantizedTorchRuntime asks of torch.ao.quantization.quantize_dynamic (recorded).
+QUANTIZATION = {
+    "tool": "torch.ao.quantization.quantize_dynamic",
+    "modules": ["Linear"],
+    "dtype": "qint8",
+}
 
 
 class TorchSession(Session):
@@ -122,7 +162,7 @@ class TorchSession(Session):
         self.providers = [f"torch-{runtime.device}"]
         self.placement: dict[str, int] = {}
         self.fallback_ops: dict[str, int] = {}
-        self.precision = runtime.dtype
+        self.precision = runtime.precision
         self.inputs = [TensorInfo(name) for name in (*target.args, *target.kwargs)]
         self.outputs = list(target.outputs)
         self.provenance = module_provenance(module, runtime.dtype)

@@ -56,3 +56,13 @@ def test_share_outside_matrix_products_counts_every_other_op():
     }
     assert "Attention" in MATRIX_OPS and "Softmax" not in MATRIX_OPS
     assert outside_matmul_share(profile) == pytest.approx(0.3)
+
+
+def test_the_int8_graphs_fused_integer_products_are_matrix_products():
+    profile = {
+        "DynamicQuantizeMatMul": {"share": 0.7},
+        "MatMulIntegerToFloat": {"share": 0.2},
+        "DynamicQuantizeLinear": {"share": 0.04},
+        "Softmax": {"share": 0.06},
+    }
+    assert outside_matmul_share(profile) == pytest.approx(0.1)

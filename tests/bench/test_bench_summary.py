@@ -44,3 +44,20 @@ def test_one_entry_per_shape_and_none_without_an_onnx_runtime_row():
         (8, "onnxruntime", 1.0),
     ]
     assert "vs_torch" not in summary[0]
+
+
+def test_an_int8_graph_enters_best_with_its_dtype_its_own_floor_and_its_verdict():
+    int8_details = {"attention": "plain", "dtype": "int8"}
+    rows = [
+        row("onnxruntime", 30.0, memory_floor_ms=10.0, accuracy={"status": "pass"}),
+        row("onnxruntime-int8", 12.0, memory_floor_ms=3.0, accuracy={"status": "fail"}),
+        row("torch", 60.0),
+        row("torch-int8", 8.0),  # a module runtime, not a graph variant
+    ]
+    rows[1]["details"] = int8_details
+    (best,) = best_variants(rows)
+    assert (best["best_engine"], best["dtype"]) == ("onnxruntime-int8", "int8")
+    assert best["vs_memory_floor"] == pytest.approx(4.0)  # 12 ms over its own 3 ms floor
+    assert best["accuracy"] == "fail"
+    (line,) = summary_lines([best])
+    assert "outputs judged: fail" in line

@@ -1,0 +1,57 @@
+"""Each bench row's outputs judged against the float64 oracle, under the tolerance row of the
+precision the engine computes in (the int8 rows for ONNX Runtime's int8 graph and torch's
+dynamic int8 module alike, so both face one tolerance): whether they pass, the largest
+absolute error and the SQNR. A fast engine that computes something else is no result."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from tconform.compare import OutputComparison, compare_output, tolerance_for
+from tconform.errors import UsageError
+from tconform.results import Status
+
+
+def judge_outputs(
+    outputs: Mapping[str, np.ndarray],
+    golden: Mapping[str, np.ndarray],
+    precision: str,
+    tolerance_class: str,
+) -> dict[str, object]:
+    """The accuracy block of a row: every golden output compared under the row
+    (`precision`, `tolerance_class`) of tconform.compare.TOLERANCES; the worst error and the
+    lowest SQNR over the outputs, and each output's own."""
+    judged: dict[str, object] = {"precision": precision, "tolerance": tolerance_class}
+    try:
+        tol = tolerance_for(precision, tolerance_class)
+    except UsageError as exc:
+        return {**judged, "status": Status.SKIP.value, "reason": str(exc)}
+    comparisons = [
+        compare_output(name, np.asarray(outputs[name]), expected, tol)
+        for name, expected in golden.items()
+    ]
+    sqnrs = [c.sqnr_db for c in comparisons if c.sqnr_db is not None]
+    return {
+        **judged,
+        "atol": tol.atol,
+        "rtol": tol.rtol,
+        "min_sqnr_db": tol.min_sqnr_db,
+        "status": Status.PASS.value
+        if all(c.status == Status.PASS for c in comparisons)
+        else Status.FAIL.value,
+        "max_abs_err": max((c.max_abs_err or 0.0 for c in comparisons), default=0.0),
+        # None: no output had any error at all (an infinite ratio)
+        "sqnr_db": min(sqnrs) if sqnrs else None,
+        "outputs": {c.name: _output(c) for c in comparisons},
+    }
+
+
+def _output(comparison: OutputComparison) -> dict[str, object]:
+    return {
+        "status": comparison.status,
+        "max_abs_err": comparison.max_abs_err,
+        "sqnr_db": comparison.sqnr_db,
+        **({"message": comparison.message} if comparison.message else {}),
+    }

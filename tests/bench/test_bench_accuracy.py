@@ -1,0 +1,79 @@
+"""Every bench row's outputs are judged against the float64 oracle under the tolerance row of
+the precision the engine computes in: torch's dynamic int8 module and ONNX Runtime's int8 graph
+face the same int8 row, and a row whose outputs are off says so."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tconform import registry
+from tconform.bench.accuracy import judge_outputs
+from tconform.bench.engines import open_engine
+from tconform.bench.measure import measure
+from tconform.compare import tolerance_for
+from tconform.config import PRESETS
+from tconform.execution import Subject, case_module
+from tconform.export import ExportJob, ExportSettings, build_module, example_shape, export_jobs
+from tconform.models import ModelUnderTest
+from tconform.results import Status
+from tconform.runtimes import make_runtime
+
+TINY = PRESETS["tiny"]
+CEILING = {"gemm_gflops": 100.0, "copy_bandwidth_gbs": 10.0}
+TIMING = {"warmup": 0, "runs": 2, "seconds": 0.0}
+CASE = registry.get_case("feed_forward")
+
+
+def _measured(engine: str, subject: Subject, params, runtime: str | None = None) -> dict:
+    shape = example_shape(TINY)
+    feeds = registry.make_inputs(CASE, TINY, shape, np.random.default_rng(0))
+    names = [spec.name for spec in CASE.outputs(TINY)]
+    golden = dict(zip(names, registry.run_oracle(CASE, TINY, params, feeds), strict=True))
+    opener = partial(open_engine, make_runtime(runtime or engine), subject, feeds)
+    return measure(
+        CASE, TINY, shape.batch, shape.src_seq, engine, "cpu", opener, CEILING, TIMING,
+        lambda: golden,
+    )  # fmt: skip
+
+
+@pytest.mark.unit
+def test_torch_int8_is_judged_under_the_int8_row():
+    _, params = build_module(CASE, ExportSettings(TINY))
+    module = Subject(module=case_module(CASE, TINY, params))
+    int8 = _measured("torch-int8", module, params)["accuracy"]
+    float32 = _measured("torch", module, params)["accuracy"]
+    row = tolerance_for("int8", CASE.tolerance)
+    assert (int8["precision"], int8["atol"], int8["min_sqnr_db"]) == ("int8", row.atol, 27.0)
+    assert int8["status"] == Status.PASS
+    # it really computed in int8: its error is far beyond what float32 rounding makes
+    assert int8["max_abs_err"] > 100 * float32["max_abs_err"]
+    assert int8["sqnr_db"] < float32["sqnr_db"] - 40
+    assert float32["precision"] == "float32" and float32["status"] == Status.PASS
+
+
+@pytest.mark.unit
+def test_outputs_beyond_the_floor_fail_and_say_by_how_much():
+    golden = {"y": np.linspace(-1.0, 1.0, 64)}
+    noisy = {"y": golden["y"] + 0.05 * np.cos(np.arange(64))}  # within atol, SQNR ~ 25 dB
+    judged = judge_outputs(noisy, golden, "int8", "component")
+    assert judged["status"] == Status.FAIL and judged["sqnr_db"] < judged["min_sqnr_db"]
+    assert judged["max_abs_err"] == pytest.approx(0.05, rel=1e-3)
+    assert judge_outputs(golden, golden, "int8", "component")["status"] == Status.PASS
+    # a precision without a row is not judged, and says why
+    assert judge_outputs(golden, golden, "int4", "component")["status"] == Status.SKIP
+
+
+@pytest.mark.integration
+def test_both_int8_engines_face_one_tolerance(tmp_path):
+    (record,) = export_jobs([ExportJob(CASE, ExportSettings(TINY, dtype="int8"), tmp_path)])
+    _, params = build_module(CASE, ExportSettings(TINY))
+    graph = ModelUnderTest(CASE, Path(record.location), record.provenance())
+    ort = _measured("onnxruntime-int8", Subject(graph), params, runtime="onnxruntime")
+    torch = _measured("torch-int8", Subject(module=case_module(CASE, TINY, params)), params)
+    limits = ("precision", "tolerance", "atol", "rtol", "min_sqnr_db")
+    assert [ort["accuracy"][k] for k in limits] == [torch["accuracy"][k] for k in limits]
+    assert ort["accuracy"]["precision"] == "int8" and ort["accuracy"]["status"] == Status.PASS
