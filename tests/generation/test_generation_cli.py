@@ -14,6 +14,7 @@ from test_generation_runtimes import ShiftedStep
 
 from tconform.export import ExportSettings, export_case
 from tconform.files import sha256_file
+from tconform.generation.golden import CHECKPOINT
 from tconform.registry import STEP
 
 pytestmark = pytest.mark.integration
@@ -87,15 +88,14 @@ def test_golden_generation_writes_a_checkable_folder(cli, tmp_path):
     assert cli("golden", "--generation", "--check", "--out", str(folder))[0] == 0
 
 
-def test_bench_generate_reports_per_token_figures_floor_and_plot(
-    cli, generation_artifacts, tmp_path
-):
+def test_bench_generate_reports_per_token_figures_floor_and_plot(cli, tmp_path):
     """`bench --generate` on the tiny preset: every engine row carries the per-token figures,
-    where the cache lived, and the floor; the JSON and the plot are written."""
+    where the cache lived, and the floor; the JSON and the plot are written. (Its models hold
+    seeded weights, a folder of their own: the goldens' hold the checkpoint's.)"""
     report_path, plot = tmp_path / "gen.json", tmp_path / "gen.png"
     code, out, err = cli(
         "bench", "--preset", "tiny", "--ep", "cpu", "--generate", "4", "--threads", "1",
-        "--artifacts", str(generation_artifacts / "generation"),
+        "--artifacts", str(tmp_path / "bench"),
         "--json", str(report_path), "--plot", str(plot),
     )  # fmt: skip
     assert code == 0, err
@@ -115,7 +115,9 @@ def test_a_given_decoder_step_model_is_verified_read_only(cli, generation_artifa
     """`verify --generation --model gen_step=PATH`: an off-by-one position decoder fails on the
     goldens of its mask fill, names itself as given in every cached row, and is left as it was."""
     wrong = tmp_path / "step.onnx"
-    record = export_case(replace(STEP, build=ShiftedStep), ExportSettings(TINY), tmp_path)
+    record = export_case(
+        replace(STEP, build=ShiftedStep), ExportSettings(TINY, checkpoint=CHECKPOINT), tmp_path
+    )
     shutil.copyfile(record.staged, wrong)
     before = sha256_file(wrong)
     report = tmp_path / "report.json"
