@@ -16,13 +16,12 @@ from gen_helpers import (
     quiet_nan,
 )
 
-from tconform.compare import tolerance_for
 from tconform.export import ExportSettings, export_case
 from tconform.generation.driver import Decoding, Strategy, generate
 from tconform.generation.golden import CHECKPOINT, oracle_generate, set_config
 from tconform.generation.steppers import DEVICE_STATE, CachedStepper, make_stepper
 from tconform.generation.verdict import judge
-from tconform.generation.verify import model_folder
+from tconform.generation.verify import model_folder, step_tolerance
 from tconform.reference.incremental import DecoderStepModel
 from tconform.registry import STEP
 from tconform.results import Status
@@ -145,7 +144,7 @@ def test_an_off_by_one_position_fails_the_verdict(
     runtime = make_runtime("onnxruntime", "cpu")
     folder = generation_artifacts / "generation"
     sessions = sessions_for(runtime, TINY, folder, {STEP.name: wrong.staged})
-    tol = tolerance_for("float32", "model")
+    tol = step_tolerance("float32")
     statuses = []
     for case in (c for c in golden_cases if c.name.endswith("-greedy")):
         if set_config(TINY, case.source_set) != TINY:
