@@ -16,6 +16,7 @@ from tconform.export import ExportSettings, export_case
 from tconform.files import sha256_file
 from tconform.generation.golden import CHECKPOINT
 from tconform.registry import STEP
+from tconform.weights import read_record
 
 pytestmark = pytest.mark.integration
 
@@ -78,6 +79,32 @@ def test_golden_generation_check_detects_tampering(cli, tmp_path):
     path.write_bytes(bytes(data))
     code, _, err = cli("golden", "--generation", "--check", "--out", str(corrupt))
     assert code == 2 and "sha256" in err
+
+
+def test_goldens_of_other_weights_are_drift_and_refused(cli, tmp_path):
+    """A manifest recording another checkpoint sha256 (other weights) is drift for `--check`
+    and refused by `verify --generation` before anything is exported; one recording no
+    checkpoint (seeded weights, before the checkpoint) is refused by both."""
+    folder = tmp_path / "golden-generation"
+    shutil.copytree(GOLDEN_DIR, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    recorded = manifest["checkpoint"]
+    assert recorded == {"name": CHECKPOINT, "sha256": read_record(CHECKPOINT)["sha256"]}
+    manifest["checkpoint"] = {**recorded, "sha256": "0" * 64}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    code, out, _ = cli("golden", "--generation", "--check", "--out", str(folder))
+    assert code == 1 and "checkpoint 'reverse'" in out and "DRIFT" in out
+    artifacts = tmp_path / "artifacts"
+    code, _, err = cli(
+        "verify", "--generation", "--golden-generation", str(folder), "--artifacts", str(artifacts)
+    )
+    assert code == 2 and "remake the goldens" in err and not artifacts.exists()
+    del manifest["checkpoint"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for args in (["golden", "--generation", "--check", "--out"], ["verify", "--generation",
+                 "--artifacts", str(artifacts), "--golden-generation"]):  # fmt: skip
+        code, _, err = cli(*args, str(folder))
+        assert code == 2 and "records no checkpoint" in err, args
 
 
 def test_golden_generation_writes_a_checkable_folder(cli, tmp_path):
