@@ -97,13 +97,20 @@ def load_checkpoint(
     return ModelConfig.from_dict(record["config"]), params
 
 
+def same_weights_config(trained: ModelConfig, cfg: ModelConfig) -> bool:
+    """Whether weights trained at `trained` are the same model at `cfg`: the same config but
+    for the mask fill, which decides only a fully masked attention row (-inf: NaN, -1e9:
+    uniform); a row with a key left gives every masked key weight exactly 0 under both."""
+    return trained.replace(mask_fill=cfg.mask_fill) == cfg
+
+
 def checkpoint_params(
     module: nn.Module, name: str, cfg: ModelConfig | None = None
 ) -> dict[str, np.ndarray]:
     """`module`'s parameters from checkpoint `name` (every one must be there); with `cfg`, the
-    checkpoint must have been trained at that config."""
+    checkpoint must have been trained at that config (its mask fill aside: same_weights_config)."""
     trained_cfg, params = load_checkpoint(name)
-    if cfg is not None and trained_cfg != cfg:
+    if cfg is not None and not same_weights_config(trained_cfg, cfg):
         raise UsageError(
             f"checkpoint {name!r} was trained at another config ({trained_cfg.to_dict()})"
         )

@@ -102,5 +102,9 @@ def test_a_checkpoint_export_holds_the_trained_weights(tmp_path):
         export_cases((registry.get_case("norm"),), settings, tmp_path / "norm")
     with pytest.raises(UsageError, match="another config"):
         ExportSettings(TINY.replace(d_model=32, n_heads=4), checkpoint="reverse")
+    with pytest.raises(UsageError, match="another config"):  # a run setting, but not the fill
+        ExportSettings(TINY.replace(norm_eps=1e-5), checkpoint="reverse")
+    # The mask fill decides only fully masked rows: the trained weights serve either fill.
+    assert ExportSettings(TINY.replace(mask_fill="-1e9"), checkpoint="reverse").checkpoint
     with pytest.raises(UsageError, match="unknown checkpoint"):
         ExportSettings(TINY, checkpoint="no-such")

@@ -35,7 +35,8 @@ from tconform.errors import EXIT_FAILURE
 @click.option(
     "--generation",
     is_flag=True,
-    help="The generation goldens instead (decoded sequences; --out defaults to golden-generation).",
+    help="The generation goldens instead (sequences decoded with the trained checkpoint 'reverse', "
+    "tiny preset; --out defaults to golden-generation).",
 )
 @click.pass_context
 def golden(ctx, out, preset, cases, seed, force, check, generation) -> None:

@@ -20,7 +20,7 @@ from tconform.config import ATTENTION_KERNELS, MODEL_DTYPES, ModelConfig
 from tconform.errors import UsageError
 from tconform.registry import Case
 from tconform.versions import library_versions
-from tconform.weights import DEFAULT_SEED, read_record
+from tconform.weights import DEFAULT_SEED, read_record, same_weights_config
 
 EXPORTERS = ("dynamo", "torchscript")
 MAX_OPSET = {"dynamo": 23, "torchscript": 20}  # the TorchScript exporter stops at opset 20
@@ -99,7 +99,7 @@ class ExportSettings:
             raise UsageError("--attention sdpa needs the dynamo exporter (ONNX Attention op)")
         if self.checkpoint:
             trained = ModelConfig.from_dict(read_record(self.checkpoint)["config"])
-            if trained != self.cfg:
+            if not same_weights_config(trained, self.cfg):
                 raise UsageError(
                     f"checkpoint {self.checkpoint!r} was trained at another config than this "
                     "export's"

@@ -1,18 +1,25 @@
 """Generation goldens: the oracle's decoded sequences, in the ONNX test-data layout.
 
-    golden-generation/manifest.json                       config, seed, per case its decoding
+    golden-generation/manifest.json                       config, seed, checkpoint (name and
+                                                          sha256), per case its decoding
                                                           settings, tensor shapes and sha256
     golden-generation/<set>-<strategy>/test_data_set_0/   input_K.pb: src_ids, src_keep,
                                                           prefix_ids, prefix_keep
                                                           output_K.pb: tokens, lengths,
                                                           log_probs (each step's distribution)
 
-The source sets (tiny preset): right padding, left padding, sequences ending at different
-steps with one reaching the length limit, and the edge cases: left-padded prompts under the
-causal mask (a fully masked attention row) for both mask fills. Every set starts from an empty
-cache (past length 0). The end token of a set is computed, not chosen by hand: the lowest id
-with which the oracle's greedy decoding ends its rows at different steps (and, for `ends`,
-leaves one row at the length limit).
+The oracle decodes with the weights of the committed trained checkpoint CHECKPOINT (trained to
+reverse its source; tconform.weights), not seeded random ones: its top-1 margins are wide, so a
+token a runtime flips is a real error, not a near-tie. The exported step models hold the same
+weights (ExportSettings.checkpoint), and the manifest records the checkpoint's sha256.
+
+The source sets (tiny preset, the checkpoint's): right padding, left padding, sequences ending at
+different steps with one, a source of the longest length, cut at the length limit, and the edge
+cases: left-padded prompts under the causal mask (a fully masked attention row) for both mask
+fills, whose prompts are the start of the model's own answer. Every set starts from an empty
+cache (past length 0). The end token is the one the model was trained to end with (EOS); each
+set's rule (rows ending at different steps, a row at the limit, ...) is checked on the oracle's
+greedy decoding when the goldens are made, and a checkpoint that breaks one is refused.
 
 Files, manifest, atomic replacement and the drift check are tconform.golden's; log-probs are
 stored in float32 and checked within one float32 ulp, tokens and lengths exactly.
@@ -34,6 +41,7 @@ from tconform.files import atomic_write_json, require_inside, sha256_bytes
 from tconform.folders import GOLDEN, MANIFEST, folder_lock, read_json_manifest
 from tconform.generation.driver import (
     BOS,
+    EOS,
     PAD,
     Decoding,
     Generation,
@@ -44,7 +52,7 @@ from tconform.generation.steppers import CachedStepper, oracle_sessions
 from tconform.golden import Drift, InputSet
 from tconform.reference import Transformer
 from tconform.versions import library_versions, tool_version
-from tconform.weights import make_params
+from tconform.weights import checkpoint_params, read_record, same_weights_config
 
 INPUTS = ("src_ids", "src_keep", "prefix_ids", "prefix_keep")
 OUTPUTS = ("tokens", "lengths", "log_probs")
@@ -57,6 +65,10 @@ STRATEGIES = (
 )
 
 
+# The trained checkpoint whose weights the goldens decode with (tconform/data/checkpoints).
+CHECKPOINT = "reverse"
+
+
 @dataclass(frozen=True)
 class SourceSet:
     name: str
@@ -64,14 +76,20 @@ class SourceSet:
     max_new_tokens: int
     prompt: bool = False  # left-padded prompts: a fully masked row under the causal mask
     mask_fill: str | None = None  # None: the preset's own
-    needs_limit: bool = False  # the end token must leave one row at the length limit
+    needs_limit: bool = False  # one row must be cut at the length limit, before its end token
     strategies: tuple[Strategy, ...] = STRATEGIES
+    lengths: tuple[int, ...] = (4, 7, 2)  # real tokens of each source
+    distinct: bool = True  # the greedy rows must end at different steps
 
 
 SETS = (
     SourceSet("right_padding", "right", 8),
-    SourceSet("left_padding", "left", 8),
-    SourceSet("ends", "right", 11, needs_limit=True),
+    # The checkpoint saw right-padded sources only: left-padded ones are outside what it learned,
+    # so their rows need not end at different steps (they end, or run to the limit).
+    SourceSet("left_padding", "left", 8, distinct=False),
+    # A source of the longest length the preset holds (its answer and the end token fill the
+    # prefix), cut at a limit below its answer's length while the short rows end.
+    SourceSet("ends", "right", 9, needs_limit=True, lengths=(4, 10, 2)),
     SourceSet("prompt_left_padding_inf", "right", 7, True, "-inf", strategies=STRATEGIES[:2]),
     SourceSet("prompt_left_padding_1e9", "right", 7, True, "-1e9", strategies=STRATEGIES[:2]),
 )
@@ -81,12 +99,32 @@ def set_config(cfg: ModelConfig, source_set: SourceSet) -> ModelConfig:
     return cfg.replace(mask_fill=source_set.mask_fill) if source_set.mask_fill else cfg
 
 
-def sources(source_set: SourceSet, cfg: ModelConfig, seed: int) -> dict[str, np.ndarray]:
-    """src_ids, src_keep, prefix_ids, prefix_keep of a set: 3 sequences of 7 source tokens with
-    4, 7 and 2 real ones (padding on the set's side); prompts left-padded to 3 tokens."""
+def checkpoint_record(name: str = CHECKPOINT) -> dict[str, str]:
+    """What the manifest records of the checkpoint: its name and the sha256 of its weights."""
+    return {"name": name, "sha256": read_record(name)["sha256"]}
+
+
+def golden_params(cfg: ModelConfig, checkpoint: str = CHECKPOINT):
+    """The checkpoint's weights for the Transformer of `cfg` (which must be the checkpoint's
+    config, its mask fill aside): the oracle's, and the ones the exported models hold."""
+    trained = ModelConfig.from_dict(read_record(checkpoint)["config"])
+    if not same_weights_config(trained, cfg):
+        raise UsageError(
+            f"the generation goldens decode with the trained checkpoint {checkpoint!r}, whose "
+            f"config is the {read_record(checkpoint).get('preset', 'recorded')} preset's; this "
+            "preset's differs"
+        )
+    return checkpoint_params(Transformer(cfg), checkpoint, cfg)
+
+
+def sources(source_set: SourceSet, cfg: ModelConfig, seed: int, params) -> dict[str, np.ndarray]:
+    """src_ids, src_keep, prefix_ids, prefix_keep of a set: 3 sequences with the set's numbers
+    of real source tokens (symbols, ids 3 and up; padding on the set's side). Prompts are
+    left-padded to 3 tokens, [pad pad BOS], [pad BOS w], [BOS w w], the words w the first
+    tokens of the oracle's greedy answer to the source (its own answer begun)."""
     rng = np.random.default_rng([seed, sum(map(ord, source_set.name))])
-    lengths = [4, 7, 2]
-    seq = min(7, cfg.max_seq_len)
+    lengths = source_set.lengths
+    seq = min(max(lengths), cfg.max_seq_len)
     src_keep = np.zeros((len(lengths), seq), dtype=bool)
     for row, length in enumerate(lengths):
         if source_set.padding == "right":
@@ -94,21 +132,23 @@ def sources(source_set: SourceSet, cfg: ModelConfig, seed: int) -> dict[str, np.
         else:
             src_keep[row, seq - length :] = True
     src_ids = np.where(src_keep, rng.integers(3, cfg.src_vocab, src_keep.shape), PAD)
+    inputs = {"src_ids": src_ids.astype(np.int64), "src_keep": src_keep}
+    prefix_ids = np.full((len(lengths), 1), BOS, dtype=np.int64)
+    prefix_keep = np.ones((len(lengths), 1), dtype=bool)
     if source_set.prompt:
+        unprompted = {**inputs, "prefix_ids": prefix_ids, "prefix_keep": prefix_keep}
+        answer = oracle_generate(
+            cfg, params, unprompted, Decoding(2, eos_id=None), Strategy("greedy")
+        ).tokens
         prefix_ids = np.array([[PAD, PAD, BOS], [PAD, BOS, 0], [BOS, 0, 0]], dtype=np.int64)
-        words = rng.integers(3, cfg.tgt_vocab, prefix_ids.shape)
         prefix_keep = np.array([[0, 0, 1], [0, 1, 1], [1, 1, 1]], dtype=bool)
         after_bos = np.cumsum(prefix_ids == BOS, axis=1) - (prefix_ids == BOS) > 0
+        words = np.zeros_like(prefix_ids)
+        for row in range(len(words)):
+            count = int(after_bos[row].sum())
+            words[row, words.shape[1] - count :] = answer[row, :count]
         prefix_ids = np.where(after_bos, words, prefix_ids)
-    else:
-        prefix_ids = np.full((len(lengths), 1), BOS, dtype=np.int64)
-        prefix_keep = np.ones((len(lengths), 1), dtype=bool)
-    return {
-        "src_ids": src_ids.astype(np.int64),
-        "src_keep": src_keep,
-        "prefix_ids": prefix_ids,
-        "prefix_keep": prefix_keep,
-    }
+    return {**inputs, "prefix_ids": prefix_ids, "prefix_keep": prefix_keep}
 
 
 def oracle_generate(
@@ -120,20 +160,19 @@ def oracle_generate(
         return generate(stepper, inputs["src_ids"], inputs["src_keep"], decoding, strategy, prefix)
 
 
-def choose_eos(cfg, params, inputs, source_set: SourceSet) -> int:
-    """The lowest token id that, as the end token, ends the oracle's greedy rows at different
-    steps (prompt sets: ends one row at least), and leaves a row at the limit where the set
-    needs one."""
-    for eos in range(3, cfg.tgt_vocab):
-        decoding = Decoding(source_set.max_new_tokens, eos_id=eos)
-        lengths = oracle_generate(cfg, params, inputs, decoding, Strategy("greedy")).lengths
-        # Prompt sets: rows whose prompt starts with padding may be NaN throughout (-inf fill).
-        distinct = source_set.prompt or len(set(lengths.tolist())) == len(lengths)
-        at_limit = lengths.max() == source_set.max_new_tokens
-        ended = (lengths < source_set.max_new_tokens).sum() >= (2 if source_set.needs_limit else 1)
-        if distinct and ended and (at_limit or not source_set.needs_limit):
-            return eos
-    raise UsageError(f"no end token gives set {source_set.name} rows of different lengths")
+def set_rule_broken(source_set: SourceSet, greedy: Generation) -> str | None:
+    """What of the set's rule the oracle's greedy decoding breaks (None: nothing): one row ends
+    with the end token at least; rows end at different steps where the set asks it; with
+    `needs_limit`, two rows end and one is cut at the limit before its end token."""
+    lengths, limit = greedy.lengths, source_set.max_new_tokens
+    ended = (greedy.tokens == EOS).any(axis=1)
+    if source_set.distinct and not source_set.prompt and len(set(lengths.tolist())) < len(lengths):
+        return f"its greedy rows end at the same step (lengths {lengths.tolist()})"
+    if ended.sum() < (2 if source_set.needs_limit else 1):
+        return f"too few greedy rows end with the end token (lengths {lengths.tolist()})"
+    if source_set.needs_limit and not ((lengths == limit) & ~ended).any():
+        return f"no greedy row is cut at the limit of {limit} tokens"
+    return None
 
 
 @dataclass
@@ -149,16 +188,19 @@ class GenerationCase:
         return Generation(out["tokens"], out["lengths"], out["log_probs"].astype(np.float64))
 
 
-def build_cases(cfg: ModelConfig, seed: int) -> list[GenerationCase]:
-    """Every set x strategy, computed by the oracle, in memory."""
+def build_cases(cfg: ModelConfig, seed: int, checkpoint: str = CHECKPOINT) -> list[GenerationCase]:
+    """Every set x strategy, computed by the oracle with the checkpoint's weights, in memory;
+    a set whose rule the checkpoint's greedy decoding breaks is refused (set_rule_broken)."""
     cases = []
     for source_set in SETS:
         set_cfg = set_config(cfg, source_set)
-        params = make_params(Transformer(set_cfg), seed)
-        inputs = sources(source_set, set_cfg, seed)
-        decoding = Decoding(
-            source_set.max_new_tokens, eos_id=choose_eos(set_cfg, params, inputs, source_set)
-        )
+        params = golden_params(set_cfg, checkpoint)
+        inputs = sources(source_set, set_cfg, seed, params)
+        decoding = Decoding(source_set.max_new_tokens, eos_id=EOS)
+        greedy = oracle_generate(set_cfg, params, inputs, decoding, Strategy("greedy"))
+        broken = set_rule_broken(source_set, greedy)
+        if broken:
+            raise UsageError(f"set {source_set.name}: checkpoint {checkpoint!r}: {broken}")
         for strategy in source_set.strategies:
             result = oracle_generate(set_cfg, params, inputs, decoding, strategy)
             outputs = {
@@ -186,6 +228,7 @@ def _case_entry(case: GenerationCase, hashes: dict[str, str]) -> dict:
 
 def write(folder: Path, cfg: ModelConfig, seed: int, preset: str, force: bool = False) -> dict:
     """Write the generation goldens into `folder`, replacing it whole (as tconform.golden does)."""
+    golden_params(cfg)  # the preset must be the checkpoint's: refused before any file is touched
     if folder.exists() and any(folder.iterdir()) and not force:
         raise UsageError(f"{folder} already holds files; pass --force to replace goldens")
     golden_files.require_replaceable_golden_folder(folder)  # before the lock file goes beside it
@@ -212,6 +255,7 @@ def write(folder: Path, cfg: ModelConfig, seed: int, preset: str, force: bool = 
                 "preset": preset,
                 "config": cfg.to_dict(),
                 "seed": seed,
+                "checkpoint": checkpoint_record(),
                 "stored_dtype": "float32",
                 "versions": library_versions(),
                 "cases": entries,
@@ -233,11 +277,31 @@ def read_generation_manifest(folder: Path) -> dict:
         raise UsageError(f"{path}: not a generation golden manifest")
     if not isinstance(manifest.get("cases"), dict) or not manifest["cases"]:
         raise UsageError(f"{path}: lists no generation cases: nothing to check")
+    recorded = manifest.get("checkpoint")
+    if not (isinstance(recorded, dict) and set(recorded) == {"name", "sha256"}):
+        raise UsageError(
+            f"{path}: records no checkpoint (goldens of seeded weights, from before the trained "
+            "checkpoint): run `tconform golden --generation --force` to remake them"
+        )
     return manifest
 
 
-def read_cases(folder: Path) -> tuple[ModelConfig, int, list[GenerationCase]]:
-    """The stored cases, every file checked against the manifest's sha256 and shape."""
+def require_current_checkpoint(folder: Path, recorded: dict[str, str]) -> str:
+    """The name of the checkpoint the goldens were decoded with, which must be the committed one
+    (the same sha256): models exported now hold its weights. Exit 2 otherwise."""
+    current = checkpoint_record(recorded["name"])
+    if current != recorded:
+        raise UsageError(
+            f"{folder / MANIFEST}: decoded with checkpoint {recorded['name']!r} of sha256 "
+            f"{recorded['sha256'][:12]}, the committed one is {current['sha256'][:12]}: "
+            "remake the goldens (`tconform golden --generation --force`)"
+        )
+    return recorded["name"]
+
+
+def read_cases(folder: Path) -> tuple[ModelConfig, int, dict[str, str], list[GenerationCase]]:
+    """Config, seed, checkpoint record (name, sha256) and the stored cases, every file checked
+    against the manifest's sha256 and shape."""
     manifest = read_generation_manifest(folder)
     cfg = ModelConfig.from_dict(manifest["config"])
     by_name = {f"{s.name}-{t.name}": (s, t) for s in SETS for t in s.strategies}
@@ -277,15 +341,26 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, list[GenerationCase]]:
             {n: tensors[n] for n in OUTPUTS},
         )
         cases.append(GenerationCase(name, source_set, replace(strategy), decoding, input_set))
-    return cfg, int(manifest["seed"]), cases
+    return cfg, int(manifest["seed"]), dict(manifest["checkpoint"]), cases
 
 
 def check(folder: Path) -> list[Drift]:
     """Regenerate in memory and compare: inputs, tokens and lengths exactly, log-probs within
     one float32 ulp (see tconform.golden)."""
-    cfg, seed, stored = read_cases(folder)
+    cfg, seed, recorded, stored = read_cases(folder)
+    current = checkpoint_record()  # what a regeneration decodes with
+    drifts = []
+    if current != recorded:
+        drifts.append(
+            Drift(
+                str(folder / MANIFEST),
+                f"checkpoint {recorded['name']!r} (sha256 {recorded['sha256'][:12]}) recorded, "
+                f"a regeneration decodes with {current['name']!r} "
+                f"(sha256 {current['sha256'][:12]})",
+            )
+        )
     fresh = {case.name: case for case in build_cases(cfg, seed)}
-    drifts = [
+    drifts += [
         Drift(str(folder / name), "missing: a regeneration has this case")
         for name in fresh.keys() - {c.name for c in stored}
     ]

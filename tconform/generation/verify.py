@@ -6,6 +6,10 @@ fill differs from the preset's into <artifacts>/generation-fill<fill>: the fill 
 model. `--no-export` takes those folders as they are; `--model gen_step=PATH` (or gen_encoder,
 gen_prefix) runs a given file, read-only, on the goldens of the preset's own mask fill (a model
 holds one fill). Every result names the decoder model that ran (path, sha256, origin).
+
+The goldens are decoded with the weights of a trained checkpoint (recorded in their manifest,
+tconform.generation.golden); the exports hold the same weights (ExportSettings.checkpoint, part
+of the cache key), and PyTorch runs the modules with them.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tconform.compare import tolerance_for
+from tconform.compare import Tolerance, tolerance_for
 from tconform.config import ModelConfig
 from tconform.errors import TconformError, UsageError, first_line
 from tconform.execution import NotRun, Subject, case_module, not_run, open_subject
@@ -35,14 +39,29 @@ from tconform.generation.steppers import make_stepper
 from tconform.generation.verdict import Verdict, judge
 from tconform.models import ModelUnderTest, given_model, held_model, model_from_record
 from tconform.plan import Progress, VerifyOptions, verify_runtimes
-from tconform.reference import Transformer
 from tconform.registry import GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.report import RunReport
 from tconform.results import Result, Status, allow_missing
 from tconform.runtimes import label
-from tconform.weights import make_params
 
 GOLDEN_DIR = Path("golden-generation")
+
+# The step log-probabilities of float32 generation models. The goldens decode with a trained
+# checkpoint whose log-probabilities span about 35 nats (a sure model); float32 rounding grows
+# with that spread, and ONNX Runtime CPU and torch eager differ from the oracle by up to 1.3e-4
+# on the committed goldens, where the unsure rows (left padding, which it never saw) hold
+# log-probabilities near -2. The "model" row of tconform.compare.TOLERANCES (1e-5) was measured
+# on seeded weights, whose logits spread a few nats. This row is about 8x above that worst
+# error (docs/generation.md); an off-by-one position or a dropped bias moves them by 1e-2 and
+# more. Other precisions keep their "model" row.
+FLOAT32_STEPS = Tolerance(
+    1e-3, 1e-5, "float32 log-probabilities of the trained checkpoint, spread about 35 nats"
+)
+
+
+def step_tolerance(precision: str) -> Tolerance:
+    """The tolerance of a generation model's step log-probabilities."""
+    return FLOAT32_STEPS if precision == "float32" else tolerance_for(precision, "model")
 
 
 def model_folder(artifacts_dir: Path, cfg: ModelConfig, preset_cfg: ModelConfig) -> Path:
@@ -51,12 +70,26 @@ def model_folder(artifacts_dir: Path, cfg: ModelConfig, preset_cfg: ModelConfig)
     return artifacts_dir / f"generation-fill{cfg.mask_fill}"
 
 
+def export_settings(cfg: ModelConfig, seed: int, checkpoint: str) -> ExportSettings:
+    """The generation models' export: float32, with the checkpoint's weights."""
+    return ExportSettings(cfg, seed, checkpoint=checkpoint)
+
+
 def export_models(
-    configs: list[ModelConfig], preset_cfg: ModelConfig, seed: int, artifacts_dir: Path, progress
+    configs: list[ModelConfig],
+    preset_cfg: ModelConfig,
+    seed: int,
+    artifacts_dir: Path,
+    progress,
+    checkpoint: str = golden.CHECKPOINT,
 ) -> dict[tuple[ModelConfig, str], ExportRecord]:
     """Every generation model of every config, exported where not current, in one pool."""
     jobs = [
-        ExportJob(case, ExportSettings(cfg, seed), model_folder(artifacts_dir, cfg, preset_cfg))
+        ExportJob(
+            case,
+            export_settings(cfg, seed, checkpoint),
+            model_folder(artifacts_dir, cfg, preset_cfg),
+        )
         for cfg in configs
         for case in GENERATION_CASES
     ]
@@ -67,7 +100,12 @@ def export_models(
 
 
 def models_under_test(
-    options: VerifyOptions, configs: list[ModelConfig], preset_cfg: ModelConfig, seed: int, progress
+    options: VerifyOptions,
+    configs: list[ModelConfig],
+    preset_cfg: ModelConfig,
+    seed: int,
+    checkpoint: str,
+    progress,
 ) -> dict[tuple[ModelConfig, str], ModelUnderTest]:
     """The file each generation model of each config runs: a given one (checked before any
     export), the artifacts folder's as it is (--no-export), or tconform's export."""
@@ -88,10 +126,10 @@ def models_under_test(
             manifest = read_artifacts_manifest(folder)
             for case in GENERATION_CASES:
                 if (cfg, case.name) not in chosen:
-                    key = cache_key(case, ExportSettings(cfg, seed))
+                    key = cache_key(case, export_settings(cfg, seed, checkpoint))
                     chosen[cfg, case.name] = held_model(case, cfg, folder, manifest, key)
         return chosen
-    records = export_models(configs, preset_cfg, seed, options.artifacts_dir, progress)
+    records = export_models(configs, preset_cfg, seed, options.artifacts_dir, progress, checkpoint)
     for (cfg, name), record in records.items():
         chosen.setdefault((cfg, name), model_from_record(generation_case(name), record))
     return chosen
@@ -103,7 +141,8 @@ def verify_generation(
     report: RunReport,
     progress: Progress = lambda _: None,
 ) -> None:
-    preset_cfg, seed, cases = golden.read_cases(golden_dir)
+    preset_cfg, seed, recorded, cases = golden.read_cases(golden_dir)
+    checkpoint = golden.require_current_checkpoint(golden_dir, recorded)
     configs = list(dict.fromkeys(golden.set_config(preset_cfg, c.source_set) for c in cases))
     runtimes = verify_runtimes(options)
     report.settings = {
@@ -112,14 +151,15 @@ def verify_generation(
         "artifacts": str(options.artifacts_dir),
         "config": preset_cfg.to_dict(),
         "seed": seed,
+        "checkpoint": recorded,
         "eps": list(options.runtimes.eps),
         "runtimes": {label(r): r.settings() for r in runtimes},
         "cases": [c.name for c in cases],
     }
     progress(f"generation models for {len(configs)} mask fill(s) in {options.artifacts_dir}")
-    models = models_under_test(options, configs, preset_cfg, seed, progress)
+    models = models_under_test(options, configs, preset_cfg, seed, checkpoint, progress)
     for cfg in configs:
-        params = make_params(Transformer(cfg), seed)
+        params = golden.golden_params(cfg, checkpoint)
         for runtime in runtimes:
             own = [c for c in cases if golden.set_config(preset_cfg, c.source_set) == cfg]
             report.results += _runtime_results(runtime, cfg, params, models, own, progress)
@@ -149,7 +189,7 @@ def _runtime_results(runtime, cfg, params, models, cases, progress) -> list[Resu
 
 
 def _decode_all(runtime, cfg, opened, row: Result, cases, progress) -> list[Result]:
-    tol = tolerance_for(opened[STEP.name].precision, "model")
+    tol = step_tolerance(opened[STEP.name].precision)
     results = []
     for case in cases:
         progress(f"  {label(runtime)}: {case.name}")

@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from tconform.config import PRESETS
-from tconform.reference import Transformer
-from tconform.weights import DEFAULT_SEED, make_params
+from tconform.generation.golden import golden_params
 
 TINY = PRESETS["tiny"]
 REPO = Path(__file__).resolve().parents[2]
@@ -16,7 +15,8 @@ GOLDEN_DIR = REPO / "golden-generation"
 
 
 def params_of(cfg):
-    return make_params(Transformer(cfg), DEFAULT_SEED)
+    """The weights the goldens are decoded with (the trained checkpoint's)."""
+    return golden_params(cfg)
 
 
 def decode_inputs(case):

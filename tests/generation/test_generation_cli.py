@@ -14,7 +14,9 @@ from test_generation_runtimes import ShiftedStep
 
 from tconform.export import ExportSettings, export_case
 from tconform.files import sha256_file
+from tconform.generation.golden import CHECKPOINT
 from tconform.registry import STEP
+from tconform.weights import read_record
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +81,32 @@ def test_golden_generation_check_detects_tampering(cli, tmp_path):
     assert code == 2 and "sha256" in err
 
 
+def test_goldens_of_other_weights_are_drift_and_refused(cli, tmp_path):
+    """A manifest recording another checkpoint sha256 (other weights) is drift for `--check`
+    and refused by `verify --generation` before anything is exported; one recording no
+    checkpoint (seeded weights, before the checkpoint) is refused by both."""
+    folder = tmp_path / "golden-generation"
+    shutil.copytree(GOLDEN_DIR, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    recorded = manifest["checkpoint"]
+    assert recorded == {"name": CHECKPOINT, "sha256": read_record(CHECKPOINT)["sha256"]}
+    manifest["checkpoint"] = {**recorded, "sha256": "0" * 64}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    code, out, _ = cli("golden", "--generation", "--check", "--out", str(folder))
+    assert code == 1 and "checkpoint 'reverse'" in out and "DRIFT" in out
+    artifacts = tmp_path / "artifacts"
+    code, _, err = cli(
+        "verify", "--generation", "--golden-generation", str(folder), "--artifacts", str(artifacts)
+    )
+    assert code == 2 and "remake the goldens" in err and not artifacts.exists()
+    del manifest["checkpoint"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for args in (["golden", "--generation", "--check", "--out"], ["verify", "--generation",
+                 "--artifacts", str(artifacts), "--golden-generation"]):  # fmt: skip
+        code, _, err = cli(*args, str(folder))
+        assert code == 2 and "records no checkpoint" in err, args
+
+
 def test_golden_generation_writes_a_checkable_folder(cli, tmp_path):
     folder = tmp_path / "fresh"
     code, out, _ = cli("golden", "--generation", "--out", str(folder))
@@ -87,15 +115,14 @@ def test_golden_generation_writes_a_checkable_folder(cli, tmp_path):
     assert cli("golden", "--generation", "--check", "--out", str(folder))[0] == 0
 
 
-def test_bench_generate_reports_per_token_figures_floor_and_plot(
-    cli, generation_artifacts, tmp_path
-):
+def test_bench_generate_reports_per_token_figures_floor_and_plot(cli, tmp_path):
     """`bench --generate` on the tiny preset: every engine row carries the per-token figures,
-    where the cache lived, and the floor; the JSON and the plot are written."""
+    where the cache lived, and the floor; the JSON and the plot are written. (Its models hold
+    seeded weights, a folder of their own: the goldens' hold the checkpoint's.)"""
     report_path, plot = tmp_path / "gen.json", tmp_path / "gen.png"
     code, out, err = cli(
         "bench", "--preset", "tiny", "--ep", "cpu", "--generate", "4", "--threads", "1",
-        "--artifacts", str(generation_artifacts / "generation"),
+        "--artifacts", str(tmp_path / "bench"),
         "--json", str(report_path), "--plot", str(plot),
     )  # fmt: skip
     assert code == 0, err
@@ -115,7 +142,9 @@ def test_a_given_decoder_step_model_is_verified_read_only(cli, generation_artifa
     """`verify --generation --model gen_step=PATH`: an off-by-one position decoder fails on the
     goldens of its mask fill, names itself as given in every cached row, and is left as it was."""
     wrong = tmp_path / "step.onnx"
-    record = export_case(replace(STEP, build=ShiftedStep), ExportSettings(TINY), tmp_path)
+    record = export_case(
+        replace(STEP, build=ShiftedStep), ExportSettings(TINY, checkpoint=CHECKPOINT), tmp_path
+    )
     shutil.copyfile(record.staged, wrong)
     before = sha256_file(wrong)
     report = tmp_path / "report.json"

@@ -100,3 +100,36 @@ def test_fully_masked_rows_are_nan_with_minus_inf_and_finite_with_minus_1e9(gold
     assert np.isnan(nan_rows[~starts_padded]).all()
     assert np.isfinite(nan_rows[starts_padded]).all()
     assert np.isfinite(finite_rows).all()
+
+
+def test_greedy_goldens_are_the_trained_models_answers(golden_cases):
+    """The goldens are the checkpoint's: right-padded rows are their source reversed, then the
+    end token (cut at the limit in `ends`), and every greedy step outside left padding (which
+    the checkpoint never saw) keeps at least the smallest top-1 margin its record measured on
+    held-out sources, far above any float32 rounding."""
+    from tconform.generation.driver import EOS, PAD
+    from tconform.generation.golden import CHECKPOINT
+    from tconform.weights import read_record
+
+    record = read_record(CHECKPOINT)
+    floor = record["held_out"]["top1_margin"]["min"]
+    greedy = {c.source_set.name: c for c in golden_cases if c.strategy.name == "greedy"}
+    for name in ("right_padding", "ends"):
+        inputs, out = greedy[name].input_set.inputs, greedy[name].input_set.outputs
+        limit = out["tokens"].shape[1]
+        for row, (ids, keep) in enumerate(zip(inputs["src_ids"], inputs["src_keep"], strict=True)):
+            answer = [*ids[keep][::-1].tolist(), EOS][:limit]
+            expected = answer + [PAD] * (limit - len(answer))
+            assert out["tokens"][row].tolist() == expected, (name, row)
+    checked = 0
+    for name, case in greedy.items():
+        if name == "left_padding":
+            continue
+        out = case.input_set.outputs
+        top2 = np.sort(out["log_probs"].astype(np.float64), axis=-1)[..., -2:]
+        margins = top2[..., 1] - top2[..., 0]
+        live = np.arange(margins.shape[1]) < out["lengths"][:, None]
+        margins = margins[live & np.isfinite(margins)]  # -inf prompt rows are NaN by design
+        assert margins.min() >= floor, (name, margins.min(), floor)
+        checked += margins.size
+    assert checked > 0

@@ -7,15 +7,21 @@ from functools import partial
 
 import numpy as np
 import pytest
-from gen_helpers import GOLDEN_DIR, TINY, decode_inputs, open_generation_models, quiet_nan
+from gen_helpers import (
+    GOLDEN_DIR,
+    TINY,
+    decode_inputs,
+    open_generation_models,
+    params_of,
+    quiet_nan,
+)
 
-from tconform.compare import tolerance_for
 from tconform.export import ExportSettings, export_case
 from tconform.generation.driver import Decoding, Strategy, generate
-from tconform.generation.golden import set_config
+from tconform.generation.golden import CHECKPOINT, oracle_generate, set_config
 from tconform.generation.steppers import DEVICE_STATE, CachedStepper, make_stepper
 from tconform.generation.verdict import judge
-from tconform.generation.verify import model_folder
+from tconform.generation.verify import model_folder, step_tolerance
 from tconform.reference.incremental import DecoderStepModel
 from tconform.registry import STEP
 from tconform.results import Status
@@ -132,11 +138,13 @@ class ShiftedStep(DecoderStepModel):
 def test_an_off_by_one_position_fails_the_verdict(
     sessions_for, golden_cases, generation_artifacts, tmp_path
 ):
-    wrong = export_case(replace(STEP, build=ShiftedStep), ExportSettings(TINY), tmp_path)
+    wrong = export_case(
+        replace(STEP, build=ShiftedStep), ExportSettings(TINY, checkpoint=CHECKPOINT), tmp_path
+    )
     runtime = make_runtime("onnxruntime", "cpu")
     folder = generation_artifacts / "generation"
     sessions = sessions_for(runtime, TINY, folder, {STEP.name: wrong.staged})
-    tol = tolerance_for("float32", "model")
+    tol = step_tolerance("float32")
     statuses = []
     for case in (c for c in golden_cases if c.name.endswith("-greedy")):
         if set_config(TINY, case.source_set) != TINY:
@@ -156,25 +164,32 @@ def test_an_off_by_one_position_fails_the_verdict(
 def test_sampling_is_reproducible_and_follows_the_seed(
     sessions_for, golden_cases, generation_artifacts
 ):
-    case = next(c for c in golden_cases if c.name == "ends-sample-k5-s7")
+    """Seed 7 gives the golden on ORT and torch; another seed gives the oracle's draw for that
+    seed. The trained model is sure of right-padded sources (every seed draws its greedy answer),
+    so this runs on left padding, which it never saw, and where some seeds draw otherwise."""
+    case = next(c for c in golden_cases if c.name == "left_padding-sample-k5-s7")
     src_ids, src_keep, prefix = decode_inputs(case)
-    tokens = {}
+    golden_tokens = case.input_set.outputs["tokens"]
+    params = params_of(TINY)
+    oracle_draws = {
+        seed: oracle_generate(
+            TINY, params, case.input_set.inputs, case.decoding, replace(case.strategy, seed=seed)
+        ).tokens
+        for seed in range(8, 20)
+    }
+    other = [s for s, tokens in oracle_draws.items() if not np.array_equal(tokens, golden_tokens)]
+    assert other, "no seed draws otherwise than the golden's: the set samples nothing"
     for runtime_name in ("onnxruntime", "torch"):
         sessions = sessions_for(
             make_runtime(runtime_name, "cpu"), TINY, generation_artifacts / "generation"
         )
-        for seed in (7, 8):
+        for seed, expected in ((7, golden_tokens), (other[0], oracle_draws[other[0]])):
             strategy = replace(case.strategy, seed=seed)
             run = generate(
                 make_stepper(sessions, TINY, True), src_ids, src_keep, case.decoding, strategy,
                 prefix,
             )  # fmt: skip
-            tokens[runtime_name, seed] = run.tokens
-    golden_tokens = case.input_set.outputs["tokens"]
-    np.testing.assert_array_equal(tokens["onnxruntime", 7], golden_tokens)
-    np.testing.assert_array_equal(tokens["torch", 7], golden_tokens)
-    np.testing.assert_array_equal(tokens["onnxruntime", 8], tokens["torch", 8])
-    assert not np.array_equal(tokens["onnxruntime", 8], golden_tokens)
+            np.testing.assert_array_equal(run.tokens, expected, err_msg=f"{runtime_name} {seed}")
 
 
 def test_decoding_without_an_end_token_runs_to_the_limit(
