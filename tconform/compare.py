@@ -62,6 +62,15 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
     ("tf32", "layer"): Tolerance(1e-2, 1e-2, "TF32 error compounded over a layer"),
     ("tf32", "stack"): Tolerance(3e-2, 3e-2, "TF32 error compounded over a stack"),
     ("tf32", "model"): Tolerance(3e-2, 3e-2, "TF32 error compounded over the whole model"),
+    # The step log-probabilities of the generation goldens' trained checkpoint, which span about
+    # 35 nats (a sure model): float32 rounding grows with that spread, and ONNX Runtime, torch
+    # and OpenVINO differ from the oracle by up to 1.3e-4 on the committed goldens, in the unsure
+    # rows (left padding, which it never saw) where log-probabilities sit near -2. About 8x that
+    # worst error (docs/generation.md); an off-by-one position or a dropped bias moves them by
+    # 1e-2 and more. Other precisions use their "model" row.
+    ("float32", "generation"): Tolerance(
+        1e-3, 1e-5, "float32 log-probabilities of the trained checkpoint, spread about 35 nats"
+    ),
     ("float16", "component"): Tolerance(
         1e-2, 1e-2, "float16 has 11 significant bits: 2^-11 ~ 5e-4 relative per rounding"
     ),

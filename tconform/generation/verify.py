@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tconform.compare import Tolerance, tolerance_for
+from tconform.compare import TOLERANCES, Tolerance, tolerance_for
 from tconform.config import ModelConfig
 from tconform.errors import TconformError, UsageError, first_line
 from tconform.execution import NotRun, Subject, case_module, not_run, open_subject
@@ -46,22 +46,11 @@ from tconform.runtimes import label
 
 GOLDEN_DIR = Path("golden-generation")
 
-# The step log-probabilities of float32 generation models. The goldens decode with a trained
-# checkpoint whose log-probabilities span about 35 nats (a sure model); float32 rounding grows
-# with that spread, and ONNX Runtime CPU and torch eager differ from the oracle by up to 1.3e-4
-# on the committed goldens, where the unsure rows (left padding, which it never saw) hold
-# log-probabilities near -2. The "model" row of tconform.compare.TOLERANCES (1e-5) was measured
-# on seeded weights, whose logits spread a few nats. This row is about 8x above that worst
-# error (docs/generation.md); an off-by-one position or a dropped bias moves them by 1e-2 and
-# more. Other precisions keep their "model" row.
-FLOAT32_STEPS = Tolerance(
-    1e-3, 1e-5, "float32 log-probabilities of the trained checkpoint, spread about 35 nats"
-)
-
 
 def step_tolerance(precision: str) -> Tolerance:
-    """The tolerance of a generation model's step log-probabilities."""
-    return FLOAT32_STEPS if precision == "float32" else tolerance_for(precision, "model")
+    """The tolerance of a generation model's step log-probabilities: the "generation" row of
+    tconform.compare.TOLERANCES where the precision has one, else its "model" row."""
+    return TOLERANCES.get((precision, "generation")) or tolerance_for(precision, "model")
 
 
 def model_folder(artifacts_dir: Path, cfg: ModelConfig, preset_cfg: ModelConfig) -> Path:
