@@ -478,6 +478,10 @@ def _start(args: list[str]) -> subprocess.Popen:
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches it
+        # Ctrl-C as a terminal delivers it: a test run started in the background by a
+        # non-interactive shell (`pytest &`) has SIGINT ignored, which every child would inherit
+        # (and, as a program should, keep ignored).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -485,7 +489,8 @@ def _wait_for_child(process: subprocess.Popen, timeout: float = 120) -> list[psu
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         children = psutil.Process(process.pid).children(recursive=True)
-        python = [c for c in children if "multiprocessing" in " ".join(c.cmdline())]
+        # the check's own process, not multiprocessing's resource tracker
+        python = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
         if python:
             time.sleep(3)  # the child is importing torch and the factory: mid-work
             return children
