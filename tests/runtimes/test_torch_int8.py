@@ -41,13 +41,13 @@ def test_every_linear_is_quantised_and_the_session_computes_in_int8():
 
 
 @pytest.mark.integration
-def test_verify_judges_torch_int8_under_the_int8_rows(cli, tmp_path):
+def test_verify_judges_torch_int8_under_the_int8_rows(cli, tmp_path, built):
     """Every golden of the tiny preset through torch-int8 is judged by an int8 row (with its
     SQNR floor) and passes; the document properties, which have no int8 limit, say so."""
     out = tmp_path / "verify.json"
     code, _, err = cli(
-        "verify", "--runtime", "torch-int8", "--artifacts", str(tmp_path / "artifacts"), "-q",
-        "--json", str(out),
+        "verify", "--runtime", "torch-int8", "--artifacts", str(built["artifacts"]),
+        "--golden", str(built["golden"]), "--no-export", "-q", "--json", str(out),
     )  # fmt: skip
     assert code == 0, err
     rows = [r for r in json.loads(out.read_text())["results"] if r["runtime"] == "torch-int8"]
