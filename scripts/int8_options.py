@@ -31,7 +31,7 @@ from tconform.bench.timing import latency_stats, timed_runs
 from tconform.config import get_preset
 from tconform.execution import Subject
 from tconform.export import ExportSettings, build_module
-from tconform.export.quantize import _quiet_quantizer
+from tconform.export.quantize import quiet_quantizer
 from tconform.export.settings import INT8_QUANTIZATION
 from tconform.models import derived_file
 from tconform.registry import Shape
@@ -52,7 +52,7 @@ def quantized(source: Path, target: Path, changes: dict) -> Path:
 
     settings = {**INT8_QUANTIZATION, **changes}
     weight_type = getattr(QuantType, str(settings.pop("weight_type")))
-    with _quiet_quantizer():
+    with quiet_quantizer():
         quantize_dynamic(source, target, weight_type=weight_type, **settings)
     return target
 

@@ -49,6 +49,7 @@ from tconform.models import model_from_record
 from tconform.registry import GENERATION_CASES
 from tconform.runtimes import make_runtime
 from tconform.versions import library_versions
+from tconform.weights import load_checkpoint, read_record
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each dtype on the runtime that runs it on a CPU (see the module docstring).
@@ -334,8 +335,8 @@ def main() -> int:
     parser.add_argument("--no-localise", action="store_true", help="skip per-module SQNR")
     args = parser.parse_args()
 
-    record = checkpoints.read_record(args.checkpoint)
-    cfg, params = checkpoints.load_checkpoint(args.checkpoint)
+    record = read_record(args.checkpoint)
+    cfg, params = load_checkpoint(args.checkpoint)
     task = record["task"]
     count = args.count or record["held_out"]["count"]
     seed = record["held_out"]["seed"] if args.seed is None else args.seed

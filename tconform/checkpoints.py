@@ -30,10 +30,6 @@ from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.generation.driver import BOS, EOS, PAD, Decoding, Generation, Strategy, generate
 from tconform.generation.steppers import make_stepper, oracle_sessions
-from tconform.weights import CHECKPOINTS as CHECKPOINTS  # where they are read (tconform.weights)
-from tconform.weights import available as available
-from tconform.weights import load_checkpoint as load_checkpoint
-from tconform.weights import read_record as read_record
 
 FIRST_SYMBOL = 3  # after PAD, BOS and EOS
 MIN_LEN = 2

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from tconform import checkpoints
-from tconform.checkpoints import CHECKPOINTS, load_checkpoint
 from tconform.errors import UsageError
 from tconform.generation.driver import EOS, PAD
 from tconform.reference import Transformer
-from tconform.weights import load_params
+from tconform.weights import CHECKPOINTS, load_checkpoint, load_params, read_record
 
 pytestmark = pytest.mark.unit
 
@@ -25,7 +24,7 @@ def sources(src_ids: np.ndarray, src_keep: np.ndarray) -> list[np.ndarray]:
 
 def test_committed_checkpoint_matches_its_record_and_the_model():
     cfg, params = load_checkpoint("reverse")
-    record = checkpoints.read_record("reverse")
+    record = read_record("reverse")
     assert record["task"] == "reverse"
     assert cfg.to_dict() == record["config"]
     model = Transformer(cfg)

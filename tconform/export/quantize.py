@@ -25,7 +25,7 @@ from tconform.export.settings import INT8_QUANTIZATION
 
 
 @contextlib.contextmanager
-def _quiet_quantizer():
+def quiet_quantizer():
     """The quantiser logs advice (run pre-processing first) on the root logger and prints;
     tconform reports instead."""
     root = logging.getLogger()
@@ -44,7 +44,7 @@ def quantize_int8(source: Path, target: Path) -> None:
 
     settings = dict(INT8_QUANTIZATION)
     weight_type = getattr(QuantType, str(settings.pop("weight_type")))
-    with _quiet_quantizer():
+    with quiet_quantizer():
         quantize_dynamic(source, target, weight_type=weight_type, **settings)
     model = onnx.load(str(target))
     restore_scopes(model.graph)
