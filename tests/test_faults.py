@@ -13,8 +13,10 @@ import pytest
 from onnx import numpy_helper
 
 from tconform import faults, golden, registry, sensitivity
+from tconform.config import PRESETS
 from tconform.fault_catalogue import DETECTABLE, FAULTS, INVISIBLE, MARGIN_FACTOR, MARGINAL, Fault
 from tconform.files import sha256_file
+from tconform.weights import DEFAULT_SEED
 
 pytestmark = pytest.mark.integration
 
@@ -52,9 +54,13 @@ def refuse_nonfinite(token: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def clean_models(tmp_path_factory) -> dict[str, Path]:
-    """The cases the faults apply to, exported with the goldens' config and seed."""
-    return sensitivity.export_models(CASES, GOLDEN, tmp_path_factory.mktemp("clean"))
+def clean_models(built) -> dict[str, Path]:
+    """The cases the faults apply to, exported with the goldens' config and seed: the
+    session's tiny exports, once the committed goldens are known to be of that config."""
+    manifest = golden.read_golden_manifest(GOLDEN)
+    assert golden.manifest_config(manifest) == PRESETS["tiny"]
+    assert int(manifest["seed"]) == DEFAULT_SEED
+    return {case: built["artifacts"] / case / "model.onnx" for case in CASES}
 
 
 def faulty_file(fault: Fault, case: str, clean: Path, folder: Path) -> Path:

@@ -4,8 +4,6 @@ module built with tconform's own parameters."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
@@ -13,7 +11,6 @@ from onnx import numpy_helper
 
 from tconform import registry
 from tconform.config import PRESETS
-from tconform.export import ExportSettings, export_case
 from tconform.localise.cases import localise_case
 from tconform.registry import Shape
 
@@ -23,13 +20,12 @@ TINY = PRESETS["tiny"]
 
 
 @pytest.fixture(scope="module")
-def transformer(tmp_path_factory):
-    """The tiny whole model exported by tconform, and inputs for it."""
-    folder = tmp_path_factory.mktemp("artifacts")
+def transformer(built):
+    """The tiny whole model exported by tconform (the session's export, read only), and inputs
+    for it."""
     case = registry.get_case("transformer")
-    record = export_case(case, ExportSettings(TINY), folder)
     inputs = registry.make_inputs(case, TINY, Shape(2, 7, 5), np.random.default_rng(1))
-    return Path(record.staged), inputs
+    return built["artifacts"] / "transformer" / "model.onnx", inputs
 
 
 def _nodes_of(model: onnx.ModelProto, path: str) -> list[onnx.NodeProto]:

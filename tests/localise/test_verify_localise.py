@@ -9,11 +9,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tconform import golden, registry
 from tconform.config import PRESETS
-from tconform.export import ExportSettings, export_cases
 from tconform.files import atomic_write_json, sha256_file
-from tconform.weights import DEFAULT_SEED
 
 pytestmark = pytest.mark.integration
 
@@ -22,13 +19,11 @@ FAULT = "decoder.layers.1.ffn.w1"
 
 
 @pytest.fixture
-def faulty_transformer(tmp_path):
-    """Goldens and an exported `transformer` whose FAULT weight has one row scaled; the
-    artifacts manifest records the new bytes, as if the exporter had written them."""
-    case = registry.get_case("transformer")
-    golden.write(tmp_path / "golden", TINY, DEFAULT_SEED, (case,), "tiny")
-    artifacts = tmp_path / "artifacts"
-    export_cases((case,), ExportSettings(TINY), artifacts)
+def faulty_transformer(workspace):
+    """Goldens and an exported `transformer` (a private copy of the session's) whose FAULT
+    weight has one row scaled; the artifacts manifest records the new bytes, as if the exporter
+    had written them."""
+    artifacts = workspace["artifacts"]
     path = artifacts / "transformer" / "model.onnx"
     model = onnx.load(str(path))
     weights = {i.name: i for i in model.graph.initializer}
@@ -46,7 +41,7 @@ def faulty_transformer(tmp_path):
     manifest = json.loads((artifacts / "manifest.json").read_text())
     manifest["models"]["transformer"]["sha256"] = sha256_file(path)
     atomic_write_json(artifacts / "manifest.json", manifest)
-    return {"golden": tmp_path / "golden", "artifacts": artifacts}
+    return workspace
 
 
 def test_verify_localise_names_the_faulty_sublayer(cli, faulty_transformer, tmp_path):

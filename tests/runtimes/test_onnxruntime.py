@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from tconform import registry
 from tconform.config import PRESETS
 from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
-from tconform.export import ExportSettings, example_shape, export_cases
+from tconform.export import example_shape
 from tconform.runtimes import label
 from tconform.runtimes import onnxruntime as onnxruntime_runtime
 from tconform.runtimes.onnxruntime import OrtRuntime
@@ -29,10 +29,9 @@ FIRST_CASES = registry.CASES[:3]
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("artifacts")
-    export_cases(FIRST_CASES, ExportSettings(TINY), out, jobs=1)
-    return out
+def artifacts(built) -> Path:
+    """The session's tiny exports (read, never written)."""
+    return built["artifacts"]
 
 
 def _feeds(case: registry.Case) -> dict[str, np.ndarray]:

@@ -21,10 +21,8 @@ except ImportError:
 
 from tconform import golden, registry
 from tconform.compare import compare_output, tolerance_for
-from tconform.config import PRESETS
 from tconform.errors import ProviderUnavailable, UsageError
 from tconform.execution import Subject, open_subject
-from tconform.export import ExportSettings, export_cases
 from tconform.models import derived_file
 from tconform.runtimes import label, make_runtime
 from tconform.runtimes.openvino import OpenVinoRuntime, _compute_precision
@@ -36,10 +34,9 @@ CASE = registry.get_case("norm")  # the quickest to export (the first export war
 
 
 @pytest.fixture(scope="module")
-def case_model(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("openvino")
-    export_cases([CASE], ExportSettings(PRESETS["tiny"]), out, jobs=1)
-    return out / CASE.name / "model.onnx"
+def case_model(built) -> Path:
+    """The session's tiny export of CASE (read, never written)."""
+    return built["artifacts"] / CASE.name / "model.onnx"
 
 
 @pytest.fixture(scope="module")
