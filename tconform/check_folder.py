@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from tconform.errors import UsageError
-from tconform.files import atomic_write_json, read_json_object, sha256_file
+from tconform.files import atomic_write_json, read_json_object, resolved, sha256_file
 from tconform.folders import ARTIFACTS, MANIFEST, managed_folder, manifest_kind
 
 OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
@@ -68,8 +68,8 @@ def in_check_area(folder: Path, managed: Path | None) -> bool:
     if managed is None or manifest_kind(managed) != ARTIFACTS:
         return False
     area = managed / CHECK_AREA
-    resolved = folder.resolve()
-    return resolved != area and resolved.is_relative_to(area)
+    absolute = resolved(folder)
+    return absolute != area and absolute.is_relative_to(area)
 
 
 def require_own_export_folder(folder: Path) -> None:

@@ -61,11 +61,21 @@ def files_under(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir()}
 
 
+def resolved(path: Path) -> Path:
+    """`path` made absolute with its symlinks followed. A symlink loop (Path.resolve raises
+    RuntimeError on one) or an unreadable link stays as named, made absolute, so that the
+    caller's own check refuses it with a line instead of a traceback."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return Path(os.path.abspath(path))
+
+
 def require_inside(root: Path, path: Path) -> Path:
     """`path`, if it resolves inside `root`. A symlink (the file's, or a folder's on the way)
     that leads out of the folder is refused: tconform reads nothing outside the folders it is
     given."""
-    if not path.resolve().is_relative_to(root.resolve()):
+    if not resolved(path).is_relative_to(resolved(root)):
         raise UsageError(f"{path}: a symlink that leads outside {root}; tconform reads only inside")
     return path
 

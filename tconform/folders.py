@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tconform.errors import UsageError
-from tconform.files import files_under, read_json_object
+from tconform.files import files_under, read_json_object, resolved
 
 MANIFEST = "manifest.json"
 GOLDEN = "tconform-golden"
@@ -53,8 +53,8 @@ def managed_folder(
 ) -> Path | None:
     """The folder of one of `kinds` that `path` lies in (at any depth), or `path` itself with
     `itself`, if any. A folder whose manifest.json is some other tool's is not tconform's."""
-    resolved = path.resolve()
-    for folder in (resolved, *resolved.parents) if itself else resolved.parents:
+    absolute = resolved(path)
+    for folder in (absolute, *absolute.parents) if itself else absolute.parents:
         try:
             if manifest_kind(folder) in kinds:
                 return folder
@@ -125,7 +125,7 @@ def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
     folder wait for each other (saying so), and give up after TCONFORM_LOCK_TIMEOUT seconds.
     A folder whose parent cannot be written is read without a lock (no tconform can write
     there either)."""
-    path = lock_path(folder.resolve())
+    path = lock_path(resolved(folder))
     try:
         handle = open(path, "a+")  # noqa: SIM115 - held for the whole block
     except OSError:

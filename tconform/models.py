@@ -24,7 +24,7 @@ from onnx import TensorProto
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.export import ExportRecord
-from tconform.files import require_inside, sha256_file
+from tconform.files import require_inside, resolved, sha256_file
 from tconform.heap import trim
 from tconform.provenance import ModelProvenance, onnx_provenance
 from tconform.registry import Case, get_case
@@ -195,11 +195,11 @@ def _external_tensors(model: onnx.ModelProto) -> list[TensorProto]:
 def check_external_data(model: onnx.ModelProto, path: Path) -> None:
     """Every external data file must be a regular file inside the model's own folder, and hold
     the bytes its tensors claim."""
-    folder = path.parent.resolve()
+    folder = resolved(path.parent)
     for tensor in _external_tensors(model):
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
-        target = (folder / location).resolve()
+        target = resolved(folder / location)
         if not location or os.path.isabs(location) or ".." in Path(location).parts:
             raise UsageError(
                 f"{path}: tensor {tensor.name!r} keeps its data at {location!r}, "

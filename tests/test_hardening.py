@@ -139,24 +139,17 @@ def test_a_bad_options_report_never_replaces_what_tconform_did_not_write(cli, tm
         cli("verify", "--model", f"norm={model}", "--exporter", "nosuch", "--json", str(model))[0]
         == 2
     )
-    # Nor inside a folder the command was given, nor a bench report (its own format).
+    # Nor inside a golden folder; but a new file in a folder of nobody's, as the run would.
     folder = tmp_path / "given"
     folder.mkdir()
-    assert (
-        cli(
-            "verify",
-            "--golden",
-            str(folder),
-            "--preset",
-            "nosuch",
-            "--json",
-            str(folder / "r.json"),
-        )[0]
-        == 2
-    )
+    (folder / "manifest.json").write_text('{"kind": "tconform-golden"}')
+    for where, written in ((folder, False), (tmp_path / "plain", True)):
+        where.mkdir(exist_ok=True)
+        args = ("--golden", str(where), "--preset", "nosuch", "--json", str(where / "r.json"))
+        assert cli("verify", *args)[0] == 2
+        assert (where / "r.json").exists() == written
     assert users.read_text() == '{"mine": true}\n'
     assert model.read_bytes() == (tmp_path / "r.json").read_bytes()
-    assert not (folder / "r.json").exists()
     # A bench report is written in bench's own format, and never over a verify report.
     assert cli("bench", "--exporter", "nosuch", "--json", str(tmp_path / "b.json"))[0] == 2
     bench = json.loads((tmp_path / "b.json").read_text())

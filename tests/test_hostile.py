@@ -140,6 +140,10 @@ def ws(tmp_path, monkeypatch) -> dict[str, Path]:
     os.mkfifo(user / "fifo")
     (user / "folder").mkdir()
     (user / "notes.txt").write_text("the user's own notes\n")
+    (user / "loop1").symlink_to("loop2")  # a symlink loop: Path.resolve raises on it
+    (user / "loop2").symlink_to("loop1")
+    (user / "notes-link.json").symlink_to("notes.txt")
+    np.savez(user / "inputs.npz", x=np.ones((2, 4), np.float32))
     reports = tmp_path / "reports"
     reports.mkdir()
     monkeypatch.chdir(user)
@@ -191,6 +195,8 @@ CORPUS = [
     Hostile("compare-fifo", ("bench", "--compare", "{fifo}", "{fifo}"), "not a regular file"),
     Hostile("merge-fifo", ("report", "merge", "{fifo}"), "not a regular file"),
     Hostile("merge-dev-zero", ("report", "merge", "/dev/zero"), "not a regular file"),
+    Hostile("model-symlink-loop", ("check", T(), "--model", "{user}/loop1"), "loop1"),
+    Hostile("merge-symlink-loop", ("report", "merge", "{user}/loop1"), "loop1"),
     Hostile(
         "verify-model-fifo",
         (
@@ -204,6 +210,11 @@ CORPUS = [
             "norm={fifo}",
         ),
         "not a regular file",
+    ),
+    Hostile(
+        "verify-model-symlink-loop",
+        ("verify", "--golden", "{golden}", "--no-doc", "--model", "norm={user}/loop1"),
+        "loop1",
     ),
     Hostile("golden-fifo", ("verify", "--golden", "{fifo}", "--no-doc"), "not a folder"),
     Hostile("artifacts-dev-zero", ("doc", "--artifacts", "/dev/zero"), "not a folder"),
@@ -307,6 +318,38 @@ def test_a_usage_error_writes_every_requested_format_and_only_over_its_own(cli, 
     assert cli("bench", "--bogus", "--plot", str(users))[0] == EXIT_USAGE
     assert not plot.is_own(users)
     assert_unchanged(ws["user"], before)
+
+
+@pytest.mark.parametrize(
+    ("args", "target", "says"),
+    [
+        (("check", T("module_only"), "--inputs", "{user}/inputs.npz", "-q"), "inputs.npz", "not"),
+        (
+            ("verify", "--golden", "{golden}", "--case", "norm", "--no-doc", "-q"),
+            "notes.txt",
+            "not",
+        ),
+        (("doc", "--no-torch", "-q"), "notes-link.json", "symbolic link"),
+        (("bench", "--case", "norm", "--shape", "1x2"), "loop1", "symbolic link"),
+        (("report", "merge", "{user}/notes.txt"), "notes.txt", "an input"),
+    ],
+    ids=["inputs-it-reads", "users-notes", "symlink", "symlink-loop", "merge-input"],
+)
+def test_a_report_replaces_only_a_report_tconform_wrote(cli, ws, args, target, says):
+    """A report path holding anything but tconform's own report of its kind (the inputs the run
+    reads, a user's notes, a symlink, which writing would replace) is refused before the run;
+    the other report still says why."""
+    other = ws["reports"] / "r.md"
+    before = snapshot(ws["user"])
+    code, out, err = cli(
+        *_fill(args, ws), "--json", str(ws["user"] / target), "--markdown", str(other)
+    )
+    assert code == EXIT_USAGE, out + err
+    assert_one_line(code, out, err, target)
+    assert says in err
+    assert_unchanged(ws["user"], before)
+    assert (ws["user"] / "notes-link.json").is_symlink()
+    assert target in other.read_text()  # the other report is written, and says why
 
 
 @pytest.mark.skipif(

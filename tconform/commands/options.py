@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from tconform.config import ATTENTION_KERNELS, DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
+from tconform.files import resolved
 
 # ASCII digits only, at most nine: `\d` and str.isdigit accept other scripts' digits (and `²`,
 # which int() refuses), and a count of twenty digits would size a list.
@@ -113,7 +114,9 @@ NOT_A_REPORT = (".onnx", ".pb", ".data")
 class ReportPath(click.ParamType):
     """A file a report will be written to, checked before the run: its folder exists and is
     writable, it is not a folder itself, it has the suffix its format needs, it is not a model
-    or tensor file, and it does not lie inside a golden or artifacts folder."""
+    or tensor file, it is not a symbolic link (writing would replace the link), and it does not
+    lie inside a golden or artifacts folder. That an existing file is a report tconform wrote
+    is checked by the run frame (tconform.commands.run), which knows the report's kind."""
 
     name = "FILE"
 
@@ -124,6 +127,8 @@ class ReportPath(click.ParamType):
         path = Path(value)
         if self.suffix and path.suffix.lower() != self.suffix:
             self.fail(f"{path}: the file must end in {self.suffix}", param, ctx)
+        if path.is_symlink():
+            self.fail(f"{path}: a symbolic link; name a file of its own", param, ctx)
         if path.is_dir():
             self.fail(f"{path}: is a folder", param, ctx)
         if path.suffix.lower() in NOT_A_REPORT:
@@ -278,9 +283,9 @@ class GraphOptLevel(click.ParamType):
 def require_reports_apart(inputs, *reports, what: str = "an input of this run") -> None:
     """No report may be written over a file the run reads or keeps (a model under test, a
     shard report being merged, tconform check's own files), whatever that file is called."""
-    kept = {Path(path).resolve() for path in inputs}
+    kept = {resolved(Path(path)) for path in inputs}
     for report in reports:
-        if report is not None and Path(report).resolve() in kept:
+        if report is not None and resolved(Path(report)) in kept:
             raise click.UsageError(f"{report}: {what}; reports go elsewhere")
 
 
@@ -347,7 +352,7 @@ def report_options(*formats: str):
         @functools.wraps(command)
         def with_reports(*args, **kwargs):
             reports = {fmt: kwargs.pop(FORMATS[fmt].dest) for fmt in formats}
-            paths = [path.resolve() for path in reports.values() if path is not None]
+            paths = [resolved(path) for path in reports.values() if path is not None]
             if len(set(paths)) < len(paths):
                 raise click.UsageError("two report options name the same file; give each its own")
             return command(*args, reports=reports, **kwargs)

@@ -24,6 +24,7 @@ from tconform.errors import (
     TconformError,
     Terminated,
 )
+from tconform.files import resolved
 
 RUN_REPORT = "tconform.report:RunReport"
 # Whether the frame has written this command's reports (tconform.cli.main resets it): an error
@@ -52,13 +53,25 @@ def run_and_report(
     `error`, `exit_code`, `environment`, `render()` and `summary()`); this writes every report
     of `reports` (format -> path, tconform.report.formats) and exits. Whatever ends the run, the
     reports are written first: a TconformError, a click usage error, a file that cannot be read,
-    memory running out, Ctrl-C and SIGTERM each become the `error` entry."""
+    memory running out, Ctrl-C and SIGTERM each become the `error` entry.
+
+    A report replaces only a report of its own kind that tconform wrote: a path that holds
+    anything else (the user's notes, the inputs file this run reads) is refused before the run
+    starts, and the other reports say so."""
     from tconform.report import write_reports
     from tconform.report.environment import environment, utc_now
 
     started = utc_now()
     interrupted: BaseException | None = None
+    reports = dict(reports)
     try:
+        for fmt, path in list(reports.items()):
+            if path is not None and path.exists() and not _is_own_report(report, fmt, path):
+                reports[fmt] = None
+                raise click.UsageError(
+                    f"{path}: exists and is not a {fmt} report tconform wrote; tconform "
+                    "replaces only its own reports (name a new file, or remove it)"
+                )
         run(report, progress_printer(quiet))
     except TconformError as exc:
         report.error = {"message": str(exc), "exit_code": exc.exit_code}
@@ -80,7 +93,7 @@ def run_and_report(
         click.echo(text)
     global reports_written
     reports_written = True  # even if writing fails: what it could not write stays unwritten
-    write_reports(report, dict(reports))
+    write_reports(report, reports)
     if interrupted is not None:
         raise interrupted  # the CLI's one line and exit code for a signal
     if report.error is not None:
@@ -113,7 +126,7 @@ def write_error_reports(group: click.Group, argv: list[str], message: str, code:
 
     from tconform.commands.options import ReportPath
     from tconform.report.environment import environment, utc_now
-    from tconform.report.formats import FORMATS, writer
+    from tconform.report.formats import FORMATS
 
     command, rest = _leaf_command(group, argv)
     kind = getattr(command, "report_kind", None)
@@ -127,14 +140,12 @@ def write_error_reports(group: click.Group, argv: list[str], message: str, code:
         with contextlib.suppress(click.BadParameter):  # a path its option refuses: not written
             asked[fmt] = ReportPath(FORMATS[fmt].suffix).convert(value, None, None)
     named = _paths_named(argv)
-    targets = [path.resolve() for path in asked.values()]
+    targets = [resolved(path) for path in asked.values()]
     paths = {}
     for fmt, path in asked.items():
-        is_own = getattr(writer(report, fmt), "is_own", None)
         if (
-            is_own is not None  # a format tconform cannot recognise as its own (a plot): never
-            and targets.count(path.resolve()) == 1  # two reports named one file: neither
-            and _replaceable(path, is_own, named)
+            targets.count(resolved(path)) == 1  # two reports named one file: neither
+            and _replaceable(path, report, fmt, named)
         ):
             paths[fmt] = path
     if paths:
@@ -195,7 +206,7 @@ def _leaf_command(group: click.Group, argv: list[str]) -> tuple[click.Command | 
 def _paths_named(argv: list[str]) -> list[Path]:
     """Every existing file or folder an argument names, also inside CASE=PATH and A,B forms."""
     pieces = (piece for token in argv for piece in re.split("[=,]", token) if piece)
-    return [Path(piece).resolve() for piece in pieces if _exists(piece)]
+    return [resolved(Path(piece)) for piece in pieces if _exists(piece)]
 
 
 def _exists(name: str) -> bool:
@@ -205,10 +216,22 @@ def _exists(name: str) -> bool:
         return False
 
 
-def _replaceable(path: Path, is_own: Callable[[Path], bool], named: list[Path]) -> bool:
-    target = path.resolve()
+def _replaceable(path: Path, report: object, fmt: str, named: list[Path]) -> bool:
+    """A new file, or a report of its kind that tconform wrote and that no other argument names
+    and that lies in no folder an argument names (there it may be a file a command keeps, such
+    as check's own check.json, which only the command itself can tell)."""
+    if not path.exists():
+        return True  # ReportPath has refused one inside a golden or artifacts folder
+    target = resolved(path)
     mentions = sum(other == target for other in named)
     inside_a_folder = any(other.is_dir() and target.is_relative_to(other) for other in named)
-    if not path.exists():
-        return mentions == 0 and not inside_a_folder
-    return mentions == 1 and not inside_a_folder and is_own(path)
+    return mentions == 1 and not inside_a_folder and _is_own_report(report, fmt, path)
+
+
+def _is_own_report(report: object, fmt: str, path: Path) -> bool:
+    """Whether `path` is a regular file holding a report in format `fmt` of `report`'s kind that
+    tconform wrote, so that replacing it loses nothing."""
+    from tconform.report.formats import writer
+
+    is_own = getattr(writer(report, fmt), "is_own", None)
+    return path.is_file() and is_own is not None and bool(is_own(path))
