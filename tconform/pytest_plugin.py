@@ -5,7 +5,8 @@ pytest-xdist (`-n auto`) spreads them over processes and `--junitxml` reports th
 passes is a pass; a failure or runtime error fails the item with verify's message; a provider
 that cannot run, a cell that cannot exist or a missing float16 kernel is a skip with the reason
 (never a pass). Items of CUDA runtimes carry the `gpu` marker. With --tconform, the session
-runs these items instead of the test files it collected.
+runs these items instead of the test files it collected; a session whose every unit was skipped
+checked nothing, and ends with exit 5 (pytest's "no tests ran") and a line saying so, never 0.
 
 Loaded by every pytest session of a project that installs tconform (the `pytest11` entry point),
 so without --tconform it does nothing and imports nothing beyond pytest.
@@ -44,6 +45,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a usable CUDA execution provider")
+    if config.getoption("--tconform") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_Outcomes(), "tconform-outcomes")  # xdist's controller
+
+
+UNIT = "tconform unit "  # how a unit's report names it (UnitItem.reportinfo)
+
+
+class _Outcomes:
+    """Whether any unit was checked (ran and passed or failed). Counted where the reports
+    arrive (the xdist controller, or the one process), from the reports alone."""
+
+    def __init__(self) -> None:
+        self.checked = self.skipped = 0
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not report.location[2].startswith(UNIT):
+            return
+        if report.skipped:
+            self.skipped += 1
+        elif report.when == "call":
+            self.checked += 1
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.skipped and not self.checked and exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+            terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                terminal.write_line(
+                    f"tconform: nothing checked: all {self.skipped} units were skipped "
+                    "(their reasons are above); exit 5"
+                )
 
 
 def _options(config: pytest.Config):
@@ -143,4 +176,4 @@ class UnitItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.options.golden_dir, None, f"tconform unit {self.unit}"
+        return self.options.golden_dir, None, UNIT + self.unit

@@ -42,6 +42,21 @@ def nothing_checked(statuses: Iterable[str]) -> bool:
     return not {Status(s) for s in statuses} & (CHECKED | FAILING)
 
 
+def unchecked_lanes(lanes: Iterable[Result], results: Iterable[Result]) -> str:
+    """Why a run checked no model ('' when it checked one, or failed): it has model `lanes`
+    (the rows that run an ONNX model), and every one of them was skipped or could not run (not
+    applicable, no kernel, a provider absent). Rows that check something else (the reference
+    module, the oracle against the documents) do not make it a check of a model: every
+    command exits 3 on this (tconform.units.unchecked_models is verify's lanes)."""
+    lanes = list(lanes)
+    checked = any(Status(r.status) in CHECKED | FAILING for r in lanes)
+    if not lanes or checked or any(Status(r.status) in FAILING for r in results):
+        return ""
+    reasons = list(dict.fromkeys(r.message for r in lanes))
+    more = f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
+    return f"nothing checked: every ONNX lane was skipped or could not run: {reasons[0]}{more}"
+
+
 def exit_code(statuses: Iterable[str]) -> int:
     """The exit code of every command (README, "Exit codes"): a conformance failure outranks
     an unavailable provider, which outranks a pass. Nothing checked is never a pass: a run

@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tconform.results import CHECKED, FAILING, Result, Status
+from tconform.results import Result, unchecked_lanes
 
 MODULE = "module"  # the cell of runtimes that run the PyTorch module (torch, torch-compile)
 GIVEN = "given"  # the cell of a model named with --model: how it was made is not ours to say
@@ -98,12 +98,7 @@ def unchecked_models(results: Iterable[Result]) -> str:
     PyTorch runtimes check the reference module, not a model. Such a run exits 3."""
     results = list(results)
     onnx = [r for r in results if r.cell not in (MODULE, documents_unit().cell, "")]
-    checked = any(Status(r.status) in CHECKED | FAILING for r in onnx)
-    if not onnx or checked or any(Status(r.status) in FAILING for r in results):
-        return ""
-    reasons = list(dict.fromkeys(r.message for r in onnx))
-    more = f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
-    return f"nothing checked: every ONNX lane was skipped or could not run: {reasons[0]}{more}"
+    return unchecked_lanes(onnx, results)
 
 
 def digest(ids: Iterable[str]) -> str:

@@ -110,3 +110,23 @@ def test_pytest_tconform_n2_runs_the_units_of_verify(cli, tmp_path):
     )  # fmt: skip
     cpu_units = [u for u in verified["settings"]["units"]["ids"] if "cuda" not in u]
     assert f"{len(cpu_units)} tests collected" in listed.stdout, listed.stdout[-2000:]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(
+    __import__("tconform.runtimes.providers").runtimes.providers.unavailable_reason("cuda") is None,
+    reason="needs a machine where CUDA cannot run",
+)
+def test_a_session_whose_every_unit_skipped_is_not_a_pass(workspace, tmp_path):
+    """cuda alone, where it cannot run: every unit is a skip with its reason, and the session
+    ends with exit 5, never 0 (nothing checked is never a pass), on one process or on xdist's."""
+    plugin = ["--tconform", "--tconform-golden", str(workspace["golden"]), "--tconform-artifacts",
+              str(workspace["artifacts"]), "--tconform-case", "norm", "--tconform-ep", "cuda",
+              "--tconform-no-doc"]  # fmt: skip
+    for workers in ([], ["-n", "2"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, *workers, "-q"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, done.stdout[-2000:]
+        assert "skipped" in done.stdout and "nothing checked" in done.stdout

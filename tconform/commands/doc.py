@@ -3,8 +3,9 @@
 Prints one row per case (verdict about the document, worst deviation, status on each runtime)
 and one per property. Exit codes follow every command's rule: 0 when every runtime agrees with
 the oracle, whatever the verdicts (errata are facts about the documents); 1 when a runtime
-disagrees beyond tolerance; 3 when a requested provider cannot run (skip with
---allow-missing-ep); 2 for bad input.
+disagrees beyond tolerance; 3 when a requested provider cannot run, also where
+--allow-missing-ep made every model row a skip (nothing checked is never a pass); 2 for bad
+input.
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ def format_doc_table(report) -> str:
 def doc(artifacts_dir, runtime, reports, quiet):
     """Check every worked number and stated property of the five documents."""
     from tconform.doc import report_results, run_document_checks
+    from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     from tconform.report import RunReport
-    from tconform.results import allow_missing
+    from tconform.results import allow_missing, unchecked_lanes
+    from tconform.runtimes import runtime_class
 
     def run(report, progress) -> None:
         options = runtime.options()
@@ -88,5 +91,11 @@ def doc(artifacts_dir, runtime, reports, quiet):
         if runtime.allow_missing_ep:
             allow_missing(report.results)
         click.echo(format_doc_table(checked))
+        # Its model lanes: the rows of runtimes that run the exported models, as in verify.
+        onnx = [r for r in report.results if r.runtime in options.names]
+        onnx = [r for r in onnx if runtime_class(r.runtime).consumes == "onnx"]
+        why = unchecked_lanes(onnx, report.results)
+        if why:
+            raise TconformError.with_code(why, EXIT_EP_UNAVAILABLE)
 
     run_and_report(RunReport("doc"), run, quiet, reports, render=lambda report: "")
