@@ -65,6 +65,9 @@ def os_exit_0():
 def generator_exit():
     raise GeneratorExit
 
+async def async_factory():
+    return nn.Linear(4, 3), torch.randn(2, 4)
+
 def segfault():
     import ctypes
     ctypes.string_at(0)
@@ -267,6 +270,7 @@ CORPUS = [
     Hostile("factory-sys-exit", ("check", T("exits_0")), "called sys.exit(0)", subprocess=True),
     Hostile("factory-os-exit", ("check", T("os_exit_0")), "exited with status 0", subprocess=True),
     Hostile("factory-generator-exit", ("check", T("generator_exit")), "GeneratorExit"),
+    Hostile("factory-async", ("check", T("async_factory")), "is async", subprocess=True),
     Hostile("factory-segfault", ("check", T("segfault")), "SIGSEGV", subprocess=True),
     Hostile("factory-oom-killed", ("check", T("killed")), "SIGKILL", subprocess=True),
     Hostile(
@@ -454,12 +458,19 @@ def test_check_out_never_replaces_a_check_json_it_did_not_write(cli, ws, record)
         (np.array([1 + 2j, 3j]), "complex numbers"),
         (np.array(["2024-01-01"], dtype="datetime64[D]"), "dates"),
         (np.array([{"a": 1}], dtype=object), "input"),  # unreadable without pickle
+        (None, "member 'input.txt' is not a .npy array"),  # a zip of something else
     ],
-    ids=["str", "bytes", "structured", "complex", "datetime", "object"],
+    ids=["str", "bytes", "structured", "complex", "datetime", "object", "not-npy"],
 )
 def test_inputs_that_are_no_numbers_are_one_line(ws, array, says):
     inputs = ws["user"] / "inputs.npz"
-    np.savez(inputs, input=array)
+    if array is None:
+        import zipfile
+
+        with zipfile.ZipFile(inputs, "w") as archive:
+            archive.writestr("input.txt", "1 2 3")
+    else:
+        np.savez(inputs, input=array)
     report = ws["reports"] / "r.json"
     before = snapshot(ws["user"])
     code, out, err = run_subprocess(

@@ -138,6 +138,11 @@ def read_npz(path: Path, module: nn.Module) -> ModuleInputs:
             raise UsageError(f"{path}: unreadable array in the archive: {exc}") from None
     if not arrays:
         raise UsageError(f"{path}: the archive holds no arrays")
+    for name, value in arrays.items():
+        if not isinstance(value, np.ndarray):  # numpy hands back a member that is no .npy as bytes
+            raise UsageError(
+                f"{path}: member {name!r} is not a .npy array; write the inputs with np.savez"
+            )
     tensors = {name: _tensor(path, name, array) for name, array in arrays.items()}
     origin = str(path)
     positional = [f"arr_{i}" for i in range(len(tensors))]
@@ -243,6 +248,9 @@ def load_factory(target: str) -> tuple[nn.Module, object | None]:
     factory = _import_target(target)
     with calling_user_code(f"{target}: the factory"):
         made = factory()
+    if inspect.iscoroutine(made):
+        made.close()  # never awaited: closed, so that Python does not warn about it on stderr
+        raise UsageError(f"{target}: the factory is async; name a plain function")
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
         return made[0], made[1]
     if isinstance(made, nn.Module):
