@@ -71,6 +71,19 @@ def resolved(path: Path) -> Path:
         return Path(os.path.abspath(path))
 
 
+def require_utf8_name(path: Path) -> Path:
+    """`path`, if its name is UTF-8: onnx's checker and ONNX Runtime take paths as UTF-8 text
+    and cannot open any other (onnx refuses it with an error about its own arguments)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise UsageError(
+            f"{shown}: the name is not UTF-8, which onnx and ONNX Runtime cannot open; rename it"
+        ) from None
+    return path
+
+
 def require_inside(root: Path, path: Path) -> Path:
     """`path`, if it resolves inside `root`. A symlink (the file's, or a folder's on the way)
     that leads out of the folder is refused: tconform reads nothing outside the folders it is

@@ -24,7 +24,7 @@ from onnx import TensorProto
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.export import ExportRecord
-from tconform.files import require_inside, resolved, sha256_file
+from tconform.files import require_inside, require_utf8_name, resolved, sha256_file
 from tconform.heap import trim
 from tconform.provenance import ModelProvenance, onnx_provenance
 from tconform.registry import Case, get_case
@@ -139,6 +139,7 @@ def _hashed(
 def load_checked(path: Path) -> onnx.ModelProto:
     """The ONNX model at `path` without its weights (`read_graph`), or one line saying why
     not."""
+    require_utf8_name(path)
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     if path.is_dir():

@@ -219,6 +219,12 @@ CORPUS = [
         ("verify", "--golden", "{golden}", "--no-doc", "--model", "norm={user}/loop1"),
         "loop1",
     ),
+    Hostile(  # a name onnx and ONNX Runtime cannot open: refused, not called an invalid model
+        "model-name-not-utf8",
+        ("verify", "--golden", "{golden}", "--no-doc", "--model", "norm={user}/\udcff.onnx"),
+        "not UTF-8",
+    ),
+    Hostile("check-out-not-utf8", ("check", T(), "--out", "{user}/\udcff"), "not UTF-8"),
     Hostile("golden-fifo", ("verify", "--golden", "{fifo}", "--no-doc"), "not a folder"),
     Hostile("artifacts-dev-zero", ("doc", "--artifacts", "/dev/zero"), "not a folder"),
     Hostile("bench-artifacts-fifo", ("bench", "--artifacts", "{fifo}"), "not a folder"),

@@ -18,7 +18,8 @@ from pathlib import Path
 import click
 
 from tconform.config import ATTENTION_KERNELS, DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
-from tconform.files import resolved
+from tconform.errors import UsageError
+from tconform.files import require_utf8_name, resolved
 
 # ASCII digits only, at most nine: `\d` and str.isdigit accept other scripts' digits (and `²`,
 # which int() refuses), and a count of twenty digits would size a list.
@@ -187,10 +188,13 @@ class FolderPath(click.ParamType):
     def convert(self, value, param, ctx):
         path = Path(value)
         try:
+            require_utf8_name(path)  # models are written and read there
             if (path.exists() or path.is_symlink()) and not path.is_dir():
                 self.fail(f"{path}: exists and is not a folder", param, ctx)
         except (OSError, ValueError) as exc:  # a name too long, a NUL in it
             self.fail(f"{value!r}: not a usable path ({exc})", param, ctx)
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
         return path
 
 
