@@ -100,13 +100,23 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     frame.reports_written = False  # set by the run frame once it has written them
 
+    def leave(code: int):
+        """Exit with `code`. As the process's own entry, a later Ctrl-C or SIGTERM (a second
+        one, or one while Python shuts down) is ignored from here on: the first decided the
+        code and the reports, and the process is ending anyway."""
+        if argv is None:
+            frame.ignore_signals()
+        sys.exit(code)
+
     def fail(message: str, code: int, line: str | None = None):
         """One line and the exit code; the reports the command line asked for, where the run
         frame did not write them (an error before it started)."""
+        if argv is None:
+            frame.ignore_signals()
         if not frame.reports_written:
             write_error_reports(cli, args, message, code)
         click.echo(line or f"tconform: error: {message}", err=True)
-        sys.exit(code)
+        leave(code)
 
     try:
         code = cli.main(args=argv, prog_name="tconform", standalone_mode=False)
@@ -128,5 +138,5 @@ def main(argv: list[str] | None = None) -> None:
     lost = sys.stdout.error
     if lost is not None:  # the run and its reports are done; what it printed is lost
         click.echo(f"tconform: error: {lost.filename}: {lost.strerror}", err=True)
-        sys.exit(code or EXIT_USAGE)
-    sys.exit(code or 0)
+        leave(code or EXIT_USAGE)
+    leave(code or 0)

@@ -559,18 +559,23 @@ def _wait_for_child(process: subprocess.Popen, timeout: float = 120) -> list[psu
 
 
 @pytest.mark.parametrize(
-    ("signum", "code", "says"),
+    ("signals", "code", "says"),
     [
-        (signal.SIGINT, EXIT_INTERRUPTED, "interrupted"),
-        (signal.SIGTERM, EXIT_TERMINATED, "terminated"),
+        ((signal.SIGINT,), EXIT_INTERRUPTED, "interrupted"),
+        ((signal.SIGTERM,), EXIT_TERMINATED, "terminated"),
+        # an impatient user, then a supervisor: the first signal decides the code and report
+        ((signal.SIGINT, signal.SIGINT, signal.SIGTERM), EXIT_INTERRUPTED, "interrupted"),
     ],
+    ids=["sigint", "sigterm", "sigint-sigint-sigterm"],
 )
-def test_a_signal_during_check_writes_the_report_and_ends_its_process(ws, signum, code, says):
+def test_a_signal_during_check_writes_the_report_and_ends_its_process(ws, signals, code, says):
     report = ws["reports"] / "r.json"
     before = snapshot(ws["user"])
     process = _start(["check", T("sleeps"), "-q", "--json", str(report)])
     children = _wait_for_child(process)
-    os.killpg(process.pid, signum)  # the whole group, as Ctrl-C in a terminal
+    for signum in signals:
+        os.killpg(process.pid, signum)  # the whole group, as Ctrl-C in a terminal
+        time.sleep(0.05)
     out, err = process.communicate(timeout=60)
     assert process.returncode == code
     assert_one_line(code, out, err, says)

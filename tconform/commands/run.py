@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Mapping
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import click
@@ -86,14 +88,16 @@ def run_and_report(
         code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
         report.error = {"message": "interrupted", "exit_code": code}
         interrupted = exc
-    if not report.environment:
-        report.environment = environment(started)
-    text = render(report) if render is not None else report.render()
-    if text:
-        click.echo(text)
-    global reports_written
-    reports_written = True  # even if writing fails: what it could not write stays unwritten
-    write_reports(report, reports)
+    # The first signal decides: a second Ctrl-C or SIGTERM waits until the reports are written.
+    with ignored_signals() if interrupted is not None else contextlib.nullcontext():
+        if not report.environment:
+            report.environment = environment(started)
+        text = render(report) if render is not None else report.render()
+        if text:
+            click.echo(text)
+        global reports_written
+        reports_written = True  # even if writing fails: what it could not write stays unwritten
+        write_reports(report, reports)
     if interrupted is not None:
         raise interrupted  # the CLI's one line and exit code for a signal
     if report.error is not None:
@@ -102,6 +106,32 @@ def run_and_report(
     if summary:
         click.echo(summary)
     raise SystemExit(report.exit_code)
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def ignore_signals() -> None:
+    """Ctrl-C and SIGTERM ignored from here on (in the main thread, where handlers live)."""
+    if threading.current_thread() is threading.main_thread():
+        for number in SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def ignored_signals() -> Iterator[None]:
+    """Ctrl-C and SIGTERM ignored inside the block, their handlers restored after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.getsignal(number) for number in SIGNALS}
+    ignore_signals()
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            if handler is not None:  # None: not installed from Python, nothing to restore
+                signal.signal(number, handler)
 
 
 def writes_report(name: str, kind: str = RUN_REPORT):
