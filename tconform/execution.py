@@ -270,7 +270,10 @@ def match_feeds(
 
 def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     """`result`'s verdict from its comparisons: fail if any fails; nothing compared (no output
-    holding an element) is `skip`, never a pass."""
+    holding an element) is `skip`, never a pass, and so is each output that compared nothing."""
+    for comparison in comparisons:
+        if comparison.status == "pass" and not comparison.compared:
+            comparison.status, comparison.message = "skip", "no element compared"
     result.outputs = comparisons
     failed = [c for c in comparisons if c.status == "fail"]
     if failed:

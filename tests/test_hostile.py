@@ -65,6 +65,13 @@ def os_exit_0():
 def generator_exit():
     raise GeneratorExit
 
+class NoElements(nn.Module):
+    def forward(self, x):
+        return x[:, :0] * 2
+
+def no_elements():
+    return NoElements(), torch.randn(2, 4)
+
 async def async_factory():
     return nn.Linear(4, 3), torch.randn(2, 4)
 
@@ -276,6 +283,7 @@ CORPUS = [
     Hostile("factory-sys-exit", ("check", T("exits_0")), "called sys.exit(0)", subprocess=True),
     Hostile("factory-os-exit", ("check", T("os_exit_0")), "exited with status 0", subprocess=True),
     Hostile("factory-generator-exit", ("check", T("generator_exit")), "GeneratorExit"),
+    Hostile("output-no-elements", ("check", T("no_elements")), "nothing checked", code=3),
     Hostile("factory-async", ("check", T("async_factory")), "is async", subprocess=True),
     Hostile("factory-segfault", ("check", T("segfault")), "SIGSEGV", subprocess=True),
     Hostile("factory-oom-killed", ("check", T("killed")), "SIGKILL", subprocess=True),

@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from tconform.errors import (
+    EXIT_EP_UNAVAILABLE,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     EXIT_USAGE,
@@ -27,6 +28,7 @@ from tconform.errors import (
     Terminated,
 )
 from tconform.files import resolved
+from tconform.results import nothing_checked
 
 RUN_REPORT = "tconform.report:RunReport"
 # Whether the frame has written this command's reports (tconform.cli.main resets it): an error
@@ -75,6 +77,10 @@ def run_and_report(
                     "replaces only its own reports (name a new file, or remove it)"
                 )
         run(report, progress_printer(quiet))
+        results = getattr(report, "results", None)
+        if report.error is None and results and nothing_checked(r.status for r in results):
+            why = next((r.message for r in results if r.message), "every result was skipped")
+            raise TconformError.with_code(f"nothing checked: {why}", EXIT_EP_UNAVAILABLE)
     except TconformError as exc:
         report.error = {"message": str(exc), "exit_code": exc.exit_code}
     except click.ClickException as exc:
