@@ -13,6 +13,7 @@ goldens in input and output names, element types and ranks.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -213,9 +214,35 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
             )
         if not target.is_file():
             raise UsageError(f"{path}: external data {location!r} missing or not a regular file")
-        end = int(info.get("offset", 0)) + int(info.get("length", 0))
-        if end > target.stat().st_size:
+        offset, size = int(info.get("offset", 0)), target.stat().st_size
+        end = offset + int(info.get("length", 0))
+        if end > size:
             raise UsageError(f"{path}: external data {location!r} is shorter than its tensors")
+        # Without a length, a reader takes the rest of the file: it must be this tensor's size
+        # (a huge file would otherwise be read whole, and memory run out naming nothing).
+        reads = int(info["length"]) if "length" in info else size - offset
+        needs = _tensor_bytes(tensor)
+        if needs is not None and reads != needs:
+            raise UsageError(
+                f"{path}: tensor {tensor.name!r} reads {reads} bytes of external data "
+                f"{location!r}, but its type and shape hold {needs}"
+            )
+
+
+def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
+    """How many bytes the tensor's type and shape hold (None for strings, stored by length, and
+    for types packed below a byte, such as int4)."""
+    if tensor.data_type in SUB_BYTE_TYPES:
+        return None
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    return None if dtype.kind in "OSU" else math.prod(tensor.dims) * dtype.itemsize
+
+
+SUB_BYTE_TYPES = {
+    getattr(TensorProto, name)
+    for name in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+    if hasattr(TensorProto, name)
+}
 
 
 def external_digests(model: onnx.ModelProto, path: Path) -> dict[str, str]:

@@ -170,6 +170,26 @@ def test_external_data_outside_the_model_folder_is_refused(cli, workspace, tmp_p
     assert code == 2 and "outside the model's folder" in err
 
 
+def test_external_data_that_does_not_hold_its_tensor_is_refused_before_it_is_read(
+    cli, workspace, tmp_path
+):
+    """A tensor with no length reads the rest of its file: a file larger than the tensor (here
+    sparse, 8 GiB) is named, never read whole until memory runs out."""
+    model = onnx.load(str(workspace["artifacts"] / "norm" / "model.onnx"))
+    path = tmp_path / "m" / "model.onnx"
+    path.parent.mkdir()
+    tensor = max(model.graph.initializer, key=lambda t: len(t.raw_data))
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "weights.bin"
+    onnx.save(model, str(path))
+    with open(path.parent / "weights.bin", "wb") as data:
+        data.truncate(8 * 2**30)
+    code, _, err = verify(cli, workspace, "--model", f"norm={path}", *QUIET)
+    assert code == 2 and "weights.bin" in err and "its type and shape hold" in err, err
+
+
 def test_a_model_with_its_external_data_beside_it_verifies_from_any_folder(
     cli, workspace, tmp_path
 ):

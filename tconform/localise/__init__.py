@@ -200,7 +200,8 @@ def localise(
         guests = {host: guest for guest, host in planned.fused.items()}
         for b in targets:
             starts = by_key[(guests[b.path], b.call)] if b.path in guests else by_key[b.key]
-            cut = isolate(whole, graph, b, starts, by_key[b.key], isolation_values, runtime, tol)
+            ends = by_key[(planned.judged_by(b.path), b.call)]
+            cut = isolate(whole, graph, b, starts, ends, isolation_values, runtime, tol)
             b.isolated, b.isolated_status = cut.comparisons, cut.status
             if b is first and repro_dir is not None:
                 about = {

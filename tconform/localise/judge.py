@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -164,6 +164,7 @@ class Boundary:
     own_ops: dict[str, int] = field(default_factory=dict)
     reason: str = ""  # why (some of) it was not matched
     fused_from: str = ""  # a module the exporter folded into this one's nodes (a Conv)
+    absorbed: str = ""  # the next module, folded into this one's nodes (a BatchNorm)
     region: list[int] = field(default_factory=list, repr=False)  # its nodes
     isolated: list[OutputComparison] | None = None  # its own error, fed reference inputs
     isolated_status: str = ""  # pass | fail | "" (not isolated)
@@ -174,7 +175,7 @@ class Boundary:
 
     @property
     def name(self) -> str:
-        return f"{self.fused_from} + {self.path}" if self.fused_from else self.path
+        return " + ".join(m for m in (self.fused_from, self.path, self.absorbed) if m)
 
     @property
     def label(self) -> str:
@@ -186,7 +187,7 @@ class Boundary:
     @property
     def modules(self) -> list[str]:
         """The module paths this boundary stands for (two for a fused unit)."""
-        return [self.fused_from, self.path] if self.fused_from else [self.path]
+        return [m for m in (self.fused_from, self.path, self.absorbed) if m]
 
     @property
     def worst(self) -> OutputComparison | None:
@@ -223,6 +224,14 @@ class Plan:
     entering: dict[tuple[str, int], list[str]]
     shared: dict[str, str]  # path -> why its calls share one region
     fused: dict[str, str]  # module without nodes -> the module whose nodes read its weights
+    # module -> the next module, which has no nodes and whose weights no node reads: folded
+    # into this one's nodes (TorchScript folds an eval BatchNorm into the Conv before it), so
+    # this module's ONNX outputs are the next one's outputs
+    absorbed: dict[str, str] = field(default_factory=dict)
+
+    def judged_by(self, path: str) -> str:
+        """The module whose reference outputs `path`'s boundary is judged against."""
+        return self.absorbed.get(path, path)
 
     @property
     def tensors(self) -> list[str]:
@@ -256,7 +265,31 @@ def plan(calls: list[Call], graph: Graph, tree: ModuleTree) -> Plan:
             host = _fused_host(path, result.regions, graph)
             if host is not None and len(by_path[host]) == len(path_calls):
                 result.fused[path] = host
+            elif host is None:
+                before = _folded_into(path_calls, by_path, result.regions)
+                if before is not None:
+                    result.absorbed[before] = path
     return result
+
+
+def _folded_into(path_calls: list[Call], by_path, regions) -> str | None:
+    """The module whose every call's output is, in the same call, the input of `path_calls`
+    (a module with weights but no nodes, and no node reading them): the one its computation
+    was folded into, if it has nodes of its own."""
+    first = path_calls[0]
+    for host, host_calls in by_path.items():
+        if host == first.path or len(host_calls) != len(path_calls):
+            continue
+        related = first.path.startswith(host + ".") or host.startswith(first.path + ".")
+        if not regions.get((host, 0)) or related:
+            continue
+        feeds = all(
+            any(out is x for out in h.outputs for x in c.inputs)
+            for h, c in zip(host_calls, path_calls, strict=True)
+        )
+        if feeds:
+            return host
+    return None
 
 
 def _fused_host(path: str, regions, graph: Graph) -> str | None:
@@ -286,15 +319,21 @@ def judge_call(
         b.ops, b.own_ops = graph.op_types(b.region), graph.op_types(b.region, "")
         return b
     guest = next((g for g, host in planned.fused.items() if host == c.path), "")
-    # A fused unit starts at the folded module's inputs (the Conv's, read by the fused node).
+    # A fused unit starts at the folded module's inputs (the Conv's, read by the fused node),
+    # and ends at the outputs of a module folded into this one's nodes (a BatchNorm's).
     inputs_of = calls[(guest, c.call)] if guest else c
+    judged = replace(c, outputs=calls[(planned.judged_by(c.path), c.call)].outputs)
     region = planned.regions.get((c.path, c.call), [])
-    b = _judged(c, inputs_of, region, planned, values, tol, keep)
+    b = _judged(judged, inputs_of, region, planned, values, tol, keep)
     b.ops, b.own_ops = graph.op_types(region), graph.op_types(region, c.path)
     b.fused_from = guest
-    if c.path in planned.fused:
+    b.absorbed = planned.absorbed.get(c.path, "")
+    folded_into = planned.fused.get(c.path) or next(
+        (host for host, later in planned.absorbed.items() if later == c.path), None
+    )
+    if folded_into is not None:
         b.status = "fused"
-        b.reason = f"the exporter folded it into {planned.fused[c.path]}'s nodes"
+        b.reason = f"the exporter folded it into {folded_into}'s nodes"
     elif graph.scope_source == "none":
         b.reason = "the model records no module scopes"
     elif not region:

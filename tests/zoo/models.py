@@ -447,8 +447,12 @@ ZOO: dict[str, Factory] = {
     "llama_left_padded": llama_left_padded,
     "torch_encoder": torch_encoder,
     "resnet": resnet,
+    "resnet_torchscript": resnet,  # exported by TorchScript (EXPORTERS): BatchNorm folded away
     "inplace_mlp": inplace_mlp,
 }
+
+# The exporter a model is checked with, where it is not the default (`auto`: dynamo first).
+EXPORTERS: dict[str, str] = {"resnet_torchscript": "torchscript"}
 
 # Per model: modules whose weight a localisation test corrupts (tests/zoo/corrupt.py), one whose
 # weight the dynamo exporter renames (a Linear, or GPT-2's Conv1D) and one whose weight keeps
@@ -472,5 +476,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
     ),
     "torch_encoder": ("layers.1.linear1", "layers.0.norm2"),
     "resnet": ("layer1.0.conv2", "layer2.0.bn1"),
+    # TorchScript folds each BatchNorm into the Conv before it (no nodes of its own): a Conv's
+    # weight, named as "conv + bn", the one unit the graph has.
+    "resnet_torchscript": ("layer1.0.conv2", "layer2.0.conv1"),
     "inplace_mlp": ("2", "0"),
 }

@@ -19,7 +19,7 @@ from onnx import numpy_helper
 
 import tconform
 from tests.zoo.corrupt import corrupt_module_weight
-from tests.zoo.models import TARGETS, ZOO, llama_left_padded, t5
+from tests.zoo.models import EXPORTERS, TARGETS, ZOO, llama_left_padded, t5
 
 pytestmark = pytest.mark.zoo
 
@@ -31,7 +31,10 @@ def checked(request, tmp_path_factory):
     """One model, checked and localised on its unmodified export."""
     module, inputs = ZOO[request.param]()
     folder = tmp_path_factory.mktemp(request.param)
-    report = tconform.check(module, inputs, out_dir=folder / "export", localise=True)
+    exporter = EXPORTERS.get(request.param, "auto")
+    report = tconform.check(
+        module, inputs, out_dir=folder / "export", localise=True, exporter=exporter
+    )
     return request.param, module, inputs, folder, report
 
 
