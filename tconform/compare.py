@@ -127,6 +127,8 @@ def tolerance_value(value: object, what: str) -> float:
     nothing, infinity would pass everything, and JSON holds neither."""
     if isinstance(value, bool) or not isinstance(value, int | float | str | np.number):
         raise UsageError(f"{what}: {value!r} is not a number")
+    if isinstance(value, str) and not value.isascii():  # float() reads '٣' and '１' as digits
+        raise UsageError(f"{what}: {value!r} is not a number in ASCII digits")
     try:
         number = float(value)
     except (ValueError, OverflowError):

@@ -70,6 +70,8 @@ def parse_eps(spec: str) -> list[str]:
     if not names:
         raise UsageError(f"--ep {spec!r} names no execution provider (e.g. cpu, cpu,cuda, all)")
     for n in names:
+        if n == "all":
+            raise UsageError(f"--ep {spec!r}: 'all' stands alone (every provider that runs here)")
         if n not in PROVIDERS:
             raise UsageError(
                 f"unknown execution provider {n!r}; tconform supports {', '.join(PROVIDERS)} "
