@@ -286,7 +286,6 @@ CORPUS = [
     Hostile("factory-sys-exit", ("check", T("exits_0")), "called sys.exit(0)", subprocess=True),
     Hostile("factory-os-exit", ("check", T("os_exit_0")), "exited with status 0", subprocess=True),
     Hostile("factory-generator-exit", ("check", T("generator_exit")), "GeneratorExit"),
-    Hostile("output-no-elements", ("check", T("no_elements")), "nothing checked", code=3),
     Hostile("factory-async", ("check", T("async_factory")), "is async", subprocess=True),
     Hostile("factory-segfault", ("check", T("segfault")), "SIGSEGV", subprocess=True),
     Hostile("factory-oom-killed", ("check", T("killed")), "SIGKILL", subprocess=True),
@@ -461,6 +460,20 @@ def test_check_out_never_replaces_a_check_json_it_did_not_write(cli, ws, record)
     assert strict_json(report)["error"]["exit_code"] == EXIT_USAGE
     assert_unchanged(ws["user"], before)
     assert not (out_dir / "model.onnx").exists()  # refused before anything ran
+
+
+# --- nothing compared: never a pass, and said on stderr (all a CI log shows under -q) ---------
+
+
+def test_an_output_with_no_element_is_nothing_checked_and_says_so(cli, ws):
+    report = ws["reports"] / "r.json"
+    code, out, err = cli("check", T("no_elements"), "-q", "--json", str(report))
+    assert code == 3
+    assert_one_line(code, out, err, "nothing checked: nothing compared")
+    data = strict_json(report)
+    assert data["exit_code"] == 3 and data["error"] is None  # it ran to the end
+    assert {r["status"] for r in data["results"]} == {"skip"}
+    assert {o["status"] for r in data["results"] for o in r["outputs"]} == {"skip"}
 
 
 # --- --inputs: arrays of bool, integers or floating point, nothing else ----------------------

@@ -20,7 +20,6 @@ from pathlib import Path
 import click
 
 from tconform.errors import (
-    EXIT_EP_UNAVAILABLE,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     EXIT_USAGE,
@@ -77,10 +76,6 @@ def run_and_report(
                     "replaces only its own reports (name a new file, or remove it)"
                 )
         run(report, progress_printer(quiet))
-        results = getattr(report, "results", None)
-        if report.error is None and results and nothing_checked(r.status for r in results):
-            why = next((r.message for r in results if r.message), "every result was skipped")
-            raise TconformError.with_code(f"nothing checked: {why}", EXIT_EP_UNAVAILABLE)
     except TconformError as exc:
         report.error = {"message": str(exc), "exit_code": exc.exit_code}
     except click.ClickException as exc:
@@ -111,6 +106,13 @@ def run_and_report(
     summary = report.summary()
     if summary:
         click.echo(summary)
+    # A run that ended but checked nothing says why on stderr too (under -q, it is all a CI log
+    # shows); its reports hold every result and exit code 3 (not an `error`: it was not stopped,
+    # and `report merge` judges a shard whose every unit skipped as part of the whole run).
+    results = getattr(report, "results", None)
+    if results and nothing_checked(r.status for r in results):
+        why = next((r.message for r in results if r.message), "every result was skipped")
+        click.echo(f"tconform: error: nothing checked: {why}", err=True)
     raise SystemExit(report.exit_code)
 
 
