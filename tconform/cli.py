@@ -100,23 +100,19 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     frame.reports_written = False  # set by the run frame once it has written them
 
-    def leave(code: int):
-        """Exit with `code`. As the process's own entry, a later Ctrl-C or SIGTERM (a second
-        one, or one while Python shuts down) is ignored from here on: the first decided the
-        code and the reports, and the process is ending anyway."""
-        if argv is None:
-            frame.ignore_signals()
-        sys.exit(code)
+    # Once the exit code is decided, a later Ctrl-C or SIGTERM (a second one, or one while
+    # Python shuts down) is ignored when this is the process's own entry: the first signal
+    # decided the code and the reports, and the process is ending anyway.
+    ending = frame.ignore_signals if argv is None else lambda: None
 
     def fail(message: str, code: int, line: str | None = None):
         """One line and the exit code; the reports the command line asked for, where the run
         frame did not write them (an error before it started)."""
-        if argv is None:
-            frame.ignore_signals()
+        ending()
         if not frame.reports_written:
             write_error_reports(cli, args, message, code)
         click.echo(line or f"tconform: error: {message}", err=True)
-        leave(code)
+        sys.exit(code)
 
     try:
         code = cli.main(args=argv, prog_name="tconform", standalone_mode=False)
@@ -136,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
         fail("out of memory (try a smaller shape or preset)", EXIT_USAGE)
     sys.stdout.flush()  # what is still buffered meets a full disk here, not unseen at exit
     lost = sys.stdout.error
+    ending()
     if lost is not None:  # the run and its reports are done; what it printed is lost
         click.echo(f"tconform: error: {lost.filename}: {lost.strerror}", err=True)
-        leave(code or EXIT_USAGE)
-    leave(code or 0)
+        sys.exit(code or EXIT_USAGE)
+    sys.exit(code or 0)

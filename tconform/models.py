@@ -229,6 +229,13 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
             )
 
 
+SUB_BYTE_TYPES = {  # packed two or four to a byte: no whole number of bytes per element
+    getattr(TensorProto, name)
+    for name in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+    if hasattr(TensorProto, name)
+}
+
+
 def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
     """How many bytes the tensor's type and shape hold (None for strings, stored by length, and
     for types packed below a byte, such as int4)."""
@@ -236,13 +243,6 @@ def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
         return None
     dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
     return None if dtype.kind in "OSU" else math.prod(tensor.dims) * dtype.itemsize
-
-
-SUB_BYTE_TYPES = {
-    getattr(TensorProto, name)
-    for name in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
-    if hasattr(TensorProto, name)
-}
 
 
 def external_digests(model: onnx.ModelProto, path: Path) -> dict[str, str]:

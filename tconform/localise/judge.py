@@ -233,6 +233,11 @@ class Plan:
         """The module whose reference outputs `path`'s boundary is judged against."""
         return self.absorbed.get(path, path)
 
+    def folded_into(self, path: str) -> str | None:
+        """The module whose nodes hold `path`'s computation, where `path` has none of its own."""
+        later = {module: host for host, module in self.absorbed.items()}
+        return self.fused.get(path) or later.get(path)
+
     @property
     def tensors(self) -> list[str]:
         found: dict[str, None] = {}
@@ -328,9 +333,7 @@ def judge_call(
     b.ops, b.own_ops = graph.op_types(region), graph.op_types(region, c.path)
     b.fused_from = guest
     b.absorbed = planned.absorbed.get(c.path, "")
-    folded_into = planned.fused.get(c.path) or next(
-        (host for host, later in planned.absorbed.items() if later == c.path), None
-    )
+    folded_into = planned.folded_into(c.path)
     if folded_into is not None:
         b.status = "fused"
         b.reason = f"the exporter folded it into {folded_into}'s nodes"
