@@ -163,6 +163,9 @@ class Opened:
     def to_device(self, array: np.ndarray) -> object:
         return self.session.to_device(array)
 
+    def take(self, value: object, rows: np.ndarray, axis: int) -> object:
+        return self.session.take(value, rows, axis)
+
     def timed_call(self, inputs: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
         return self.session.timed_call(self.feeds(inputs), io_binding)
 

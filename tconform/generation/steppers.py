@@ -13,8 +13,8 @@ one per generation model (tconform.registry.GENERATION_CASES).
 
 On a runtime with device memory (ONNX Runtime's CUDA provider) the cached stepper runs with IO
 binding (`run_bound`): the keys and values stay on the device between steps, and only the new
-token's log-probabilities come back. Beam search's reorder gathers them through the host
-(docs/generation.md).
+token's log-probabilities come back; beam search's reorder gathers them there too, with a
+one-node Gather on the same provider (docs/generation.md).
 """
 
 from __future__ import annotations
@@ -126,9 +126,7 @@ class CachedStepper:
     def _take(self, value, rows: np.ndarray, axis: int):
         if isinstance(value, np.ndarray):
             return np.take(value, rows, axis=axis)
-        # An OrtValue on the device: gathered on the host and copied back.
-        step = self.sessions[STEP.name]
-        return step.to_device(np.take(value.numpy(), rows, axis=axis))
+        return self.sessions[STEP.name].take(value, rows, axis)  # on the device it lies on
 
     def cache_location(self) -> str:
         """Where the keys/values live between steps: the device type (IO binding) or 'numpy'."""

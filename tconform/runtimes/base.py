@@ -97,6 +97,11 @@ class Session:
         """`array` where `run_bound` takes its inputs."""
         return array
 
+    def take(self, value: object, rows: np.ndarray, axis: int) -> object:
+        """`value` (as `run_bound` keeps it) with `rows` taken along `axis`, left where it lies:
+        beam search's reorder of a cache that stays on the device."""
+        return np.take(np.asarray(value), rows, axis=axis)
+
     def timed_call(self, feeds: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
         """A forward pass on fixed feeds, prepared for timing."""
         fixed = dict(feeds)

@@ -157,6 +157,28 @@ class OrtRuntime:
             session, self, model_path, actual, placement, fallback_ops, device, self.precision
         )
 
+    def gather_session(self, data_type: str, axis: int) -> ort.InferenceSession:
+        """A one-node Gather model (`taken = Gather(data, indices, axis)`) for tensors of ONNX
+        Runtime type `data_type` (e.g. "tensor(float)"), on this runtime's provider."""
+        elem = {v: k for k, v in _ORT_TYPES.items()}[data_type]
+        node = onnx.helper.make_node("Gather", ["data", "indices"], ["taken"], axis=axis)
+        graph = onnx.helper.make_graph(
+            [node],
+            "gather",
+            [
+                onnx.helper.make_tensor_value_info("data", elem, None),
+                onnx.helper.make_tensor_value_info("indices", TensorProto.INT64, [None]),
+            ],
+            [onnx.helper.make_tensor_value_info("taken", elem, None)],
+        )
+        model = onnx.helper.make_model(
+            graph, opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=8
+        )
+        providers: list = [(self.provider, self.final_provider_options())]
+        return ort.InferenceSession(
+            model.SerializeToString(), self.session_options(), providers=providers
+        )
+
     def match_calling_thread(self) -> None:
         """Set this thread's subnormal flags as the session config asks, where it names them.
 
@@ -237,6 +259,15 @@ _NUMPY_TYPES = {
 }
 
 
+# ONNX element types of the tensors a cache holds -> ONNX Runtime's names of them.
+_ORT_TYPES = {
+    TensorProto.FLOAT: "tensor(float)",
+    TensorProto.FLOAT16: "tensor(float16)",
+    TensorProto.BFLOAT16: "tensor(bfloat16)",
+    TensorProto.DOUBLE: "tensor(double)",
+}
+
+
 def _declared(value) -> TensorInfo:
     numpy_type = _NUMPY_TYPES.get(value.type)
     shape = value.shape
@@ -272,6 +303,7 @@ class OrtSession(Session):
         self.inputs = [_declared(i) for i in session.get_inputs()]
         self.outputs = [o.name for o in session.get_outputs()]
         self.notes: list[str] = []
+        self._gathers: dict[tuple[str, int], ort.InferenceSession] = {}  # see `take`
 
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
@@ -325,6 +357,22 @@ class OrtSession(Session):
     def to_device(self, array: np.ndarray) -> ort.OrtValue:
         """`array` copied to the provider's device, ready to be bound as an input."""
         return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), *self.device)
+
+    def take(self, value: object, rows: np.ndarray, axis: int) -> object:
+        """An OrtValue gathered where it lies, by a one-node Gather model on this session's
+        provider (so a CUDA cache never crosses to the host); NumPy arrays as on the host."""
+        if not isinstance(value, ort.OrtValue):
+            return super().take(value, rows, axis)
+        key = (value.data_type(), axis)
+        if key not in self._gathers:
+            self._gathers[key] = self.runtime.gather_session(value.data_type(), axis)
+        gather = self._gathers[key]
+        binding = gather.io_binding()
+        binding.bind_ortvalue_input("data", value)
+        binding.bind_cpu_input("indices", np.ascontiguousarray(rows, dtype=np.int64))
+        binding.bind_output("taken", *self.device)
+        gather.run_with_iobinding(binding, quiet_run())
+        return binding.get_outputs()[0]
 
     def timed_call(self, feeds: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
         """Without IO binding each run copies inputs in and outputs back as NumPy, as a plain

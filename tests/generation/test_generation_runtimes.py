@@ -81,8 +81,8 @@ def test_io_bound_cache_stays_with_the_session_and_decodes_as_the_host_path(
 ):
     """The IO-bound cached stepper (what CUDA runs) keeps keys/values as OrtValues between
     steps; on the CPU provider it gives bit-identical log-probabilities to the same sessions fed
-    NumPy arrays (what the CPU runs), for greedy (no reorder) and beam search (reorders through
-    the host)."""
+    NumPy arrays (what the CPU runs), for greedy (no reorder) and beam search (reorders on the
+    session's provider)."""
     import onnxruntime as ort
 
     sessions = sessions_for(
@@ -114,18 +114,47 @@ def test_on_cuda_the_cache_stays_on_the_device_and_decodes_as_the_cpu(
     reason = unavailable_reason("cuda")
     if reason is not None:
         pytest.skip(f"CUDA EP: {reason}")
-    case = next(c for c in golden_cases if c.name == "right_padding-greedy")
-    src_ids, src_keep, prefix = decode_inputs(case)
-    runs = {}
-    for ep in ("cpu", "cuda"):
-        sessions = sessions_for(
-            make_runtime("onnxruntime", ep), TINY, generation_artifacts / "generation"
-        )
-        stepper = make_stepper(sessions, TINY, True)
-        runs[ep] = generate(stepper, src_ids, src_keep, case.decoding, case.strategy, prefix)
-        assert stepper.cache_location() == ep
-        assert {stepper.state[n].device_name() for n in DEVICE_STATE} == {ep}
-    np.testing.assert_array_equal(runs["cuda"].tokens, runs["cpu"].tokens)
+    folder = generation_artifacts / "generation"
+    steppers = {
+        ep: make_stepper(sessions_for(make_runtime("onnxruntime", ep), TINY, folder), TINY, True)
+        for ep in ("cpu", "cuda")
+    }
+    assert steppers["cuda"].cache_location() == "cuda"
+    for name in ("right_padding-greedy", "right_padding-beam3"):  # beam search reorders
+        case = next(c for c in golden_cases if c.name == name)
+        src_ids, src_keep, prefix = decode_inputs(case)
+        runs = {
+            ep: generate(stepper, src_ids, src_keep, case.decoding, case.strategy, prefix)
+            for ep, stepper in steppers.items()
+        }
+        cuda_state = steppers["cuda"].state
+        assert {cuda_state[n].device_name() for n in DEVICE_STATE} == {"cuda"}, name
+        np.testing.assert_array_equal(runs["cuda"].tokens, runs["cpu"].tokens, err_msg=name)
+
+
+def test_a_bound_cache_is_reordered_where_it_lies(tmp_path):
+    """Beam search's reorder of an OrtValue cache gathers it with a Gather on the session's
+    own provider: the result is an OrtValue on the same device with exactly np.take's values
+    (on CUDA this keeps the cache off the host; here it runs on the CPU provider)."""
+    import onnx
+    import onnxruntime as ort
+
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])],
+        "identity",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "identity.onnx")
+    session = make_runtime("onnxruntime", "cpu").open(tmp_path / "identity.onnx")
+    cache = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    rows = np.array([2, 0, 0])
+    taken = session.take(ort.OrtValue.ortvalue_from_numpy(cache), rows, axis=1)
+    assert isinstance(taken, ort.OrtValue) and taken.device_name() == "cpu"
+    np.testing.assert_array_equal(taken.numpy(), np.take(cache, rows, axis=1))
+    np.testing.assert_array_equal(session.take(cache, rows, 1), np.take(cache, rows, axis=1))
 
 
 class ShiftedStep(DecoderStepModel):
