@@ -5,13 +5,16 @@
 #
 # WHEEL_DIR (or a .whl file itself) holds an onnxruntime-gpu cp312 wheel, whole (*.whl) or split into parts
 # (NAME.whl.part-aa, NAME.whl.part-ab, ... or NAME.whl.000, NAME.whl.001, ...: any suffix after
-# ".whl" that sorts in order). The parts are joined, the wheel is installed with --no-deps into
-# OUT_DIR/site (put first on PYTHONPATH, ahead of any CPU onnxruntime), and every tconform
-# process calls onnxruntime.preload_dlls() so that the CUDA 13 / cuDNN 9 libraries of the
-# installed PyTorch (its nvidia-* packages) are found. Then scripts/gpu_matrix.py runs
-# `tconform verify --ep cpu,cuda` strict float32, with --tf32, and a float16 export + verify,
-# writing JSON/JUnit/markdown reports, logs, environment.json and summary.md into OUT_DIR
-# (default: gpu-run). The exit status is gpu_matrix.py's: the worst tconform exit code.
+# ".whl" that sorts in order), or the wheel packed by scripts/pack_ort_gpu.py (NAME.tar.xz, whole
+# or in parts: its CUDA kernels pruned to one GPU architecture so that it fits a small transfer).
+# The parts are joined; a wheel is installed with --no-deps into OUT_DIR/site, a packed one
+# unpacked there; that folder is put first on PYTHONPATH (ahead of any CPU onnxruntime), and every
+# tconform process calls onnxruntime.preload_dlls() so that the CUDA 13 / cuDNN 9 libraries of
+# the installed PyTorch (its nvidia-* packages) are found. Then scripts/gpu_matrix.py runs the GPU
+# matrix (strict float32, TF32, the reduced precisions, sdpa graphs, document checks, generation,
+# `tconform check` on zoo models, the gpu-marked tests, the benches), writing reports, logs,
+# environment.json and summary.md into OUT_DIR (default: gpu-run). The exit status is
+# gpu_matrix.py's: the worst exit code of its steps.
 #
 # Environment: PYTHON (default python3) must be CPython 3.12 with tconform's dependencies
 # (torch, onnx, onnxscript, numpy, click); nothing is downloaded.
@@ -37,7 +40,16 @@ out_dir=$(cd "$out_dir" && pwd)
 shopt -s nullglob
 whole=("$wheel_dir"/onnxruntime_gpu-*cp312*.whl)
 parts=("$wheel_dir"/onnxruntime_gpu-*cp312*.whl?*)
-if [[ -f $wheel_dir ]]; then
+packed=("$wheel_dir"/onnxruntime_gpu-*cp312*.tar.xz*)
+site="$out_dir/site"
+if [[ -d $wheel_dir && ${#whole[@]} -eq 0 && ${#packed[@]} -ge 1 ]]; then
+    mapfile -t sorted_packed < <(printf '%s\n' "${packed[@]}" | LC_ALL=C sort -V)
+    rm -rf "$site" && mkdir -p "$site"
+    cat "${sorted_packed[@]}" | xz -d -T0 | tar -x -C "$site" ||
+        { echo "gpu_check: the packed wheel in $wheel_dir does not unpack (parts missing?)" >&2; exit 2; }
+    echo "gpu_check: unpacked ${#sorted_packed[@]} part(s) into $site"
+    wheel=""
+elif [[ -f $wheel_dir ]]; then
     wheel=$wheel_dir
 elif [[ ${#whole[@]} -ge 1 ]]; then
     wheel=${whole[0]}
@@ -48,11 +60,13 @@ elif [[ ${#parts[@]} -ge 1 ]]; then
     cat "${sorted_parts[@]}" > "$wheel"
     echo "gpu_check: joined ${#sorted_parts[@]} parts into $wheel"
 else
-    echo "gpu_check: no onnxruntime_gpu-*cp312*.whl (or .whl parts) in $wheel_dir" >&2
+    echo "gpu_check: no onnxruntime_gpu-*cp312*.whl (or .whl parts, or a packed .tar.xz) in $wheel_dir" >&2
     exit 2
 fi
-"$python" -c 'import sys, zipfile as z; p = sys.argv[1]; sys.exit(not z.is_zipfile(p) or z.ZipFile(p).testzip() is not None)' \
-    "$wheel" || { echo "gpu_check: $wheel is not a valid wheel (parts missing?)" >&2; exit 2; }
+if [[ -n $wheel ]]; then
+    "$python" -c 'import sys, zipfile as z; p = sys.argv[1]; sys.exit(not z.is_zipfile(p) or z.ZipFile(p).testzip() is not None)' \
+        "$wheel" || { echo "gpu_check: $wheel is not a valid wheel (parts missing?)" >&2; exit 2; }
+fi
 
 # 2. The wheel is built for CPython 3.12 only.
 if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
@@ -60,9 +74,11 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
     exit 2
 fi
 
-# 3. Install it apart from the environment's packages and put it first on the path.
-site="$out_dir/site"
-"$python" -m pip install --quiet --no-deps --upgrade --target "$site" "$wheel"
+# 3. Install it apart from the environment's packages (unpacked already if it came packed) and
+# put it first on the path.
+if [[ -n $wheel ]]; then
+    "$python" -m pip install --quiet --no-deps --upgrade --target "$site" "$wheel"
+fi
 export PYTHONPATH="$site:$repo${PYTHONPATH:+:$PYTHONPATH}"
 
 # 4. Show what ONNX Runtime sees before the matrix (the reason if CUDA cannot load).

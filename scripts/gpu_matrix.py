@@ -1,16 +1,21 @@
-"""Run tconform's cross-provider matrix and summarise it: strict float32, TF32 and float16.
+"""Run tconform's GPU matrix and summarise it: every case in strict float32, TF32 and the reduced
+precisions, the sdpa graphs, the document checks, generation with the cache on the device,
+`tconform check` on zoo models, the `gpu`-marked tests, then the benches.
 
 Usage (scripts/gpu_check.sh sets up onnxruntime-gpu first, then calls this):
 
     python scripts/gpu_matrix.py --out gpu-run [--eps cpu,cuda] [--case NAME ...]
-        [--golden DIR] [--allow-missing-ep] [--device-id N] [--tconform "CMD ..."]
+        [--golden DIR] [--allow-missing-ep] [--device-id N] [--no-bench] [--no-tests]
+        [--tconform "CMD ..."]
 
-Each run is one `tconform` command line in its own process. By default that process calls
+Each step is one command in its own process. By default a tconform process calls
 `onnxruntime.preload_dlls()` before tconform starts, so the CUDA and cuDNN libraries that pip
-installed beside PyTorch (the nvidia-* packages) are found. The output folder receives one JSON,
-JUnit and markdown report per run, the log of every command, environment.json, and summary.md.
-Exit status: the worst exit code of the tconform commands (0 all passed, 1 a conformance failure,
-2 a usage or environment error, 3 a provider could not run).
+installed beside PyTorch (the nvidia-* packages) are found. The steps of one chain run in order;
+the chains run side by side (a GPU machine has the cores, and none of them is timed); the bench
+steps run last, alone, since they are. The output folder receives one JSON report per step
+(JUnit and markdown for verify), the log of every step, environment.json, and summary.md.
+Exit status: the worst exit code of the steps (0 all passed, 1 a conformance failure, 2 a usage
+or environment error, 3 a provider could not run).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import json
 import shlex
 import subprocess
 import sys
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,15 +40,32 @@ PRELOADED_TCONFORM = [
     "-c",
     "import sys; " + PRELOAD + "from tconform.cli import main; main(sys.argv[1:])",
 ]
+# pytest likewise: the gpu-marked tests open CUDA sessions in the pytest process itself.
+PRELOADED_PYTEST = [
+    sys.executable,
+    "-c",
+    "import sys; " + PRELOAD + "import pytest; sys.exit(pytest.main(sys.argv[1:]))",
+]
+# Zoo models (tests/zoo/models.py) that `tconform check` runs on the GPU: an encoder with
+# keyword inputs, two decoders, a vision transformer and a CNN (cuDNN's convolutions).
+ZOO = ("bert", "gpt2", "llama", "vit", "resnet")
+# The reduced precisions of the verify matrix (strict float32 and TF32 have steps of their own).
+REDUCED = "float16,bfloat16,int8"
+BENCH_SHAPES = ("1x32", "8x128", "64x128")
+TIMED = "timed"  # the chain of the benches: run alone, after every other chain
 
 
 @dataclass
 class Step:
-    """One tconform command of the matrix; `report` names its JSON report (None: no report)."""
+    """One command of the matrix. `args` are tconform's arguments, or the whole command where
+    `program` says so; `report` names its JSON report (None: no report); the steps of one
+    `chain` run in order, after the steps before them in it."""
 
     name: str
     args: list[str]
     report: str | None = None
+    chain: str = ""
+    program: bool = False  # `args` is a command of its own, not tconform's arguments
     exit_code: int | None = None
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # runtime -> status -> n
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # runtime -> ep -> nodes
@@ -56,56 +80,79 @@ def plan(
     allow_missing_ep: bool,
     device_id: int,
     with_bench: bool = True,
+    with_tests: bool = True,
 ) -> list[Step]:
-    """The matrix as tconform command lines: float32 strict, TF32, and a float16 export+verify."""
+    """The matrix as command lines, in chains (see Step); the benches last."""
     common = ["--ep", eps, "--device-id", str(device_id)]
-    for case in cases:
-        common += ["--case", case]
-    if golden:
-        common += ["--golden", golden]
     if allow_missing_ep:
         common.append("--allow-missing-ep")
+    components = [arg for case in cases for arg in ("--case", case)]  # the component goldens'
+    if golden:
+        components += ["--golden", golden]
 
-    def reports(name: str) -> list[str]:
-        return [
-            *("--json", str(out / f"{name}.json")),
-            *("--junit", str(out / f"{name}.xml")),
-            *("--markdown", str(out / f"{name}.md")),
-        ]
+    def reports(name: str, formats: tuple[str, ...] = ("json", "junit", "markdown")) -> list[str]:
+        suffix = {"json": "json", "junit": "xml", "markdown": "md"}
+        return [arg for f in formats for arg in (f"--{f}", str(out / f"{name}.{suffix[f]}"))]
 
-    fp16_artifacts = str(out / "artifacts-fp16")
+    def verify(name: str, *args: str) -> Step:
+        selected = [] if "--generation" in args else components
+        return Step(
+            name, ["verify", *common, *selected, *args, *reports(name)], f"{name}.json", name
+        )
+
     gpu_eps = [ep for ep in eps.split(",") if ep.strip() not in ("", "cpu")]
-    export_cases = [arg for case in cases for arg in ("--case", case)]
-    return [
-        Step("fp32", ["verify", *common, *reports("fp32")], "fp32.json"),
-        Step("tf32", ["verify", *common, "--tf32", *reports("tf32")], "tf32.json"),
-        Step(
-            "fp16-export", ["export", "--dtype", "float16", "--out", fp16_artifacts, *export_cases]
-        ),
-        Step(
-            "fp16",
-            ["verify", *common, "--artifacts", fp16_artifacts, *reports("fp16")],
-            "fp16.json",
-        ),
-        *(
-            # Issue 14's latency table: ORT with and without IO binding against torch eager on
-            # the GPU, at the base preset, with the GPU's own GEMM ceiling.
-            [
-                Step(
-                    "bench",
-                    [
-                        *("bench", "--ep", ",".join(gpu_eps)),
-                        *("--case", "transformer", "--shape", "1x32", "--shape", "64x128"),
-                        *("--engine", "onnxruntime", "--engine", "torch", "--profile"),
-                        *("--artifacts", str(out / "artifacts-bench")),
-                        *("--json", str(out / "bench.json"), "--markdown", str(out / "bench.md")),
-                    ],
-                )
-            ]
-            if with_bench and gpu_eps
-            else []
-        ),
-    ]
+    steps = [
+        verify("fp32"),
+        verify("tf32", "--tf32"),
+        verify("reduced", "--matrix", "--dtype", REDUCED, "--no-doc",
+               "--artifacts", str(out / "artifacts-reduced")),
+        verify("sdpa", "--attention", "sdpa", "--no-doc",
+               "--artifacts", str(out / "artifacts-sdpa")),
+        verify("generation", "--generation"),
+    ]  # fmt: skip
+    steps[1].chain = "fp32"  # TF32 reuses the float32 exports
+    if gpu_eps:
+        steps += [
+            Step(
+                f"check-{model}",
+                [
+                    *("check", f"tests.zoo.models:{model}", "--ep", eps, "--no-torch"),
+                    *("--out", str(out / f"check-{model}"), *reports(f"check-{model}", ("json",))),
+                ],
+                f"check-{model}.json",
+                "check",
+            )
+            for model in ZOO
+        ]
+    if with_tests and gpu_eps:
+        steps.append(
+            Step(
+                "pytest-gpu",
+                [*PRELOADED_PYTEST, "-q", "-m", "gpu", "tests"],
+                chain="pytest",
+                program=True,
+            )
+        )
+    if with_bench and gpu_eps:
+        # Issue 14 and 32's latency tables: ONNX Runtime (with and without IO binding) on the
+        # plain and sdpa graphs against torch eager on the GPU, at the base preset, with the
+        # GPU's own GEMM ceiling; then decoding per token with the cache on the device.
+        bench = [*("bench", "--ep", ",".join(gpu_eps), "--case", "transformer")]
+        for shape in BENCH_SHAPES:
+            bench += ["--shape", shape]
+        bench += [*("--engine", "onnxruntime", "--engine", "onnxruntime-sdpa"), "--profile"]
+        bench += ["--engine", "torch", "--artifacts", str(out / "artifacts-bench")]
+        steps.append(Step("bench", [*bench, *reports("bench", ("json", "markdown"))], chain=TIMED))
+        generate = ["bench", "--generate", "64", "--ep", ",".join(gpu_eps)]
+        generate += ["--artifacts", str(out / "artifacts-generate")]
+        steps.append(
+            Step(
+                "bench-generate",
+                [*generate, *reports("bench-generate", ("json", "markdown"))],
+                chain=TIMED,
+            )
+        )
+    return steps
 
 
 def read_report(step: Step, out: Path) -> None:
@@ -186,6 +233,19 @@ def summary(env: dict[str, object], steps: list[Step]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_chain(steps: list[Step], tconform: list[str], out: Path) -> None:
+    """Run `steps` in order, each with its log in `out`; read each one's report."""
+    for step in steps:
+        command = step.args if step.program else [*tconform, *step.args]
+        print(f"== {step.name}: {shlex.join(command)}", flush=True)
+        with open(out / f"{step.name}.log", "w") as log:
+            step.exit_code = subprocess.run(
+                command, stdout=log, stderr=subprocess.STDOUT
+            ).returncode
+        read_report(step, out)
+        print(f"   {step.name}: exit {step.exit_code}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for reports and logs")
@@ -194,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--golden", help="golden folder (tconform's default if omitted)")
     parser.add_argument("--device-id", type=int, default=0)
     parser.add_argument("--allow-missing-ep", action="store_true")
-    parser.add_argument("--no-bench", action="store_true", help="leave out the GPU bench step")
+    parser.add_argument("--no-bench", action="store_true", help="leave out the GPU bench steps")
+    parser.add_argument("--no-tests", action="store_true", help="leave out the gpu-marked tests")
     parser.add_argument(
         "--tconform", help="command that runs tconform (default: preload CUDA DLLs, then tconform)"
     )
@@ -214,15 +275,15 @@ def main(argv: list[str] | None = None) -> int:
         options.allow_missing_ep,
         options.device_id,
         with_bench=not options.no_bench,
+        with_tests=not options.no_tests,
     )
+    chains: dict[str, list[Step]] = defaultdict(list)
     for step in steps:
-        print(f"== {step.name}: tconform {' '.join(step.args)}", flush=True)
-        with open(out / f"{step.name}.log", "w") as log:
-            step.exit_code = subprocess.run(
-                [*tconform, *step.args], stdout=log, stderr=subprocess.STDOUT
-            ).returncode
-        read_report(step, out)
-        print(f"   exit {step.exit_code}; log in {out / (step.name + '.log')}", flush=True)
+        chains[step.chain].append(step)
+    timed = chains.pop(TIMED, [])
+    with ThreadPoolExecutor(max_workers=len(chains) or 1) as pool:
+        list(pool.map(lambda chain: run_chain(chain, tconform, out), chains.values()))
+    run_chain(timed, tconform, out)
     (out / "summary.md").write_text(summary(env, steps))
     print((out / "summary.md").read_text())
     return max(step.exit_code or 0 for step in steps)

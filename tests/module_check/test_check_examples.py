@@ -158,6 +158,7 @@ def test_dynamic_axes_and_inputs_from_a_file(tmp_path):
     assert "inputs.npz" in out and "(given, sha256" in out
 
 
+@pytest.mark.gpu
 def test_cuda_is_checked_where_it_runs_and_never_passed_where_it_does_not(checked):
     model = str(checked["folder"] / "export" / "model.onnx")
     args = ("check", checked["target"], "--model", model, "--ep", "cpu,cuda", "--no-torch", "-q")

@@ -73,25 +73,99 @@ def test_gpu_check_rejects_incomplete_parts(tmp_path):
     assert "not a valid wheel" in done.stderr
 
 
-def test_plan_covers_fp32_tf32_fp16_and_the_gpu_bench(tmp_path):
-    steps = _load_matrix().plan(tmp_path, "cpu,cuda", ["norm"], "golden", True, 1)
-    by_name = {s.name: s.args for s in steps}
-    assert list(by_name) == ["fp32", "tf32", "fp16-export", "fp16", "bench"]
-    bench = by_name["bench"]
-    assert bench[bench.index("--ep") + 1] == "cuda"  # the GPU only: the CPU has its own table
-    assert bench.count("--shape") == 2 and "64x128" in bench
-    cpu_only = _load_matrix().plan(tmp_path, "cpu", ["norm"], "golden", True, 1)
-    assert "bench" not in [s.name for s in cpu_only]
-    assert "--tf32" in by_name["tf32"] and "--tf32" not in by_name["fp32"]
-    assert by_name["fp16-export"][:3] == ["export", "--dtype", "float16"]
-    fp16_artifacts = by_name["fp16-export"][by_name["fp16-export"].index("--out") + 1]
-    assert by_name["fp16"][by_name["fp16"].index("--artifacts") + 1] == fp16_artifacts
-    for name in ("fp32", "tf32", "fp16"):
-        args = by_name[name]
-        assert args[args.index("--ep") + 1] == "cpu,cuda"
-        assert args[args.index("--device-id") + 1] == "1"
-        assert args[args.index("--json") + 1] == str(tmp_path / f"{name}.json")
-        assert "--allow-missing-ep" in args
+def test_plan_covers_every_precision_sdpa_generation_check_tests_and_the_benches(tmp_path):
+    matrix = _load_matrix()
+    steps = matrix.plan(tmp_path, "cpu,cuda", ["norm"], "golden", True, 1)
+    by_name = {s.name: s for s in steps}
+    verifies = ["fp32", "tf32", "reduced", "sdpa", "generation"]
+    checks = [f"check-{m}" for m in matrix.ZOO]
+    assert list(by_name) == [*verifies, *checks, "pytest-gpu", "bench", "bench-generate"]
+    args = {name: step.args for name, step in by_name.items()}
+    assert by_name["tf32"].chain == by_name["fp32"].chain  # TF32 reuses the float32 exports
+    assert "--tf32" in args["tf32"] and "--tf32" not in args["fp32"]
+    assert args["reduced"][args["reduced"].index("--dtype") + 1] == "float16,bfloat16,int8"
+    assert args["sdpa"][args["sdpa"].index("--attention") + 1] == "sdpa"
+    assert "--generation" in args["generation"] and "--case" not in args["generation"]
+    assert args["fp32"][args["fp32"].index("--case") + 1] == "norm"
+    for name in verifies:
+        assert args[name][args[name].index("--ep") + 1] == "cpu,cuda"
+        assert args[name][args[name].index("--device-id") + 1] == "1"
+        assert args[name][args[name].index("--json") + 1] == str(tmp_path / f"{name}.json")
+        assert "--allow-missing-ep" in args[name]
+    assert args["check-bert"][:2] == ["check", "tests.zoo.models:bert"]
+    assert by_name["pytest-gpu"].program and "gpu" in args["pytest-gpu"]
+    for name in ("bench", "bench-generate"):  # timed: alone, after every other chain
+        assert by_name[name].chain == matrix.TIMED
+        assert args[name][args[name].index("--ep") + 1] == "cuda"  # the CPU has its own table
+    assert args["bench"].count("--shape") == 3 and "64x128" in args["bench"]
+    cpu_only = [s.name for s in matrix.plan(tmp_path, "cpu", ["norm"], "golden", True, 1)]
+    assert cpu_only == verifies  # no GPU: no check, gpu tests or bench steps
+
+
+def _elf_with_fatbin(entries: list[tuple[int, bytes]]) -> bytearray:
+    """A minimal ELF64 file whose only named section is `.nv_fatbin`, holding one fat binary
+    with an entry (architecture, payload) per item, laid out as the CUDA toolchain writes it."""
+    import struct
+
+    fatbin = b""
+    for arch, payload in entries:
+        header = bytearray(64)
+        struct.pack_into("<HHIQ", header, 0, 2, 0, 64, len(payload))
+        struct.pack_into("<I", header, 28, arch)
+        fatbin += bytes(header) + payload
+    fatbin = struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(fatbin)) + fatbin
+    names = b"\0.shstrtab\0.nv_fatbin\0"
+    data = bytearray(64) + names + fatbin
+    shoff = len(data)
+    sections = [
+        (0, 0, 0, 0, 0, 0),
+        (1, 3, 0, 0, 64, len(names)),  # .shstrtab
+        (11, 1, 0, 0, 64 + len(names), len(fatbin)),  # .nv_fatbin
+    ]
+    for name, kind, flags, addr, offset, size in sections:
+        data += struct.pack("<IIQQQQ", name, kind, flags, addr, offset, size) + bytes(24)
+    struct.pack_into("<Q", data, 0x28, shoff)
+    struct.pack_into("<HHH", data, 0x3A, 64, len(sections), 1)
+    return data
+
+
+def test_pack_zeroes_other_architectures_and_keeps_every_header():
+    spec = importlib.util.spec_from_file_location("pack_ort_gpu", SCRIPTS / "pack_ort_gpu.py")
+    pack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pack)
+    sm80, sm90 = b"\x11" * 40, b"\x22" * 24
+    data = _elf_with_fatbin([(80, sm80), (90, sm90), (120, sm80)])
+    before = bytes(data)
+    assert pack.zero_other_architectures(data, 90) == 2 * len(sm80)
+    assert len(data) == len(before)
+    assert data.count(sm90) == 1 and sm80 not in data  # only sm_90's payload is left
+    changed = [i for i in range(len(data)) if data[i] != before[i]]
+    assert all(before[i] == 0x11 for i in changed)  # headers, names and sm_90 untouched
+
+
+def test_gpu_check_unpacks_packed_parts(tmp_path):
+    import io
+    import lzma
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        content = b"x = 1\n"
+        info = tarfile.TarInfo("onnxruntime/__init__.py")
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
+    packed = lzma.compress(buffer.getvalue(), format=lzma.FORMAT_XZ)
+    parts_dir = tmp_path / "parts"
+    parts_dir.mkdir()
+    name = "onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.sm90.tar.xz"
+    half = len(packed) // 2
+    (parts_dir / f"{name}.part-ab").write_bytes(packed[half:])
+    (parts_dir / f"{name}.part-aa").write_bytes(packed[:half])
+    done = _gpu_check(str(parts_dir), str(tmp_path / "out"))
+    assert (tmp_path / "out" / "site" / "onnxruntime" / "__init__.py").read_bytes() == content
+    assert "unpacked 2 part(s)" in done.stdout
+    if sys.version_info[:2] != (3, 12):
+        assert done.returncode == 2 and "needs 3.12" in done.stderr
 
 
 FAKE_TCONFORM = """
@@ -120,7 +194,7 @@ def test_matrix_driver_summarises_fake_runs(tmp_path):
     out = tmp_path / "run"
     code = _load_matrix().main(
         [
-            *("--out", str(out), "--case", "norm", "--no-bench"),
+            *("--out", str(out), "--case", "norm", "--eps", "cpu,cuda", "--no-bench", "--no-tests"),
             *("--tconform", f"{sys.executable} {fake}"),
         ]
     )
@@ -130,4 +204,4 @@ def test_matrix_driver_summarises_fake_runs(tmp_path):
     assert "| tf32 | 1 | onnxruntime-cuda (tf32) | skip 1 | cpu 1, cuda 4 |" in summary
     assert "Ops left on the CPU in CUDA sessions: Shape" in summary
     assert json.loads((out / "environment.json").read_text())["python"]
-    assert (out / "fp16-export.log").exists()
+    assert (out / "reduced.log").exists() and (out / "check-bert.log").exists()

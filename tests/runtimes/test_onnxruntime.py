@@ -23,7 +23,15 @@ from tconform.runtimes.providers import parse_provider_options, reason_from_log,
 pytestmark = pytest.mark.integration
 
 CUDA_MISSING = unavailable_reason("cuda")
-needs_cuda = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"CUDA EP: {CUDA_MISSING}")
+
+
+def needs_cuda(test):
+    """A test that needs a usable CUDA provider: marked `gpu` (`pytest -m gpu` selects it),
+    skipped elsewhere with ONNX Runtime's reason."""
+    skip = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"CUDA EP: {CUDA_MISSING}")
+    return pytest.mark.gpu(skip(test))
+
+
 TINY = PRESETS["tiny"]
 FIRST_CASES = registry.CASES[:3]
 
