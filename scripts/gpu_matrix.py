@@ -141,7 +141,14 @@ def plan(
         for shape in BENCH_SHAPES:
             bench += ["--shape", shape]
         bench += [*("--engine", "onnxruntime", "--engine", "onnxruntime-sdpa"), "--profile"]
-        bench += ["--engine", "torch", "--artifacts", str(out / "artifacts-bench")]
+        bench += [
+            "--engine",
+            "torch",
+            "--seconds",
+            "1",
+            "--artifacts",
+            str(out / "artifacts-bench"),
+        ]
         steps.append(Step("bench", [*bench, *reports("bench", ("json", "markdown"))], chain=TIMED))
         generate = ["bench", "--generate", "64", "--ep", ",".join(gpu_eps)]
         generate += ["--artifacts", str(out / "artifacts-generate")]

@@ -14,7 +14,7 @@ site folder it puts on PYTHONPATH (what `pip install --target` would have writte
 A library so pruned runs only on GPUs of `--arch` (90: H100, H200); anywhere else the driver
 finds no kernel for the device and the CUDA provider fails to run, which tconform reports as
 unavailable. Measured on onnxruntime-gpu 1.31.1: of the 255.6 MB wheel's library, 141.6 MB of SASS
-zeroed; the packed tar is PACKED MB.
+zeroed; the packed tar is 67.4 MB (two parts).
 """
 
 from __future__ import annotations
