@@ -302,6 +302,8 @@ class OrtSession(Session):
         self.precision = precision
         self.inputs = [_declared(i) for i in session.get_inputs()]
         self.outputs = [o.name for o in session.get_outputs()]
+        # Outputs NumPy cannot receive from session.run (a bfloat16 model fed integer ids)
+        self._bfloat16_outputs = any(o.type == "tensor(bfloat16)" for o in session.get_outputs())
         self.notes: list[str] = []
         self._gathers: dict[tuple[str, int], ort.InferenceSession] = {}  # see `take`
 
@@ -309,7 +311,7 @@ class OrtSession(Session):
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
     ) -> list[np.ndarray]:
         wanted = list(outputs) if outputs else None
-        if any(np.asarray(v).dtype == BFLOAT16 for v in feeds.values()):
+        if self._bfloat16_outputs or any(np.asarray(v).dtype == BFLOAT16 for v in feeds.values()):
             return self._run_bfloat16(feeds, wanted)
         return self.session.run(wanted, dict(feeds), quiet_run())
 

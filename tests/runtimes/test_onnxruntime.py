@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tconform import registry
+from tconform.compare import BFLOAT16
 from tconform.config import PRESETS
 from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
 from tconform.export import example_shape
@@ -160,6 +161,23 @@ def test_missing_kernel_becomes_kernel_missing(tmp_path):
     assert str(raised.value) == "ONNX Runtime's CPU provider has no bfloat16 kernel for Sqrt"
     assert isinstance(raised.value, TconformError)
     assert raised.value.op_type == "Sqrt"
+
+
+def test_bfloat16_outputs_of_integer_inputs_come_back_as_bfloat16(tmp_path):
+    """A bfloat16 model fed only integers (an embedding's ids): session.run cannot hand NumPy
+    its bfloat16 outputs ("No corresponding Numpy type", seen on CUDA), so they come back as
+    ml_dtypes bfloat16 arrays of the same bits."""
+    table = np.arange(12, dtype=np.float32).reshape(4, 3).astype(BFLOAT16)
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [None])
+    rows = helper.make_tensor_value_info("rows", TensorProto.BFLOAT16, [None, 3])
+    node = helper.make_node("Gather", ["table", "ids"], ["rows"])
+    initializer = onnx.numpy_helper.from_array(table, "table")
+    graph = helper.make_graph([node], "g", [ids], [rows], [initializer])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    (out,) = OrtRuntime().open(tmp_path / "model.onnx").run({"ids": np.array([2, 0])})
+    assert out.dtype == BFLOAT16
+    np.testing.assert_array_equal(out, table[[2, 0]])
 
 
 # --- settings, precision and provider options ------------------------------------------------
