@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -240,17 +242,33 @@ def summary(env: dict[str, object], steps: list[Step]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The steps running now: a SIGTERM (the GPU lease's time limit) is passed on to them, so that
+# each writes its reports as tconform does when terminated, and the summary still gets written.
+RUNNING: set[subprocess.Popen] = set()
+STOPPED = threading.Event()
+
+
 def run_chain(steps: list[Step], tconform: list[str], out: Path) -> None:
-    """Run `steps` in order, each with its log in `out`; read each one's report."""
+    """Run `steps` in order, each with its log in `out`; read each one's report. After a
+    SIGTERM no further step starts."""
     for step in steps:
+        if STOPPED.is_set():
+            return
         command = step.args if step.program else [*tconform, *step.args]
         print(f"== {step.name}: {shlex.join(command)}", flush=True)
         with open(out / f"{step.name}.log", "w") as log:
-            step.exit_code = subprocess.run(
-                command, stdout=log, stderr=subprocess.STDOUT
-            ).returncode
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            RUNNING.add(process)
+            step.exit_code = process.wait()
+            RUNNING.discard(process)
         read_report(step, out)
         print(f"   {step.name}: exit {step.exit_code}", flush=True)
+
+
+def pass_on_sigterm(signum, frame) -> None:
+    STOPPED.set()
+    for process in list(RUNNING):
+        process.terminate()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         with_bench=not options.no_bench,
         with_tests=not options.no_tests,
     )
+    signal.signal(signal.SIGTERM, pass_on_sigterm)
     chains: dict[str, list[Step]] = defaultdict(list)
     for step in steps:
         chains[step.chain].append(step)

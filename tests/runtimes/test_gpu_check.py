@@ -205,3 +205,40 @@ def test_matrix_driver_summarises_fake_runs(tmp_path):
     assert "Ops left on the CPU in CUDA sessions: Shape" in summary
     assert json.loads((out / "environment.json").read_text())["python"]
     assert (out / "reduced.log").exists() and (out / "check-bert.log").exists()
+
+
+SLOW_TCONFORM = """
+import signal, sys, time
+def stop(*_):
+    print("terminated, reports written")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+time.sleep(60)
+"""
+
+
+def test_a_sigterm_is_passed_on_and_the_summary_still_written(tmp_path):
+    """The GPU lease's time limit ends the matrix with SIGTERM: every running step gets it (so
+    tconform writes its reports), no step starts after it, and summary.md is written."""
+    import os
+    import signal
+    import time
+
+    fake = tmp_path / "slow_tconform.py"
+    fake.write_text(SLOW_TCONFORM)
+    out = tmp_path / "run"
+    matrix = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "gpu_matrix.py"), "--out", str(out), "--eps", "cpu",
+         "--tconform", f"{sys.executable} {fake}"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (out / "fp32.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # the steps' interpreters are up and waiting
+    os.kill(matrix.pid, signal.SIGTERM)
+    stdout, _ = matrix.communicate(timeout=30)
+    assert matrix.returncode == 143, stdout
+    assert (out / "summary.md").exists()
+    assert "terminated, reports written" in (out / "fp32.log").read_text()
+    assert not (out / "tf32.log").exists()  # tf32 follows fp32 in its chain: never started
