@@ -44,6 +44,7 @@ from tconform.execution import Subject, open_subject
 from tconform.heap import trim
 from tconform.localise.capture import Call, ModuleTree, capture_calls
 from tconform.localise.isolate import (
+    MAX_ISOLATED,
     Isolation,
     isolate,
     isolate_whole,
@@ -54,6 +55,7 @@ from tconform.localise.judge import (
     Boundary,
     Plan,
     first_divergence,
+    inside,
     judge_call,
     plan,
     share_used,
@@ -86,9 +88,6 @@ __all__ = [
 # Boundary tensors fetched per run, in bytes: bounds localisation's memory on large models.
 FETCH_BUDGET = 256 * 2**20
 ISOLATE = ("first", "all", "none")
-# Modules cut out and run while naming one: bounds the cost on a model whose every boundary
-# leaves a tolerance tighter than its arithmetic.
-MAX_ISOLATED = 24
 
 
 @dataclass
@@ -262,7 +261,17 @@ def localise(
     )
     if judged.walk or judged.targets:
         whole = onnx.load(str(model.path))
-        named = _name(found, judged, whole, graph, planned, calls, runtime, tol, plain, feeds, keep)
+
+        def refetch(names: list[str]) -> dict[str, np.ndarray]:
+            with (
+                boundary_copy(model, structure, extra, graph.elem_types) as copy,
+                open_subject(runtime, Subject(copy)) as opened,
+            ):
+                return _fetch(opened, opened.feeds(feeds), names)
+
+        named = _name(
+            found, judged, whole, graph, planned, calls, runtime, tol, plain, feeds, keep, refetch
+        )
         del whole
         trim()
         if named is not None and repro_dir is not None:
@@ -339,11 +348,15 @@ def _judge_all(
             ]  # fmt: skip
         values = {}
         if targets:
-            names = {n for b in targets for n in graph.entering(b.region, floats_only=False)}
-            names.update(n for b in targets for n in b.onnx_outputs)
-            values = _fetch(opened, fed, sorted(names))
+            values = _fetch(opened, fed, _cut_tensors(graph, targets))
             runs += 1
     return _Judged(ordered, targets, walk, values, runs, worst, changed)
+
+
+def _cut_tensors(graph: Graph, boundaries: list[Boundary]) -> list[str]:
+    """The ONNX tensors that cutting out `boundaries` needs: what enters and leaves each."""
+    names = {n for b in boundaries for n in graph.entering(b.region, floats_only=False)}
+    return sorted(names | {n for b in boundaries for n in b.onnx_outputs})
 
 
 def _worse(a: Observer, b: Observer) -> bool:
@@ -365,10 +378,11 @@ def _candidates(ordered: list[Boundary], changed: bool, which: str, padded: bool
 
 def _name(
     found: Localisation, judged: _Judged, whole, graph, planned, calls, runtime, tol, plain, feeds,
-    keep,
+    keep, refetch,
 ) -> Isolation | None:  # fmt: skip
-    """Cut out the candidates in order until one's isolated run proves it (it is `found.first`)
-    and every "all" target; the named module's isolation, for its bundle."""
+    """Cut out the candidates in order until one's isolated run proves it (it is `found.first`),
+    every "all" target, and the named module's submodules not cut yet (with the ONNX tensors
+    `refetch(names)` returns); the named module's isolation, for its bundle."""
     by_key = {(c.path, c.call): c for c in calls}
     guests = {host: guest for guest, host in planned.fused.items()}
     cuts: dict[tuple[str, int], Isolation] = {}
@@ -388,7 +402,6 @@ def _name(
             b.plain_used = _share(iso.check.plain)
             b.exact_used = _share(iso.check.exact) if iso.check.exact is not None else None
 
-    named: Isolation | None = None
     reachable = set(map(id, judged.targets)) | {id(b) for b in judged.walk if b.path == ""}
     for n, b in enumerate(judged.walk):
         why = "" if b.path == "" else not_isolatable(graph, b)
@@ -401,12 +414,38 @@ def _name(
         record(b, cut(b))
         found.isolated += 1
         if cuts[b.key].proves:
-            found.first, named = b, cuts[b.key]
+            found.first = b
             break
     for b in judged.targets:  # --isolate all: the rest, for the table
         if b.key not in cuts and found.isolate_modules == "all":
             record(b, cut(b))
-    return named
+    if found.first is not None:
+        inner = [
+            d
+            for d in judged.ordered
+            if inside(d.path, found.first.path) and d.status in ("pass", "fail")
+            and d.key not in cuts and not not_isolatable(graph, d)
+        ]  # fmt: skip
+        if inner:
+            # Within tolerance in the run, so not candidates: their own errors, the largest
+            # growth first, tell which part of the named module the error grows from, and one
+            # that fails on its own (its error cancelled in the run) is named instead.
+            inner = sorted(inner, key=_growth, reverse=True)[:MAX_ISOLATED]
+            judged.values.update(refetch(_cut_tensors(graph, inner)))
+            for d in inner:
+                record(d, cut(d))
+                found.isolated += 1
+            found.first = next(
+                d for d in judged.ordered if d.key in cuts and cuts[d.key].proves
+                and (d is found.first or inside(d.path, found.first.path))
+            )  # fmt: skip
+    return cuts[found.first.key] if found.first is not None else None
+
+
+def _growth(b: Boundary) -> float:
+    """How many times its inputs' share of the tolerance its outputs take, in the run."""
+    outputs = worst_of(b.outputs)
+    return (share_used(outputs) if outputs else 0.0) / max(b.worst_input_used or 0.0, 1e-3)
 
 
 def _share(comparisons) -> float | None:

@@ -40,6 +40,11 @@ from tconform.models import derived_file
 from tconform.runtimes import Runtime
 from tconform.versions import library_versions
 
+# Modules cut out and run while naming one (along the error's path, and again inside a module
+# named): bounds the cost on a model whose every boundary leaves a tolerance tighter than its
+# arithmetic.
+MAX_ISOLATED = 24
+
 
 @dataclass
 class Isolation:

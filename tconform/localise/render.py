@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from tconform.localise.isolate import MAX_ISOLATED
 from tconform.localise.judge import Boundary, inside, share_used, worst_of
 
 if TYPE_CHECKING:  # the result type, for hints only (it lives above this module)
@@ -32,10 +33,10 @@ def _figures(comparison) -> str:
     )
 
 
-# What a module's isolated failure shows, once its nodes are also evaluated plainly.
+# Why a module's isolated failure is more than rounding, once its nodes are evaluated plainly.
 _FINDINGS = {
-    "function": "its nodes compute another function than the module: evaluated in float64 on "
-    "the reference's exact inputs they are still {exact} of the tolerance off",
+    "function": "its nodes compute another function than the module (evaluated in float64 on "
+    "the reference's exact inputs: {exact} of the tolerance)",
     "runtime": "the runtime computes its nodes worse than a plain evaluation in the model's own "
     "types does ({plain} of the tolerance)",
     "unchecked": "not cross-checked by a plain evaluation of its nodes ({why})",
@@ -43,40 +44,60 @@ _FINDINGS = {
 
 
 def _named(loc: Localisation, first: Boundary) -> str:
-    isolated = worst_of(first.isolated or [])
+    """The named module: where the run shows the error, and the isolated run that proves it."""
     cumulative = first.worst
-    finding = _FINDINGS[first.finding].format(
-        exact=_share(first.exact_used), plain=_share(first.plain_used), why=first.unchecked
+    changed = loc.observer is not None and loc.observer.changed
+    where = "the run with the boundaries as outputs" if changed else "the run"
+    figures = (
+        "not matched in the run"
+        if cumulative is None
+        else (
+            f"in {where} max abs err {cumulative.max_abs_err:.3g} at "
+            f"{cumulative.max_abs_index}, max rel err {cumulative.max_rel_err:.3g}, "
+            f"{cumulative.mismatches} elements outside tolerance, "
+            f"{_share(share_used(cumulative))} of the tolerance used"
+        )
     )
     inputs = {
-        "pass": f"its inputs in the run were within tolerance ({_share(first.worst_input_used)})",
-        "fail": "its inputs in the run were already outside tolerance",
+        "pass": f"its inputs were within tolerance ({_share(first.worst_input_used)} used)",
+        "fail": "its inputs were already outside tolerance",
         "none": "it has no floating-point inputs",
         "given": "its inputs are the model's inputs",
-        "unjudged": "not all its inputs in the run could be matched",
+        "unjudged": "not all its inputs could be matched",
     }[first.inputs_status]
     fused = (
         f"; the exporter fused {first.fused_from} into its nodes, so the two are one unit"
         if first.fused_from
         else ""
     )
+    finding = _FINDINGS[first.finding].format(
+        exact=_share(first.exact_used), plain=_share(first.plain_used), why=first.unchecked
+    )
+    return (
+        f"first divergence: {first.label} ({first.cls}): {figures}; {inputs}; ONNX ops inside: "
+        f"{_ops(first.ops)}{fused}{_own_ops(loc, first)}; isolated on the reference's inputs it "
+        f"fails too ({_figures(worst_of(first.isolated or []))}): it computes wrong: {finding}"
+    )
+
+
+def _own_ops(loc: Localisation, first: Boundary) -> str:
+    """Where inside the named module the error lies, as far as its submodules tell."""
     inner = [b for b in loc.boundaries if inside(b.path, first.path)]
     hidden = [b.label for b in inner if b.status == "unmatched" or b.not_isolated]
-    own = ""
-    if inner:
-        own = (
-            "; none of its submodules was proven, so the error lies in its own ops "
-            f"({_ops(first.own_ops)})"
-        )
-        if hidden:
-            own += f" or in a submodule that could not be isolated ({', '.join(hidden)})"
-    run = "the observed run" if loc.observer is not None and loc.observer.changed else "the run"
-    where = "" if cumulative is None else f"; in {run}: {_figures(cumulative)}"
-    return (
-        f"first divergence: {first.label} ({first.cls}): isolated on the reference's inputs "
-        f"it leaves tolerance ({_figures(isolated)}); {finding}{where}; {inputs}; ONNX ops "
-        f"inside: {_ops(first.ops)}{fused}{own}"
-    )
+    cut = [b for b in inner if b.isolated]
+    if not inner:
+        return ""
+    own = "; none of its submodules fails on its own"
+    if cut:
+        largest = max(cut, key=lambda b: share_used(worst_of(b.isolated)))
+        used = _share(share_used(worst_of(largest.isolated)))
+        own += f" (the largest own error inside it: {largest.label}, {used})"
+    own += f", so the error starts in its own ops ({_ops(first.own_ops)})"
+    if cut:
+        own += " or grows from errors within tolerance of the submodules it composes"
+    if hidden:
+        own += f" or in a submodule that could not be isolated ({', '.join(hidden)})"
+    return own
 
 
 def _unnamed(loc: Localisation) -> str:
@@ -110,8 +131,8 @@ def _unnamed(loc: Localisation) -> str:
         )
     if loc.not_reached:
         parts.append(
-            f"{loc.not_reached} more candidate(s) were not cut out (the limit is {loc.isolated} "
-            "cuts per localisation)"
+            f"{loc.not_reached} more candidate(s) were not cut out (at most {MAX_ISOLATED} are, "
+            "along the path)"
         )
     if not parts:
         parts.append("no module boundary could be matched")
