@@ -100,16 +100,21 @@ def _own_ops(loc: Localisation, first: Boundary) -> str:
     return own
 
 
+def _some(items: list[str], most: int = 5) -> str:
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more
+
+
 def _unnamed(loc: Localisation) -> str:
     """Why no module is named although the outputs leave tolerance."""
     parts = []
     if loc.isolate_modules == "none":
         parts.append("nothing is cut out and isolated (--isolate none)")
-    cut = [b for b in loc.boundaries if b.isolated is not None and b.path]
+    cut = [b for b in loc.boundaries if b.isolated is not None]
     rounding = [b.label for b in cut if b.finding == "rounding"]
     if rounding:
         parts.append(
-            f"{', '.join(rounding)} leave tolerance isolated only as far as a plain evaluation of "
+            f"{_some(rounding)} leave tolerance isolated only as far as a plain evaluation of "
             "their nodes in the model's own types does: the tolerance is tighter than that "
             "precision's rounding there"
         )
@@ -122,13 +127,9 @@ def _unnamed(loc: Localisation) -> str:
         )
     elif passing:
         parts.append(f"{len(passing)} module(s) cut out pass isolated ({passing[0].label} first)")
-    blocked = [b for b in loc.boundaries if b.not_isolated]
+    blocked = [f"{b.label} ({b.not_isolated})" for b in loc.boundaries if b.not_isolated]
     if blocked:
-        parts.append(
-            "not isolated: "
-            + ", ".join(f"{b.label} ({b.not_isolated})" for b in blocked[:5])
-            + (f" and {len(blocked) - 5} more" if len(blocked) > 5 else "")
-        )
+        parts.append(f"not isolated: {_some(blocked)}")
     if loc.not_reached:
         parts.append(
             f"{loc.not_reached} more candidate(s) were not cut out (at most {MAX_ISOLATED} are, "
