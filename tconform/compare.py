@@ -338,7 +338,7 @@ def judge_outputs(tolerance: Callable[[str, str], Tolerance], padding_mask: str 
                 f"returns {len(outputs)} outputs ({', '.join(outputs)}); {len(expected)} are "
                 f"expected ({', '.join(expected)})"
             )
-        masks = {n: v for n, v in input_set.inputs.items() if _mask_like(v)}
+        masks = {n: v for n, v in input_set.inputs.items() if mask_like(v)}
         if padding_mask is not None and padding_mask not in masks:
             raise UsageError(
                 f"--padding-mask {padding_mask}: no input of that name holds a (batch, sequence) "
@@ -361,7 +361,7 @@ def judge_outputs(tolerance: Callable[[str, str], Tolerance], padding_mask: str 
     return judge
 
 
-def _mask_like(value: np.ndarray) -> bool:
+def mask_like(value: np.ndarray) -> bool:
     """A (batch, sequence) array of 0s and 1s (or booleans)."""
     value = np.asarray(value)
     if value.ndim != 2 or value.dtype.kind not in "biu":

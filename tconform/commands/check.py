@@ -94,8 +94,9 @@ def _provenance(results, settings) -> str:
     type=click.Choice(["first", "all", "none"]),
     default="first",
     show_default=True,
-    help="Modules cut out of the model and run on the float64 copy's inputs, for their own "
-    "error beside the cumulative one: the first divergence, every module, or none.",
+    help="Modules cut out of the model and run on the float64 copy's inputs, which is what "
+    "names one: along the error's path until one fails on its own (first), also every other "
+    "module, for the table (all), or none (then nothing is named).",
 )
 @click.option(
     "--repro",

@@ -32,11 +32,18 @@ from tconform.errors import UsageError
 from tconform.execution import Subject, open_subject
 from tconform.files import atomic_write_bytes
 from tconform.localise.capture import Call
-from tconform.localise.judge import Boundary, compare_boundary
+from tconform.localise.crosscheck import CrossCheck, NotEvaluable, cross_check
+from tconform.localise.judge import Boundary, compare_boundary, share_used
+from tconform.localise.observe import PlainRun
 from tconform.localise.scopes import Graph
 from tconform.models import derived_file
 from tconform.runtimes import Runtime
 from tconform.versions import library_versions
+
+# Modules cut out and run while naming one (along the error's path, and again inside a module
+# named): bounds the cost on a model whose every boundary leaves a tolerance tighter than its
+# arithmetic.
+MAX_ISOLATED = 24
 
 
 @dataclass
@@ -50,10 +57,40 @@ class Isolation:
     comparisons: list[OutputComparison]
     nodes: int
     model_nodes: int
+    check: CrossCheck | None = None  # the plain evaluations, where the runtime's run fails
+    unchecked: str = ""  # why they could not run
 
     @property
     def status(self) -> str:
         return "fail" if any(c.status == "fail" for c in self.comparisons) else "pass"
+
+    @property
+    def finding(self) -> str:
+        """Where the isolated run fails: 'function', 'runtime' or 'rounding' (crosscheck.py),
+        'unchecked' where the plain evaluations could not run; '' where it passes."""
+        if self.status == "pass":
+            return ""
+        return self.check.finding if self.check is not None else "unchecked"
+
+    @property
+    def proves(self) -> bool:
+        """Whether the module's own error leaves tolerance by more than rounding: it is named."""
+        return self.finding in ("function", "runtime", "unchecked")
+
+
+def not_isolatable(graph: Graph, boundary: Boundary) -> str:
+    """Why `boundary` cannot be cut out and fed the reference's inputs ('' where it can): a
+    float tensor entering it that no reference input was paired with would be fed the model's
+    own value, error and all, and prove nothing."""
+    if not boundary.region:
+        return "no ONNX node carries its scope"
+    if not boundary.onnx_outputs:
+        return "its outputs are not matched"
+    fed = set(boundary.onnx_inputs.values())
+    unfed = [n for n in graph.entering(boundary.region) if n not in fed]
+    if unfed:
+        return f"its input {unfed[0]} is not matched to one of the reference's"
+    return ""
 
 
 def value_infos(names: list[str], values: dict[str, np.ndarray]) -> list[onnx.ValueInfoProto]:
@@ -84,21 +121,24 @@ def isolate(
     values: dict[str, np.ndarray],
     runtime: Runtime,
     tol: Tolerance,
+    keep: np.ndarray | None = None,
 ) -> Isolation:
     """`boundary`'s nodes on `runtime`, fed `reference`'s inputs (the call whose inputs the
-    boundary starts at) and judged against `outputs_of`'s outputs. `values` holds the ONNX
-    tensors entering the region and leaving it, as the whole model computed them."""
+    boundary starts at) and judged against `outputs_of`'s outputs (at the real positions
+    `keep`, where given). `values` holds the ONNX tensors entering the region and leaving it,
+    as the whole model computed them."""
     entering = graph.entering(boundary.region, floats_only=False)
     subgraph = cut(model, entering, boundary.onnx_outputs, values)
     by_onnx = {name: k for k, name in boundary.onnx_inputs.items()}
-    feeds, inputs_from = {}, {}
+    feeds, exact, inputs_from = {}, {}, {}
     for name in entering:
         own = values[name]
         if name in by_onnx:  # a float input the reference computed exactly
-            feeds[name] = reference.inputs[by_onnx[name]].reshape(own.shape).astype(own.dtype)
+            exact[name] = reference.inputs[by_onnx[name]].reshape(own.shape)
+            feeds[name] = exact[name].astype(own.dtype)
             inputs_from[name] = "reference"
         else:  # an integer or boolean input (exact), or a float one not matched
-            feeds[name] = own
+            feeds[name] = exact[name] = own
             inputs_from[name] = "model"
     expected = {
         name: outputs_of.outputs[k]
@@ -110,10 +150,12 @@ def isolate(
         with open_subject(runtime, Subject(derived_file(path, subgraph))) as opened:
             actual = opened.run(feeds, list(expected))
     comparisons = [
-        compare_boundary(f"{boundary.label} (isolated) <- {name}", out, expected[name], tol)
+        compare_boundary(
+            f"{boundary.label} (isolated) <- {name}", out, expected[name], tol, keep=keep
+        )
         for name, out in zip(expected, actual, strict=True)
     ]
-    return Isolation(
+    found = Isolation(
         subgraph,
         feeds,
         inputs_from,
@@ -122,6 +164,50 @@ def isolate(
         len(subgraph.graph.node),
         len(model.graph.node),
     )
+    if found.status == "fail":
+        try:
+            found.check = cross_check(subgraph, feeds, exact, expected, comparisons, tol, keep)
+        except NotEvaluable as why:
+            found.unchecked = str(why)
+    return found
+
+
+def isolate_whole(
+    model: onnx.ModelProto,
+    boundary: Boundary,
+    feeds: dict[str, np.ndarray],
+    reference: Call,
+    plain: PlainRun,
+    tol: Tolerance,
+    keep: np.ndarray | None = None,
+) -> Isolation:
+    """The whole module as its own isolation: the model fed its own inputs, which are the
+    reference's, is the plain run (`boundary` was judged on it), cross-checked as a cut is."""
+    inputs = [i.name for i in model.graph.input if i.name in feeds]
+    rounded = {n: np.asarray(feeds[n]) for n in inputs}
+    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    for name in inputs:
+        numpy_type = helper.tensor_dtype_to_np_dtype(types[name])
+        if rounded[name].dtype.kind == "f" and numpy_type.kind == "f":
+            rounded[name] = rounded[name].astype(numpy_type)
+    exact = {n: v.astype(np.float64) if v.dtype.kind == "f" else v for n, v in feeds.items()}
+    exact = {n: exact[n] for n in inputs}
+    expected = dict(zip(plain.outputs, reference.outputs, strict=True))
+    found = Isolation(
+        model,
+        rounded,
+        dict.fromkeys(inputs, "reference"),
+        {n: value.astype(plain.outputs[n].dtype) for n, value in expected.items()},
+        list(boundary.outputs),
+        len(model.graph.node),
+        len(model.graph.node),
+    )
+    if found.status == "fail":
+        try:
+            found.check = cross_check(model, rounded, exact, expected, found.comparisons, tol, keep)
+        except NotEvaluable as why:
+            found.unchecked = str(why)
+    return found
 
 
 BUNDLE_MARKER = "bundle.json"  # what tconform wrote into a repro folder
@@ -194,7 +280,7 @@ def _write_files(
 
 
 def _readme(isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dict) -> str:
-    worst = max(isolation.comparisons, key=lambda c: c.tolerance_used or 0.0)
+    worst = max(isolation.comparisons, key=share_used)
     cumulative = boundary.worst
     model = about.get("model") or {}
     lines = [

@@ -290,9 +290,10 @@ def check(
     {output: (atol, rtol)}. onnx_model: an ONNX file made elsewhere to check instead of
     exporting (read-only). out_dir: where the export goes (default artifacts/check/<name>).
     localise: True localises on every ONNX runtime, None (default) only where an output fails,
-    False never. isolate: "first" (default) cuts the first divergent module out of the model and
-    runs it on the reference's inputs, "all" every module, "none" none; repro: a folder for the
-    first divergence's bundle (the cut, its inputs and expected outputs, a README); command: how
+    False never. isolate: "first" (default) cuts modules along the error's path out of the model
+    and runs them on the reference's inputs until one fails on its own, which is then named;
+    "all" also every other module; "none" none, and so names none; repro: a folder for the named
+    module's bundle (the cut, its inputs and expected outputs, a README); command: how
     this check was run, for the bundle's README. padding_mask: an input holding a (batch,
     sequence) mask, 1 for a real token and 0 for padding (transformers' attention_mask): outputs
     whose leading axes are its shape are compared only at the real positions, and the report
