@@ -502,9 +502,6 @@ class GenerateReport:
         return ""
 
 
-GENERATE_ENGINES = ("onnxruntime", "torch")
-
-
 def generate_run(
     preset: str,
     new_tokens: int,
