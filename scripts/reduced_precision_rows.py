@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 from collections import defaultdict
@@ -140,7 +141,7 @@ def main() -> int:
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     about = {
-        "command": "python scripts/reduced_precision_rows.py",
+        "command": shlex.join(["python", "scripts/reduced_precision_rows.py", *sys.argv[1:]]),
         "cpu": cpu_name(),
         "versions": {**library_versions(), "openvino": metadata.version("openvino")},
     }
