@@ -26,8 +26,8 @@ DecoderInput = Literal["target", "source"]
 AttentionKernel = Literal["plain", "sdpa"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 # A model's dtype, an export setting (tconform.export.settings.DTYPES says how each is made):
-# float16 and bfloat16 trace the module in that type, int8 quantises the float32 export.
-ModelDtype = Literal["float32", "float16", "bfloat16", "int8"]
+# float16 and bfloat16 trace the module in that type, int8 and int4 quantise the float32 export.
+ModelDtype = Literal["float32", "float16", "bfloat16", "int8", "int4"]
 MODEL_DTYPES: tuple[str, ...] = get_args(ModelDtype)
 
 # Where each variant option comes from in the documents: the record behind the README's table of

@@ -43,6 +43,8 @@ _FLOAT_TYPES = {
 }
 # The rows of models that compute in a narrower type than float32, narrowest last.
 NARROW = ("float16", "bfloat16")
+# The compute types of quantised graphs (tconform.provenance.quantized_type).
+QUANTIZED_TYPES = ("int8", "int4")
 _KIND_TYPES = {
     "src_ids": TensorProto.INT64,
     "tgt_ids": TensorProto.INT64,
@@ -70,14 +72,14 @@ class ModelUnderTest:
 
     @property
     def precision(self) -> str:
-        """Its tolerance row: int8 when most of its weights are int8 read by quantised ops
-        (onnxruntime.quantization's graphs); float16 or bfloat16 when its inputs and outputs
-        are, or most of its operations take that type (a conversion that kept float32 inputs
-        and outputs); float16 weights Cast back to float32, or a Cast pair, do not loosen
-        it."""
+        """Its tolerance row: int8 (int4) when most of its weights are int8 (int4) read by
+        quantised ops (onnxruntime.quantization's graphs); float16 or bfloat16 when its inputs
+        and outputs are, or most of its operations take that type (a conversion that kept
+        float32 inputs and outputs); float16 weights Cast back to float32, or a Cast pair, do
+        not loosen it."""
         compute = self.provenance.compute_elem_type
-        if compute == "int8":
-            return "int8"
+        if compute in QUANTIZED_TYPES:
+            return compute
         for narrow in NARROW:
             if narrow in (self.io_type, compute):
                 return narrow

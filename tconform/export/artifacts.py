@@ -44,7 +44,7 @@ from tconform.folders import (
     read_json_manifest,
     require_artifacts_folder,
 )
-from tconform.provenance import INT8_SHARE, ModelProvenance, quantized_share
+from tconform.provenance import ModelProvenance, quantized_type
 from tconform.registry import Case
 from tconform.schema import (
     SHA256,
@@ -77,9 +77,9 @@ class ExportRecord:
     opsets: dict[str, int] = field(default_factory=dict)
     attention: str = "plain"
     attention_nodes: int = 0  # ONNX Attention nodes in the graph (the fused kernel's)
-    # int8: onnxruntime.quantization.quantize_dynamic's arguments (settings.INT8_QUANTIZATION)
+    # int8, int4: the quantiser's arguments (settings.INT8_QUANTIZATION, INT4_QUANTIZATION)
     quantization: dict[str, object] | None = None
-    # What the graph computes in: the dtype, except an int8 export with no weight to quantise
+    # What the graph computes in: the dtype, except an int8/int4 export with no weight to quantise
     # (positional encoding, attention, norm), which is the float32 graph unchanged
     compute_type: str = ""
     checkpoint: str = ""  # the trained checkpoint whose weights it holds ("": seeded weights)
@@ -241,11 +241,12 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
 
 
 def _compute_type(model, dtype: str) -> str:
-    """The module's dtype, as it was traced; for int8, whether the quantiser found weights to
-    quantise (tconform.provenance.compute_type's rule, which a given file is read by too)."""
-    if dtype != "int8":
+    """The module's dtype, as it was traced; for int8 and int4, whether the quantiser found
+    weights to quantise (tconform.provenance.compute_type's rule, which a given file is read by
+    too)."""
+    if quantization(dtype) is None:
         return dtype
-    return "int8" if quantized_share(model) > INT8_SHARE else "float32"
+    return quantized_type(model) or "float32"
 
 
 def _made(folder: Path) -> Path:
