@@ -30,6 +30,7 @@ from tconform.errors import (
     TconformError,
     Terminated,
 )
+from tconform.variables import check_environment
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,6 +38,7 @@ from tconform.errors import (
 def cli() -> None:
     """Export a reference Transformer to ONNX, verify it on ONNX Runtime against exact
     goldens, and measure its latency; check your own PyTorch module the same way."""
+    check_environment()  # before any command starts: a bad TCONFORM_* is one line, exit 2
 
 
 for command in (export, golden, verify, report, doc, bench, check):

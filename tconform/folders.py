@@ -9,8 +9,10 @@ nobody's: tconform writes into it only when it is empty or missing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -18,12 +20,12 @@ from pathlib import Path
 
 from tconform.errors import UsageError
 from tconform.files import files_under, read_json_object, resolved
+from tconform.variables import value
 
 MANIFEST = "manifest.json"
 GOLDEN = "tconform-golden"
 ARTIFACTS = "tconform-artifacts"
 MAX_MANIFEST_BYTES = 64 * 2**20  # far above any real manifest; refuse before reading a huge file
-LOCK_WAIT_S = float(os.environ.get("TCONFORM_LOCK_TIMEOUT", "900"))  # then give up, exit 2
 
 
 def read_json_manifest(path: Path) -> dict:
@@ -119,33 +121,54 @@ def lock_path(folder: Path) -> Path:
     return folder.parent / f".{folder.name}.lock"
 
 
+def _open_lock(path: Path, shared: bool) -> int | None:
+    """The lock file's descriptor, created if missing, never through a symlink (O_NOFOLLOW: a
+    link planted at the lock's name would make tconform create or open its target, anywhere)
+    and only if it is a regular file. None: a lock that cannot be created for a shared lock
+    (a folder whose parent cannot be written is read without one)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(
+                f"{path}: the lock's name is a symbolic link; tconform follows no link it did not "
+                "make (remove it)"
+            ) from None
+        if shared and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return None
+        raise UsageError(f"{path}: cannot create the lock ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{path}: the lock's name is not a regular file; remove it")
+    return fd
+
+
 @contextlib.contextmanager
 def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
     """Hold the folder's lock: exclusive to write it, shared to read it. Concurrent runs on one
     folder wait for each other (saying so), and give up after TCONFORM_LOCK_TIMEOUT seconds.
     A folder whose parent cannot be written is read without a lock (no tconform can write
     there either)."""
+    wait_s = value("TCONFORM_LOCK_TIMEOUT")
     path = lock_path(resolved(folder))
-    try:
-        handle = open(path, "a+")  # noqa: SIM115 - held for the whole block
-    except OSError:
-        if shared:
-            yield
-            return
-        raise UsageError(f"{path}: cannot create the lock of {folder}") from None
+    fd = _open_lock(path, shared)
+    if fd is None:
+        yield
+        return
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-    deadline = time.monotonic() + LOCK_WAIT_S
+    deadline = time.monotonic() + wait_s
     told = False
     try:
         while True:
             try:
-                fcntl.flock(handle, mode | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise UsageError(
                         f"{folder}: another tconform run holds {path}; gave up after "
-                        f"{LOCK_WAIT_S:.0f} s"
+                        f"{wait_s:g} s (TCONFORM_LOCK_TIMEOUT)"
                     ) from None
                 if not told:
                     print(f"tconform: waiting for another run using {folder} ...", file=sys.stderr)
@@ -153,4 +176,4 @@ def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
                 time.sleep(0.2)
         yield
     finally:
-        handle.close()  # closing releases the lock
+        os.close(fd)  # closing releases the lock

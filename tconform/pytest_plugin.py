@@ -118,7 +118,12 @@ def pytest_collection_modifyitems(
         return
     from tconform.errors import TconformError
     from tconform.plan import plan
+    from tconform.variables import check_environment
 
+    try:
+        check_environment()
+    except TconformError as exc:
+        raise pytest.UsageError(f"tconform: {exc}") from None
     options = _options(config)
     try:
         units = plan(options).units

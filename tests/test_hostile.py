@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -671,3 +672,272 @@ def test_degenerate_steps_are_a_conformance_failure_in_every_strategy(strategy, 
     with pytest.raises(DegenerateOutput) as raised:
         generate(_Stepper(fill, shape), src, src > 0, Decoding(4), Strategy(strategy, 3))
     assert says in str(raised.value) and raised.value.exit_code == EXIT_FAILURE
+
+
+# --- issue 28: nothing outside what tconform wrote is touched; every input checked first ------
+#
+# Each case plants what an attacker (or an unlucky user) would leave in the user's folder, runs
+# one command, and asserts: its exit code; one line; the JSON report written with its error;
+# and, over the whole test folder (the user's folder, the reports and a folder `outside`), not
+# one entry created, changed or removed but the report itself and what the case says it writes.
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every entry under `root` (files by sha256, symlinks by target, folders, anything else by
+    kind), keyed by its path relative to `root`: what a run must leave as it found it."""
+    entries = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if "__pycache__" in path.parts:
+            continue
+        if path.is_symlink():
+            entries[rel] = "link -> " + os.readlink(path)
+        elif path.is_dir():
+            entries[rel] = "folder"
+        elif path.is_file():
+            entries[rel] = sha256(path)
+        else:
+            entries[rel] = "special"
+    return entries
+
+
+def copy_golden(ws: dict[str, Path], name: str = "g") -> Path:
+    import shutil
+
+    shutil.copytree(REPO / "golden", ws["user"] / name)
+    return ws["user"] / name
+
+
+def copy_generation_golden(ws: dict[str, Path], edit=None) -> Path:
+    """A copy of the generation goldens, its manifest edited by `edit(manifest)`."""
+    import shutil
+
+    folder = ws["user"] / "gg"
+    shutil.copytree(REPO / "golden-generation", folder)
+    if edit is not None:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        edit(manifest)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def every_decoding(key: str, value) -> Callable:
+    def edit(manifest: dict) -> None:
+        for entry in manifest["cases"].values():
+            entry["decoding"][key] = value
+
+    return lambda ws: copy_generation_golden(ws, edit)
+
+
+def recorded_checkpoint(name) -> Callable:
+    def edit(manifest: dict) -> None:
+        manifest["checkpoint"]["name"] = name
+
+    return lambda ws: copy_generation_golden(ws, edit)
+
+
+def lock_link(ws: dict[str, Path]) -> None:
+    """A golden folder whose lock's name is a symlink to a file outside, not yet there."""
+    copy_golden(ws)
+    (ws["user"] / ".g.lock").symlink_to(ws["outside"] / "created-by-the-lock")
+
+
+@dataclass(frozen=True)
+class Planted:
+    id: str
+    args: tuple[str, ...]  # {user}, {outside}, {golden} are filled in
+    says: str  # in the one line
+    plant: Callable | None = None  # plant(ws): what the user's folder holds first
+    env: tuple[tuple[str, str], ...] = ()
+    code: int = EXIT_USAGE
+    writes: tuple[str, ...] = ()  # what the command may create, relative to the test folder
+
+
+NO_REPORTS = ("export", "golden")  # the commands that write no report
+VERIFY_GG = (
+    "verify",
+    "--generation",
+    "--golden-generation",
+    "{user}/gg",
+    "--artifacts",
+    "{user}/art",
+    "--no-torch",
+)
+COMMANDS = {  # one cheap command line of each command, for what every command must refuse
+    "export": ("export", "--case", "norm", "--out", "{user}/art"),
+    "golden": ("golden", "--check", "--out", "{golden}"),
+    "verify": ("verify", "--golden", "{golden}", "--no-doc", "--case", "norm"),
+    "doc": ("doc", "--artifacts", "{user}/art"),
+    "bench": ("bench", "--case", "norm", "--artifacts", "{user}/art"),
+    "check": ("check", T()),
+    "merge": ("report", "merge", "{user}/notes.txt"),
+}
+
+PLANTED = [
+    # --- environment variables: one line naming the variable, in every command ---------------
+    *(
+        Planted(
+            f"lock-timeout-{value or 'empty'}-{command}",
+            args,
+            "TCONFORM_LOCK_TIMEOUT",
+            env=(("TCONFORM_LOCK_TIMEOUT", value),),
+        )
+        for command, args in COMMANDS.items()
+        for value in ("abc", "")
+    ),
+    *(
+        Planted(
+            f"lock-timeout-{name}",
+            COMMANDS["verify"],
+            "TCONFORM_LOCK_TIMEOUT",
+            env=(("TCONFORM_LOCK_TIMEOUT", value),),
+        )
+        for name, value in (
+            ("nan", "nan"),
+            ("inf", "inf"),
+            ("negative", "-1"),
+            ("exponent", "1e999"),
+            ("arabic-indic", "٣"),
+            ("space", " 5"),
+        )
+    ),
+    Planted(
+        "unknown-variable",
+        COMMANDS["check"],
+        "TCONFORM_LOCK_TIMEOUTS",
+        env=(("TCONFORM_LOCK_TIMEOUTS", "5"),),
+    ),
+    # --- locks: never through a symlink -------------------------------------------------------
+    Planted(
+        "lock-symlink-verify",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm"),
+        ".g.lock: the lock's name is a symbolic link",
+        lock_link,
+    ),
+    Planted(
+        "lock-symlink-golden-force",
+        ("golden", "--force", "--case", "norm", "--out", "{user}/g"),
+        ".g.lock: the lock's name is a symbolic link",
+        lock_link,
+    ),
+    # --- generation manifests: a name is a name, every value checked before the run ----------
+    Planted(
+        "checkpoint-absolute", VERIFY_GG, "a name, never a path", recorded_checkpoint("/etc/passwd")
+    ),
+    Planted(
+        "checkpoint-dotdot",
+        VERIFY_GG,
+        "a name, never a path",
+        recorded_checkpoint("../../../../outside/weights"),
+    ),
+    Planted(
+        "checkpoint-not-a-string",
+        VERIFY_GG,
+        "a name, never a path",
+        recorded_checkpoint({"name": "reverse"}),
+    ),
+    Planted(
+        "checkpoint-golden-check",
+        ("golden", "--generation", "--check", "--out", "{user}/gg"),
+        "a name, never a path",
+        recorded_checkpoint("../reverse"),
+    ),
+    Planted(
+        "max-new-tokens-huge",
+        VERIFY_GG,
+        "max new tokens 1000000000: must be 1..",
+        every_decoding("max_new_tokens", 10**9),
+    ),
+    Planted(
+        "max-new-tokens-negative",
+        VERIFY_GG,
+        "max new tokens -1",
+        every_decoding("max_new_tokens", -1),
+    ),
+    Planted(
+        "max-new-tokens-string",
+        VERIFY_GG,
+        "'max_new_tokens' must be an integer",
+        every_decoding("max_new_tokens", "8"),
+    ),
+    Planted(
+        "max-new-tokens-bool",
+        VERIFY_GG,
+        "'max_new_tokens' must be an integer",
+        every_decoding("max_new_tokens", True),
+    ),
+    Planted(
+        "max-new-tokens-shorter-than-stored",
+        VERIFY_GG,
+        "tokens is int64",
+        every_decoding("max_new_tokens", 2),
+    ),
+    Planted(
+        "pad-id-negative",
+        VERIFY_GG,
+        "pad token -5 outside the vocabulary",
+        every_decoding("pad_id", -5),
+    ),
+    Planted(
+        "eos-id-outside-vocabulary",
+        VERIFY_GG,
+        "end token (--end-token) 31 outside",
+        every_decoding("eos_id", 31),
+    ),
+    Planted(
+        "decoding-unknown-field",
+        VERIFY_GG,
+        "'decoding' must hold",
+        every_decoding("temperature", 2),
+    ),
+    Planted(
+        "generation-seed-string",
+        VERIFY_GG,
+        "'seed' must be an integer",
+        lambda ws: copy_generation_golden(ws, lambda m: m.update(seed="7")),
+    ),
+    Planted(
+        "generation-config-not-the-checkpoints",
+        VERIFY_GG,
+        "'config' is not the one",
+        lambda ws: copy_generation_golden(ws, lambda m: m["config"].update(n_layers=3)),
+    ),
+    Planted(
+        "generation-shape-not-sizes",
+        VERIFY_GG,
+        "shape of 'tokens'",
+        lambda ws: copy_generation_golden(
+            ws, lambda m: [e["shapes"].update(tokens=["3"]) for e in m["cases"].values()]
+        ),
+    ),
+]
+
+
+def _fill_planted(args: tuple[str, ...], ws: dict[str, Path]) -> list[str]:
+    values = {"user": ws["user"], "outside": ws["outside"], "golden": REPO / "golden"}
+    return [arg.format(**values) for arg in args]
+
+
+@pytest.mark.parametrize("case", PLANTED, ids=[c.id for c in PLANTED])
+def test_planted_input_is_refused_first_and_touches_nothing(cli, ws, monkeypatch, case):
+    root = ws["user"].parent
+    ws = {**ws, "outside": root / "outside"}
+    ws["outside"].mkdir()
+    (ws["outside"] / "weights.json").write_text('{"config": {}, "sha256": "0"}\n')
+    if case.plant is not None:
+        case.plant(ws)
+    for name, value in case.env:
+        monkeypatch.setenv(name, value)
+    report = ws["reports"] / "r.json"
+    takes_reports = case.args[0] not in NO_REPORTS
+    before = tree(root)
+    code, out, err = cli(*_fill_planted(case.args, ws), *(["--json", str(report)] * takes_reports))
+    assert code == case.code, out + err
+    assert_one_line(code, out, err, case.says)
+    if takes_reports:
+        data = strict_json(report)
+        assert data["exit_code"] == code and data["error"]["exit_code"] == code
+    after = tree(root)
+    allowed = {report.relative_to(root).as_posix(), *case.writes}
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    assert changed <= allowed, sorted(changed - allowed)

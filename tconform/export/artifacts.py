@@ -56,6 +56,7 @@ from tconform.schema import (
     one_of,
 )
 from tconform.versions import library_versions
+from tconform.weights import available
 
 
 @dataclass
@@ -144,6 +145,7 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
         expect_int(data["opset"], path, "'opset'", 1, 100)
     if "attention" in data and not one_of(data["attention"], ATTENTION_KERNELS):
         raise fail(path, "'attention'", f"is not one of {', '.join(ATTENTION_KERNELS)}")
+    _check_checkpoint(data, path, "'checkpoint'")
     for name, entry in models.items():
         where = f"model {name!r}"
         if name not in known:
@@ -159,6 +161,14 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
         expect_int(entry.get("ir_version"), path, f"{where} 'ir_version'", 1, 100)
         expect_names(entry.get("inputs"), path, f"{where} 'inputs'")
         expect_names(entry.get("outputs"), path, f"{where} 'outputs'")
+        _check_checkpoint(entry, path, f"{where} 'checkpoint'")
+
+
+def _check_checkpoint(data: dict, path: Path, where: str) -> None:
+    """A recorded checkpoint is a name of one tconform holds (never a path), or "" (none)."""
+    name = data.get("checkpoint", "")
+    if name != "" and not one_of(name, available()):
+        raise fail(path, where, f"is not one of the checkpoints tconform holds: {name!r:.80}")
 
 
 def is_current(path: Path, key: str, previous: dict | None, force: bool, out_dir: Path) -> bool:
