@@ -751,6 +751,7 @@ class Planted:
     env: tuple[tuple[str, str], ...] = ()
     code: int = EXIT_USAGE
     writes: tuple[str, ...] = ()  # what the command may create, relative to the test folder
+    json: str | None = None  # a --json path of its own (refused): the markdown report says why
 
 
 NO_REPORTS = ("export", "golden")  # the commands that write no report
@@ -902,6 +903,65 @@ PLANTED = [
         "'config' is not the one",
         lambda ws: copy_generation_golden(ws, lambda m: m["config"].update(n_layers=3)),
     ),
+    # --- path lengths: refused by the shared option types, before anything opens them -------
+    *(
+        Planted(
+            f"json-name-{length}-{command}",
+            COMMANDS[command],
+            says,
+            json="{user}/" + "r" * length + ".json",
+        )
+        for command in ("verify", "check", "doc", "bench", "merge")
+        for length, says in (
+            (251, "the file system takes at most 255"),
+            (250, "names it writes are at most 237 bytes"),
+            (233, "names it writes are at most 237 bytes"),
+        )
+    ),
+    Planted(
+        "json-path-over-path-max",
+        COMMANDS["verify"],
+        "the file system takes paths below 4096",
+        json="{user}/" + "/".join(["d" * 200] * 21) + "/r.json",
+    ),
+    *(
+        Planted(f"folder-name-{length}-{option}", args, says)
+        for length, says in (
+            (256, "the file system takes at most 255"),
+            (238, "names it writes are at most 237 bytes"),
+        )
+        for option, args in (
+            ("export-out", ("export", "--case", "norm", "--out", "{user}/" + "o" * length)),
+            ("golden-out", ("golden", "--case", "norm", "--out", "{user}/" + "o" * length)),
+            ("verify-golden", ("verify", "--no-doc", "--golden", "{user}/" + "o" * length)),
+            ("verify-artifacts", ("verify", "--no-doc", "--artifacts", "{user}/" + "o" * length)),
+            ("doc-artifacts", ("doc", "--artifacts", "{user}/" + "o" * length)),
+            ("bench-artifacts", ("bench", "--artifacts", "{user}/" + "o" * length)),
+            ("check-out", ("check", T(), "--out", "{user}/" + "o" * length)),
+            ("check-repro", ("check", T(), "--repro", "{user}/" + "o" * length)),
+            (
+                "verify-golden-generation",
+                ("verify", "--generation", "--golden-generation", "{user}/" + "o" * length),
+            ),
+        )
+    ),
+    *(
+        Planted(f"read-path-over-path-max-{option}", args, "the file system takes paths below 4096")
+        for option, args in (
+            ("merge", ("report", "merge", "{user}/" + "/".join(["d" * 200] * 21))),
+            (
+                "bench-compare",
+                ("bench", "--compare", "{user}/" + "/".join(["d" * 200] * 21), "{user}/notes.txt"),
+            ),
+            ("check-model", ("check", T(), "--model", "{user}/" + "/".join(["d" * 200] * 21))),
+            ("check-inputs", ("check", T(), "--inputs", "{user}/" + "/".join(["d" * 200] * 21))),
+        )
+    ),
+    Planted(
+        "read-name-256-check-model",
+        ("check", T(), "--model", "{user}/" + "m" * 256),
+        "the file system takes at most 255",
+    ),
     Planted(
         "generation-shape-not-sizes",
         VERIFY_GG,
@@ -928,13 +988,18 @@ def test_planted_input_is_refused_first_and_touches_nothing(cli, ws, monkeypatch
         case.plant(ws)
     for name, value in case.env:
         monkeypatch.setenv(name, value)
-    report = ws["reports"] / "r.json"
+    report = ws["reports"] / ("r.md" if case.json else "r.json")
+    reports = (
+        ["--markdown", str(report), "--json", case.json] if case.json else ["--json", str(report)]
+    )
     takes_reports = case.args[0] not in NO_REPORTS
     before = tree(root)
-    code, out, err = cli(*_fill_planted(case.args, ws), *(["--json", str(report)] * takes_reports))
+    code, out, err = cli(*_fill_planted((*case.args, *reports[: 4 * takes_reports]), ws))
     assert code == case.code, out + err
     assert_one_line(code, out, err, case.says)
-    if takes_reports:
+    if case.json:
+        assert f"(exit {code})" in report.read_text() and case.says in report.read_text()
+    elif takes_reports:
         data = strict_json(report)
         assert data["exit_code"] == code and data["error"]["exit_code"] == code
     after = tree(root)
