@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -45,6 +46,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_json(path: Path, data: object) -> None:
     atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+SHA256_DIGEST = re.compile(r"[0-9a-f]{64}")  # a sha256 as tconform records it
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -142,7 +146,9 @@ def require_inside(root: Path, path: Path) -> Path:
     that leads out of the folder is refused: tconform reads nothing outside the folders it is
     given."""
     if not resolved(path).is_relative_to(resolved(root)):
-        raise UsageError(f"{path}: a symlink that leads outside {root}; tconform reads only inside")
+        raise UsageError(
+            f"{path}: a symlink that leads outside {root}; tconform reads and writes only inside"
+        )
     return path
 
 

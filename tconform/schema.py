@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tconform.config import MAX_SEED, ModelConfig
 from tconform.errors import UsageError
+from tconform.files import SHA256_DIGEST as SHA256
 from tconform.registry import case_names
 
-SHA256 = re.compile(r"[0-9a-f]{64}")
 SET_NAME = re.compile(r"test_data_set_\d+")
 TENSOR_FILE = re.compile(r"(test_data_set_\d+)/(input|output)_\d+\.pb")
 

@@ -102,6 +102,19 @@ class ExitsWhenExported(nn.Module):
 
 def export_sys_exit():
     return ExitsWhenExported(), torch.randn(2, 4)
+
+def two_layers():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), torch.randn(2, 4)
+
+def spawns():  # as a DataLoader's workers, or a library's helper process, would
+    import multiprocessing
+    process = multiprocessing.get_context("spawn").Process(target=os.getpid)
+    process.start()
+    process.join()
+    if process.exitcode != 0:
+        raise RuntimeError(f"a process it spawned exited with status {process.exitcode}")
+    return nn.Linear(4, 3), torch.randn(2, 4)
 """
 
 
@@ -742,6 +755,60 @@ def lock_link(ws: dict[str, Path]) -> None:
     (ws["user"] / ".g.lock").symlink_to(ws["outside"] / "created-by-the-lock")
 
 
+def earlier_bundle(ws: dict[str, Path], where: str = "user", name: str = "b") -> Path:
+    """A repro bundle as tconform writes it (its own writer, folders.replace_whole: the marker
+    lists every file with its sha256), small and made without running anything."""
+    from tconform.folders import BUNDLE_MARKER, BUNDLE_TOOL, replace_whole
+
+    def write(staging: Path) -> None:
+        (staging / "model.onnx").write_bytes(b"a cut of the model")
+        (staging / "test_data_set_0").mkdir()
+        (staging / "test_data_set_0" / "input_0.pb").write_bytes(b"its input")
+
+    return replace_whole(ws[where] / name, BUNDLE_MARKER, {"tool": BUNDLE_TOOL}, write, "--repro")
+
+
+def then(*steps: Callable) -> Callable:
+    """One plant made of several: each step gets the workspace."""
+
+    def plant(ws: dict[str, Path]) -> None:
+        for step in steps:
+            step(ws)
+
+    return plant
+
+
+def write_file(rel: str, text: str = "the user's own\n") -> Callable:
+    def plant(ws: dict[str, Path]) -> None:
+        path = ws["user"] / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    return plant
+
+
+def make_folder(rel: str) -> Callable:
+    return lambda ws: (ws["user"] / rel).mkdir(parents=True, exist_ok=True)
+
+
+def symlink(rel: str, target: str) -> Callable:
+    """A symlink at `rel` in the user's folder to `target` ({user} and {outside} filled in)."""
+
+    def plant(ws: dict[str, Path]) -> None:
+        path = ws["user"] / rel
+        path.unlink(missing_ok=True)
+        path.symlink_to(target.format(user=ws["user"], outside=ws["outside"]))
+
+    return plant
+
+
+def artifacts_folder(ws: dict[str, Path]) -> None:
+    (ws["user"] / "art").mkdir()
+    (ws["user"] / "art" / "manifest.json").write_text(
+        '{"kind": "tconform-artifacts", "models": {}}'
+    )
+
+
 @dataclass(frozen=True)
 class Planted:
     id: str
@@ -903,6 +970,246 @@ PLANTED = [
         "'config' is not the one",
         lambda ws: copy_generation_golden(ws, lambda m: m["config"].update(n_layers=3)),
     ),
+    # --- --repro: a new folder, or a bundle tconform wrote as it wrote it, refused first ----
+    Planted(
+        "repro-users-bundle-json",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/bundle.json: missing, or not written by",
+        then(
+            write_file("b/bundle.json", '{"tool": "tconform localise --repro"}'),
+            write_file("b/notes.txt"),
+        ),
+    ),
+    Planted(
+        "repro-notes-added-to-a-bundle",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/NOTES.md: not a file tconform localise --repro wrote there",
+        then(earlier_bundle, write_file("b/NOTES.md")),
+    ),
+    Planted(
+        "repro-folder-added-to-a-bundle",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/mine: a folder tconform localise --repro did not write there",
+        then(earlier_bundle, make_folder("b/mine")),
+    ),
+    Planted(
+        "repro-file-of-a-bundle-changed",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/model.onnx: missing or changed since",
+        then(earlier_bundle, write_file("b/model.onnx", "the user's edit")),
+    ),
+    Planted(
+        "repro-file-of-a-bundle-removed",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/model.onnx: missing or changed since",
+        then(earlier_bundle, lambda ws: (ws["user"] / "b" / "model.onnx").unlink()),
+    ),
+    Planted(
+        "repro-file-of-a-bundle-a-symlink",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/model.onnx: a symbolic link",
+        then(earlier_bundle, symlink("b/model.onnx", "{outside}/weights.json")),
+    ),
+    Planted(
+        "repro-marker-a-symlink",
+        ("check", T(), "--repro", "{user}/c"),
+        "c/bundle.json: missing, or not written by",
+        then(earlier_bundle, make_folder("c"), symlink("c/bundle.json", "{user}/b/bundle.json")),
+    ),
+    Planted(
+        "repro-marker-lists-dotdot",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/bundle.json: missing, or not written by",
+        then(
+            earlier_bundle,
+            write_file(
+                "b/bundle.json",
+                json.dumps(
+                    {"tool": "tconform localise --repro", "files": {"../notes.txt": "0" * 64}}
+                ),
+            ),
+        ),
+    ),
+    Planted(
+        "repro-symlink-to-a-bundle",
+        ("check", T(), "--repro", "{user}/link"),
+        "link: a symbolic link",
+        then(lambda ws: earlier_bundle(ws, "outside"), symlink("link", "{outside}/b")),
+    ),
+    Planted(
+        "repro-dangling-symlink",
+        ("check", T(), "--repro", "{user}/link"),
+        "not a folder",
+        symlink("link", "{outside}/new-bundle"),
+    ),
+    Planted(
+        "repro-in-a-golden-folder",
+        ("check", T(), "--repro", "{user}/g/norm/repro"),
+        "is or lies in a golden or artifacts folder",
+        copy_golden,
+    ),
+    Planted(
+        "repro-is-a-golden-folder",
+        ("check", T(), "--repro", "{user}/g"),
+        "is or lies in a golden or artifacts folder",
+        copy_golden,
+    ),
+    Planted(
+        "repro-in-an-artifacts-folder",
+        ("check", T(), "--repro", "{user}/art/repro"),
+        "is or lies in a golden or artifacts folder",
+        artifacts_folder,
+    ),
+    Planted(
+        "repro-in-the-check-area",
+        ("check", T(), "--repro", "{user}/art/check/x/repro"),
+        "is or lies in a golden or artifacts folder",
+        artifacts_folder,
+    ),
+    Planted("repro-dot", ("check", T(), "--repro", "."), "the current folder"),
+    Planted("repro-dotdot", ("check", T(), "--repro", ".."), "the current folder, or one above"),
+    Planted("repro-the-users-folder", ("check", T(), "--repro", "{user}"), "the current folder"),
+    Planted("repro-a-file", ("check", T(), "--repro", "{user}/notes.txt"), "not a folder"),
+    Planted(
+        "repro-holds-the-out-folder",
+        ("check", T(), "--repro", "{user}/b", "--out", "{user}/b/export"),
+        "holds or lies in",
+    ),
+    Planted(
+        "repro-in-the-out-folder",
+        ("check", T(), "--out", "{user}/e", "--repro", "{user}/e/b"),
+        "holds or lies in",
+    ),
+    Planted(
+        "repro-holds-the-inputs",
+        ("check", T("module_only"), "--inputs", "{user}/inputs.npz", "--repro", "{user}"),
+        "the current folder",
+    ),
+    Planted(
+        "repro-holds-the-model",  # checking an earlier bundle's own model into it
+        ("check", T(), "--model", "{user}/b/model.onnx", "--repro", "{user}/b"),
+        "holds or lies in",
+        earlier_bundle,
+    ),
+    Planted(
+        "repro-holds-the-report",
+        ("check", T(), "--repro", "{user}/b"),
+        "the --repro folder of this run",
+        earlier_bundle,
+        json="{user}/b/r.json",
+    ),
+    # --- reports named inside what the command refuses are not written there ---------------
+    Planted(
+        "check-json-is-its-own-record",
+        ("check", T(), "--out", "{user}/D"),
+        "the --out folder of this run",
+        make_folder("D"),
+        json="{user}/D/check.json",
+    ),
+    Planted(
+        "check-json-in-a-refused-out",
+        ("check", T(), "--out", "{user}/D"),
+        "the --out folder of this run",
+        write_file("D/model.onnx", "mine"),
+        json="{user}/D/r.json",
+    ),
+    Planted(  # the default export folder's own record: refused, and not written to say so
+        "check-json-is-its-default-record",
+        ("check", T()),
+        "a file tconform check reads or keeps",
+        make_folder(f"artifacts/check/{PACKAGE}.good"),
+        json=f"{{user}}/artifacts/check/{PACKAGE}.good/check.json",
+    ),
+    Planted(
+        "check-json-is-the-model",
+        ("check", T(), "--model", "{user}/m.json"),
+        "a file tconform check reads or keeps",
+        write_file("m.json", "{}"),
+        json="{user}/m.json",
+    ),
+    Planted(
+        "merge-json-is-a-shard",
+        ("report", "merge", "{user}/s.json"),
+        "an input of this run",
+        write_file("s.json", "{}"),
+        json="{user}/s.json",
+    ),
+    Planted(
+        "report-in-a-new-artifacts-folder",
+        ("verify", "--golden", "{golden}", "--no-doc", "--artifacts", "{user}/art"),
+        "the --artifacts folder of this run",
+        make_folder("art"),
+        json="{user}/art/r.json",
+    ),
+    Planted(
+        "report-in-the-check-out-folder",
+        ("check", T(), "--out", "{user}/D"),
+        "the --out folder of this run",
+        make_folder("D"),
+        json="{user}/D/r.json",
+    ),
+    Planted(
+        "report-in-the-bench-artifacts",
+        ("bench", "--case", "norm", "--artifacts", "{user}/art"),
+        "the --artifacts folder",
+        make_folder("art"),
+        json="{user}/art/r.json",
+    ),
+    Planted(
+        "report-in-the-doc-artifacts",
+        ("doc", "--artifacts", "{user}/art"),
+        "the --artifacts folder",
+        make_folder("art/doc"),
+        json="{user}/art/doc/r.json",
+    ),
+    # --- writing through a symlink: never (a link would become a folder, or lead outside) ---
+    Planted(
+        "golden-force-onto-a-symlink",
+        ("golden", "--force", "--case", "norm", "--out", "{user}/link"),
+        "link: a symbolic link",
+        then(copy_golden, symlink("link", "{user}/g")),
+    ),
+    Planted(
+        "golden-case-into-a-symlink",
+        ("golden", "--case", "norm", "--out", "{user}/link"),
+        "link: a symbolic link",
+        symlink("link", "{outside}"),
+    ),
+    Planted(
+        "generation-golden-force-onto-a-symlink",
+        ("golden", "--generation", "--force", "--out", "{user}/link"),
+        "link: a symbolic link",
+        then(copy_generation_golden, symlink("link", "{user}/gg")),
+    ),
+    Planted(
+        "doc-area-a-symlink-out",
+        ("doc", "--artifacts", "{user}/art", "--no-torch"),
+        "a symlink that leads outside",
+        then(make_folder("art"), symlink("art/doc", "{outside}")),
+    ),
+    # --- one line, whatever a name holds ------------------------------------------------------
+    Planted(
+        "newline-in-a-model-path",
+        ("check", T(), "--model", "{user}/x\ny.onnx"),
+        "x\\ny.onnx: no such file",
+    ),
+    Planted(
+        "newline-in-a-verify-model",
+        ("verify", "--golden", "{golden}", "--no-doc", "--model", "norm={user}/x\ny.onnx"),
+        "x\\ny.onnx",
+    ),
+    Planted(
+        "line-separator-in-a-report", COMMANDS["verify"], "folder", json="{user}/n\u2028o/r.json"
+    ),
+    Planted("newline-in-a-target", ("check", "a\nb:make"), "expected PACKAGE.MODULE:FACTORY"),
+    Planted("target-a-path", ("check", "a/../../x:make"), "expected PACKAGE.MODULE:FACTORY"),
+    Planted("target-dotted-factory", ("check", "pkg.mod:a.b"), "expected PACKAGE.MODULE:FACTORY"),
+    Planted("target-empty-part", ("check", "pkg..mod:make"), "expected PACKAGE.MODULE:FACTORY"),
+    Planted(
+        "verify-model-name-256",
+        ("verify", "--golden", "{golden}", "--no-doc", "--model", "norm={user}/" + "m" * 256),
+        "the file system takes at most 255",
+    ),
     # --- path lengths: refused by the shared option types, before anything opens them -------
     *(
         Planted(
@@ -1006,3 +1313,89 @@ def test_planted_input_is_refused_first_and_touches_nothing(cli, ws, monkeypatch
     allowed = {report.relative_to(root).as_posix(), *case.writes}
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
     assert changed <= allowed, sorted(changed - allowed)
+
+
+def _scaled_last_layer(exported: Path, bad: Path) -> None:
+    """The exported two-layer model with its last Linear's weight scaled by 1.5."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(exported))
+    (weight,) = [i for i in model.graph.initializer if i.name.endswith("2.weight")]
+    scaled = numpy_helper.to_array(weight) * np.float32(1.5)
+    weight.CopyFrom(numpy_helper.from_array(scaled.astype(np.float32), weight.name))
+    onnx.save(model, str(bad))
+
+
+def test_repro_replaces_only_its_own_bundle_and_refuses_anything_else_before_the_run(cli, ws):
+    """A failing check writes its bundle, and a second run replaces it (nothing left beside
+    it); once the user adds a note, the next run is refused before anything runs."""
+    user = ws["user"]
+    assert cli("check", T("two_layers"), "--out", "exp", "-q", "--runtime", "onnxruntime")[0] == 0
+    _scaled_last_layer(user / "exp" / "model.onnx", user / "bad.onnx")
+    report = ws["reports"] / "r.json"
+    args = ("check", T("two_layers"), "--model", "bad.onnx", "--runtime", "onnxruntime",
+            "--repro", "b", "-q", "--json", str(report))  # fmt: skip
+    for _ in range(2):
+        code, out, err = cli(*args)
+        assert code == 1, out + err
+        assert "repro bundle: b (python b/reproduce.py)" in out
+        listed = json.loads((user / "b" / "bundle.json").read_text())["files"]
+        assert {*listed, "bundle.json"} == {
+            p.relative_to(user / "b").as_posix() for p in (user / "b").rglob("*") if p.is_file()
+        }
+        assert not [p.name for p in user.iterdir() if p.name.startswith(".b.")]
+    (user / "b" / "NOTES.md").write_text("what I found\n")
+    before = tree(ws["user"].parent)
+    code, out, err = cli(*args)
+    assert code == EXIT_USAGE
+    assert_one_line(code, out, err, "b/NOTES.md: not a file tconform localise --repro wrote")
+    data = strict_json(report)
+    assert data["results"] == [] and data["error"]["exit_code"] == EXIT_USAGE  # nothing ran
+    after = tree(ws["user"].parent)
+    assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == {
+        report.relative_to(ws["user"].parent).as_posix()
+    }
+
+
+def test_processes_spawned_from_the_check_never_import_the_users_tconform(ws, tmp_path):
+    """The current folder holds a package named tconform (on the path first, for the user's
+    package): what the user's code spawns does not import it, nor run tconform's entry script
+    (the console script here, as a user starts it: its folder first on the path, not the
+    current one)."""
+    (ws["user"] / "tconform").mkdir()
+    (ws["user"] / "tconform" / "__init__.py").write_text('raise ImportError("the user\'s own")\n')
+    entry = tmp_path / "bin" / "tconform-entry.py"
+    entry.parent.mkdir()
+    entry.write_text('from tconform.cli import main\nif __name__ == "__main__":\n    main()\n')
+    report = ws["reports"] / "r.json"
+    done = subprocess.run(
+        [sys.executable, str(entry), "check", T("spawns"), "--runtime", "onnxruntime", "-q",
+         "--json", str(report)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and not done.stderr.strip(), done.stderr
+    assert strict_json(report)["exit_code"] == 0
+
+
+def test_spawned_children_start_from_a_path_that_finds_this_tconform(tmp_path, monkeypatch):
+    """A folder named tconform first on the path (a package, or a bare folder: a namespace
+    package): tconform's own children start with this tconform's folder ahead of it."""
+    from importlib.machinery import PathFinder
+
+    import tconform
+    from tconform.spawning import children_import_this_tconform
+
+    for package in (True, False):
+        shadow = tmp_path / str(package)
+        (shadow / "tconform").mkdir(parents=True)
+        if package:
+            (shadow / "tconform" / "__init__.py").write_text("")
+        monkeypatch.setattr(sys, "path", [str(shadow), *sys.path])
+        assert PathFinder.find_spec("tconform", sys.path).origin != tconform.__file__
+        with children_import_this_tconform():
+            found = PathFinder.find_spec("tconform", sys.path)
+            assert Path(found.origin).resolve() == Path(tconform.__file__).resolve()
+        assert sys.path[0] == str(shadow)  # as it was

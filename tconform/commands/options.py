@@ -307,11 +307,14 @@ class GraphOptLevel(click.ParamType):
 
 def require_reports_apart(inputs, *reports, what: str = "an input of this run") -> None:
     """No report may be written over a file the run reads or keeps (a model under test, a
-    shard report being merged, tconform check's own files), whatever that file is called."""
+    shard report being merged, tconform check's own files), whatever that file is called; the
+    refusal is Refused, so that no report, not even the error's, is written there."""
+    from tconform.errors import Refused
+
     kept = {resolved(Path(path)) for path in inputs}
     for report in reports:
         if report is not None and resolved(Path(report)) in kept:
-            raise click.UsageError(f"{report}: {what}; reports go elsewhere")
+            raise Refused(f"{report}: {what}; reports go elsewhere", Path(report))
 
 
 def preset_option(default: str = DEFAULT_PRESET):
@@ -380,6 +383,7 @@ def report_options(*formats: str):
             paths = [resolved(path) for path in reports.values() if path is not None]
             if len(set(paths)) < len(paths):
                 raise click.UsageError("two report options name the same file; give each its own")
+            _require_reports_outside_folders(reports, kwargs)
             return command(*args, reports=reports, **kwargs)
 
         for fmt in reversed(formats):
@@ -390,6 +394,33 @@ def report_options(*formats: str):
         return with_reports
 
     return decorate
+
+
+def _require_reports_outside_folders(reports: dict, params: dict) -> None:
+    """No report inside a folder the command reads or writes (each FolderPath option:
+    --golden, --artifacts, --out, --repro), even one that does not exist yet: the run would
+    make it a golden or artifacts folder holding a file that is not its own. A folder that
+    holds the current one is left to its option's own check (`--repro ..` is refused there, and
+    a report beside the user's work is still written)."""
+    from tconform.errors import Refused
+
+    context = click.get_current_context(silent=True)
+    options = context.command.params if context is not None else []
+    folders = [
+        (param, params[param.name])
+        for param in options
+        if isinstance(param.type, FolderPath)
+        and params.get(param.name) is not None
+        and not Path.cwd().is_relative_to(resolved(params[param.name]))
+    ]
+    for report in (path for path in reports.values() if path is not None):
+        for param, folder in folders:
+            if resolved(report).is_relative_to(resolved(folder)):
+                raise Refused(
+                    f"{report}: inside {folder}, the {param.opts[0]} folder of this run; reports "
+                    "go elsewhere",
+                    report,
+                )
 
 
 # --- the runtime group ---------------------------------------------------------------------------
