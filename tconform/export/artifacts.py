@@ -300,6 +300,11 @@ class ArtifactsFolder:
         require_artifacts_folder(out_dir)
         stack.enter_context(folder_lock(_made(out_dir)))
         shutil.rmtree(staging_dir(out_dir), ignore_errors=True)  # an earlier run's leftovers
+        if staging_dir(out_dir).is_symlink():  # rmtree removes no link; models would go through it
+            raise UsageError(
+                f"{staging_dir(out_dir)}: a symbolic link where tconform stages its exports; "
+                "tconform writes through no link it did not make (remove it)"
+            )
         self.models: dict = dict(read_artifacts_manifest(out_dir).get("models", {}))
         held = folder_settings(out_dir)
         wanted = {k: getattr(settings, k) for k in FOLDER_SETTINGS}
