@@ -802,6 +802,18 @@ def symlink(rel: str, target: str) -> Callable:
     return plant
 
 
+def edited_golden(edit: Callable) -> Callable:
+    """A copy of the goldens in the user's folder ("g"), its manifest edited by `edit`."""
+
+    def plant(ws: dict[str, Path]) -> None:
+        folder = copy_golden(ws)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        edit(manifest)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    return plant
+
+
 def artifacts_folder(ws: dict[str, Path]) -> None:
     (ws["user"] / "art").mkdir()
     (ws["user"] / "art" / "manifest.json").write_text(
@@ -1187,6 +1199,111 @@ PLANTED = [
         "a symlink that leads outside",
         then(make_folder("art"), symlink("art/doc", "{outside}")),
     ),
+    Planted(
+        "artifacts-staging-a-symlink",
+        ("export", "--case", "norm", "--out", "{user}/art"),
+        "a symbolic link where tconform stages",
+        then(artifacts_folder, symlink("art/.tconform-staging", "{outside}")),
+        writes=("user/.art.lock",),
+    ),
+    # --- manifests: what sizes a run stays within the presets; names are names -------------
+    Planted(  # (verify takes its shared lock beside the golden folder: .g.lock, its own)
+        "golden-config-huge",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm"),
+        "d_model 1048576 is larger than any preset's",
+        edited_golden(lambda m: m["config"].update(d_model=2**20, n_heads=4)),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-vocabulary-huge",
+        ("verify", "--golden", "{user}/g", "--no-doc"),
+        "src_vocab",
+        edited_golden(lambda m: m["config"].update(src_vocab=10**9)),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-preset-not-its-config",
+        ("verify", "--golden", "{user}/g", "--no-doc"),
+        "'preset' 'base' is not a preset whose config",
+        edited_golden(lambda m: m.update(preset="base")),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-preset-unknown",
+        ("golden", "--check", "--out", "{user}/g"),
+        "'preset'",
+        edited_golden(lambda m: m.update(preset="../tiny")),
+    ),
+    Planted(
+        "golden-case-a-path",
+        ("verify", "--golden", "{user}/g", "--no-doc"),
+        "is not a case this tconform knows",
+        edited_golden(lambda m: m["cases"].update({"../../outside": m["cases"]["norm"]})),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-file-a-path",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm"),
+        "file name is not valid",
+        edited_golden(
+            lambda m: m["cases"]["norm"]["sha256"].update(
+                {"../../../outside/weights.json": "0" * 64}
+            )
+        ),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-norm-a-symlink-out",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm"),
+        "a symlink that leads outside",
+        then(
+            copy_golden,
+            lambda ws: __import__("shutil").move(ws["user"] / "g" / "norm", ws["outside"] / "norm"),
+            symlink("g/norm", "{outside}/norm"),
+        ),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-late-file-corrupt",
+        ("verify", "--golden", "{user}/g", "--no-doc"),
+        "output_1.pb: sha256 differs",
+        then(copy_golden, write_file("g/transformer/test_data_set_2/output_1.pb", "corrupt")),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "artifacts-config-huge",
+        ("export", "--case", "norm", "--out", "{user}/art"),
+        "larger than any preset's",
+        lambda ws: write_file(
+            "art/manifest.json",
+            json.dumps(
+                {
+                    "kind": "tconform-artifacts",
+                    "config": {
+                        **json.loads((REPO / "golden" / "manifest.json").read_text())["config"],
+                        "n_layers": 10**6,
+                    },
+                    "models": {},
+                }
+            ),
+        )(ws),
+        writes=("user/.art.lock",),
+    ),
+    Planted(
+        "artifacts-checkpoint-a-path",
+        ("export", "--case", "norm", "--out", "{user}/art"),
+        "is not one of the checkpoints",
+        then(
+            artifacts_folder,
+            write_file(
+                "art/manifest.json",
+                json.dumps(
+                    {"kind": "tconform-artifacts", "checkpoint": "/etc/passwd", "models": {}}
+                ),
+            ),
+        ),
+        writes=("user/.art.lock",),
+    ),
     # --- one line, whatever a name holds ------------------------------------------------------
     Planted(
         "newline-in-a-model-path",
@@ -1303,7 +1420,12 @@ def test_planted_input_is_refused_first_and_touches_nothing(cli, ws, monkeypatch
     before = tree(root)
     code, out, err = cli(*_fill_planted((*case.args, *reports[: 4 * takes_reports]), ws))
     assert code == case.code, out + err
-    assert_one_line(code, out, err, case.says)
+    if takes_reports:
+        assert_one_line(code, out, err, case.says)
+    else:  # export and golden say what they do as they go (no -q): their last line is the error
+        assert "Traceback" not in out + err
+        assert err.strip().splitlines()[-1].startswith("tconform: error: "), err
+        assert case.says in err.strip().splitlines()[-1], err
     if case.json:
         assert f"(exit {code})" in report.read_text() and case.says in report.read_text()
     elif takes_reports:

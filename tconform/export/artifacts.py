@@ -48,6 +48,7 @@ from tconform.provenance import INT8_SHARE, ModelProvenance, quantized_share
 from tconform.registry import Case
 from tconform.schema import (
     SHA256,
+    config_of,
     expect_int,
     expect_names,
     expect_object,
@@ -146,6 +147,8 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
     if "attention" in data and not one_of(data["attention"], ATTENTION_KERNELS):
         raise fail(path, "'attention'", f"is not one of {', '.join(ATTENTION_KERNELS)}")
     _check_checkpoint(data, path, "'checkpoint'")
+    if "config" in data:
+        config_of(data, path)
     for name, entry in models.items():
         where = f"model {name!r}"
         if name not in known:
