@@ -219,6 +219,20 @@ DEFAULT_SEED = 20240601  # the seed of the committed goldens
 MAX_SEED = 2**32 - 1
 
 
+SIZES = ("src_vocab", "tgt_vocab", "d_model", "n_heads", "n_layers", "max_seq_len", "ffn_mult")
+
+
+def beyond_presets(cfg: ModelConfig) -> str | None:
+    """What of `cfg` is larger than every preset's (None: nothing). A config read from a manifest
+    sizes what a run allocates, so it stays within the presets tconform makes goldens for: a
+    crafted d_model of 2**20 is refused, not grown into until memory runs out."""
+    for name in SIZES:
+        largest = max(getattr(preset, name) for preset in PRESETS.values())
+        if getattr(cfg, name) > largest:
+            return f"{name} {getattr(cfg, name)} is larger than any preset's ({largest})"
+    return None
+
+
 def get_preset(name: str) -> ModelConfig:
     try:
         return PRESETS[name]

@@ -25,7 +25,13 @@ from onnx import TensorProto
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.export import ExportRecord
-from tconform.files import require_inside, require_utf8_name, resolved, sha256_file
+from tconform.files import (
+    require_inside,
+    require_name_fits,
+    require_utf8_name,
+    resolved,
+    sha256_file,
+)
 from tconform.heap import trim
 from tconform.provenance import ModelProvenance, onnx_provenance
 from tconform.registry import Case, get_case
@@ -107,7 +113,7 @@ def parse_model_options(
         lookup(case_name)  # an unknown case is a usage error listing the known ones
         if case_name in models:
             raise UsageError(f"--model: case {case_name!r} given twice")
-        models[case_name] = Path(path)
+        models[case_name] = require_name_fits(Path(path), room=0)  # read, never written beside
     return models
 
 

@@ -14,8 +14,6 @@ so without --tconform it does nothing and imports nothing beyond pytest.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 _AXES = {  # option -> VerifyOptions field
@@ -83,6 +81,7 @@ def _options(config: pytest.Config):
     """VerifyOptions from the command line; a bad value is a pytest usage error."""
     import click
 
+    from tconform.commands.options import FolderPath
     from tconform.commands.verify import MATRIX_AXES
     from tconform.errors import TconformError
     from tconform.plan import VerifyOptions
@@ -96,13 +95,17 @@ def _options(config: pytest.Config):
             if value is not None:
                 axes[field] = MATRIX_AXES[field].convert(value, None, None)
         eps = parse_eps(config.getoption("--tconform-ep"))
+        folders = {  # the command's own checks of a folder option (type, name lengths)
+            flag: FolderPath().convert(config.getoption(flag), None, None)
+            for flag in ("--tconform-golden", "--tconform-artifacts")
+        }
     except (click.BadParameter, TconformError) as exc:
         raise pytest.UsageError(f"tconform: {exc}") from None
     if axes and not config.getoption("--tconform-matrix"):
         raise pytest.UsageError("tconform: the matrix axes need --tconform-matrix")
     return VerifyOptions(
-        golden_dir=Path(config.getoption("--tconform-golden")),
-        artifacts_dir=Path(config.getoption("--tconform-artifacts")),
+        golden_dir=folders["--tconform-golden"],
+        artifacts_dir=folders["--tconform-artifacts"],
         runtimes=RuntimeOptions(eps=tuple(eps)),
         cases=tuple(config.getoption("--tconform-case")),
         with_doc=not config.getoption("--tconform-no-doc"),
@@ -118,7 +121,12 @@ def pytest_collection_modifyitems(
         return
     from tconform.errors import TconformError
     from tconform.plan import plan
+    from tconform.variables import check_environment
 
+    try:
+        check_environment()
+    except TconformError as exc:
+        raise pytest.UsageError(f"tconform: {exc}") from None
     options = _options(config)
     try:
         units = plan(options).units

@@ -12,11 +12,11 @@ import math
 import re
 from pathlib import Path
 
-from tconform.config import MAX_SEED, ModelConfig
+from tconform.config import MAX_SEED, PRESETS, ModelConfig, beyond_presets
 from tconform.errors import UsageError
+from tconform.files import SHA256_DIGEST as SHA256
 from tconform.registry import case_names
 
-SHA256 = re.compile(r"[0-9a-f]{64}")
 SET_NAME = re.compile(r"test_data_set_\d+")
 TENSOR_FILE = re.compile(r"(test_data_set_\d+)/(input|output)_\d+\.pb")
 
@@ -55,16 +55,24 @@ def one_of(value, allowed) -> bool:
 
 
 def config_of(data: dict, path: Path) -> ModelConfig:
+    """A manifest's config, its fields checked and its sizes within the presets'."""
     try:
-        return ModelConfig.from_dict(expect_object(data.get("config"), path, "'config'"))
+        cfg = ModelConfig.from_dict(expect_object(data.get("config"), path, "'config'"))
     except UsageError as exc:
         raise UsageError(f"{path}: {exc}") from None
+    too_large = beyond_presets(cfg)
+    if too_large:
+        raise fail(path, "'config'", too_large)
+    return cfg
 
 
 def check_golden_manifest(data: dict, path: Path) -> None:
     """The golden manifest: config, seed and, per case, sets of tensor shapes and a sha256 for
     every tensor file (listed under a valid set name, never a path of its own)."""
-    config_of(data, path)
+    cfg = config_of(data, path)
+    preset = data.get("preset")
+    if preset is not None and not (one_of(preset, PRESETS) and PRESETS[preset] == cfg):
+        raise fail(path, "'preset'", f"{preset!r:.80} is not a preset whose config is 'config'")
     expect_int(data.get("seed"), path, "'seed'", 0, MAX_SEED)
     # Written for the reader, not used in a run; still, a manifest is well formed or refused.
     tolerances = expect_object(data.get("tolerances", {}), path, "'tolerances'")

@@ -145,11 +145,14 @@ def check(
         OWN_RECORD,
         default_export_dir,
         require_own_export_folder,
+        require_repro_folder,
+        require_target,
     )
     from tconform.child import run_in_child
     from tconform.report import RunReport, table
     from tconform.report.environment import utc_now
 
+    require_target(target)
     folder = out_dir or default_export_dir(target)
     kept = [model_path] if model_path else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
     require_reports_apart(kept, *reports.values(), what="a file tconform check reads or keeps")
@@ -159,6 +162,9 @@ def check(
         eps = runtime.options().eps  # --ep is checked here, before the child starts
         if model_path is None:
             require_own_export_folder(folder)
+        if repro_dir is not None:
+            read = [model_path or folder, *([inputs_path] if inputs_path else [])]
+            require_repro_folder(repro_dir, [*read, *(p for p in reports.values() if p)])
         settings = {
             "eps": ",".join(eps),
             "runtimes": runtime.names,

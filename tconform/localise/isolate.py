@@ -16,9 +16,6 @@ and onnxruntime, and a README with the tolerance, versions and provenance.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +25,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tconform.compare import OutputComparison, Tolerance
-from tconform.errors import UsageError
 from tconform.execution import Subject, open_subject
 from tconform.files import atomic_write_bytes
+from tconform.folders import BUNDLE_MARKER, BUNDLE_TOOL, replace_whole
 from tconform.localise.capture import Call
 from tconform.localise.crosscheck import CrossCheck, NotEvaluable, cross_check
 from tconform.localise.judge import Boundary, compare_boundary, share_used
@@ -210,9 +207,6 @@ def isolate_whole(
     return found
 
 
-BUNDLE_MARKER = "bundle.json"  # what tconform wrote into a repro folder
-
-
 def write_bundle(
     folder: Path,
     isolation: Isolation,
@@ -220,30 +214,28 @@ def write_bundle(
     tol: Tolerance,
     about: dict[str, object],
 ) -> Path:
-    """The repro bundle in `folder` (new, empty, or a bundle tconform wrote there before),
-    written beside it and moved into place whole. `about`: the model's provenance, the runtime
-    and the command, for the README."""
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{folder}: exists and is not a folder (--repro)")
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / BUNDLE_MARKER).is_file():
-        raise UsageError(
-            f"{folder}: not empty and not a tconform repro bundle; --repro needs a folder of its "
-            "own"
-        )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    """The repro bundle in `folder` (new, empty, or a bundle tconform wrote there and that is as
+    it wrote it: folders.replace_whole), written beside it and moved into place whole. `about`:
+    the model's provenance, the runtime and the command, for the README."""
+    record = {
+        "tool": BUNDLE_TOOL,
+        "module": boundary.label,
+        "class": boundary.cls,
+        "atol": tol.atol,
+        "rtol": tol.rtol,
+        "inputs_from": isolation.inputs_from,
+        "nodes": isolation.nodes,
+        "model_nodes": isolation.model_nodes,
+        "isolated": [c.to_dict() for c in isolation.comparisons],
+        "cumulative": [c.to_dict() for c in boundary.outputs],
+        "versions": library_versions(),
+        **about,
+    }
+
+    def write(staging: Path) -> None:
         _write_files(staging, isolation, boundary, tol, about)
-        if folder.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
-            os.replace(folder, old / folder.name)
-            os.replace(staging, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+
+    return replace_whole(folder, BUNDLE_MARKER, record, write, "--repro")
 
 
 def _write_files(
@@ -258,21 +250,6 @@ def _write_files(
     for k, value in enumerate(o.name for o in isolation.subgraph.graph.output):
         tensor = numpy_helper.from_array(isolation.expected[value], name=value)
         atomic_write_bytes(data / f"output_{k}.pb", tensor.SerializeToString())
-    record = {
-        "tool": "tconform localise --repro",
-        "module": boundary.label,
-        "class": boundary.cls,
-        "atol": tol.atol,
-        "rtol": tol.rtol,
-        "inputs_from": isolation.inputs_from,
-        "nodes": isolation.nodes,
-        "model_nodes": isolation.model_nodes,
-        "isolated": [c.to_dict() for c in isolation.comparisons],
-        "cumulative": [c.to_dict() for c in boundary.outputs],
-        "versions": library_versions(),
-        **about,
-    }
-    atomic_write_bytes(folder / BUNDLE_MARKER, (json.dumps(record, indent=2) + "\n").encode())
     atomic_write_bytes(
         folder / "reproduce.py", _REPRODUCE.format(atol=tol.atol, rtol=tol.rtol).encode()
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
+from tconform.check_folder import require_repro_folder
 from tconform.compare import Tolerance, judge_outputs, tolerance_for, tolerance_value
 from tconform.errors import (
     EndedByUserCode,
@@ -321,6 +322,8 @@ def check(
     export_dir = Path(out_dir or default_export_dir(name))
     if onnx_model is None:
         require_own_export_folder(export_dir)  # before anything slow runs
+    if repro_path is not None:
+        require_repro_folder(repro_path, [Path(onnx_model or export_dir)])
 
     progress(f"{name}: running the module in eager mode")
     own_inputs = inputs.converted(None, module_device(module))

@@ -68,6 +68,8 @@ def _verify_locked(
     ]
     with_doc = options.with_doc and options.export and documents_unit().id in mine_ids
     report.settings = _settings(options, planned, lanes, mine, with_doc)
+    run_cases = list(dict.fromkeys(lane.case for lane in lanes))
+    golden.require_intact(options.golden_dir, planned.manifest, run_cases, planned.cfg)
     if options.with_doc and not options.export:
         progress("document checks: not run (--no-export exports nothing; `tconform doc` runs them)")
     if options.models and not options.export:
@@ -82,7 +84,6 @@ def _verify_locked(
         locks.enter_context(folder_lock(options.artifacts_dir, shared=True))
     cfg, seed = planned.cfg, planned.seed
     localisations: list[Localisation] = []
-    run_cases = list(dict.fromkeys(lane.case for lane in lanes))
     for n, case in enumerate(run_cases, 1):
         progress(f"[{n}/{len(run_cases)}] {case.name}")
         sets = golden.read_case(options.golden_dir, planned.manifest, case, cfg)
