@@ -132,10 +132,12 @@ class Tolerances:
             # The row's own reason describes tconform's Transformer, not the user's module.
             why = f"tconform's {precision} {DEFAULT_TOLERANCE_CLASS} row, check's default"
             return replace(row, why=why)
+        # The row's atol keeps scaling to each output's RMS; an atol the user set is theirs.
         return Tolerance(
             row.atol if self.atol is None else self.atol,
             row.rtol if self.rtol is None else self.rtol,
             "set by the user",
+            atol_rms=row.atol_rms if self.atol is None else None,
         )
 
     def by_output(self, precision: str) -> dict[str, Tolerance]:
