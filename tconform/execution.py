@@ -135,6 +135,8 @@ class Opened:
     def notes(self) -> list[str]:
         notes = list(self.subject.onnx.notes) if self.onnx_file else []
         model = self.subject.onnx
+        if self.onnx_file and model.provenance.compute_note:
+            notes.append(model.provenance.compute_note)
         if self.onnx_file and model.precision != model.io_type:
             notes.append(
                 f"{model.provenance.compute_elem_type} computation with {model.io_type} inputs "

@@ -500,3 +500,28 @@ def test_float16_weights_cast_back_to_float32_keep_the_float32_row(cli, workspac
     rows = json.loads(report.read_text())["results"]
     assert {r["precision"] for r in rows} == {"float32"}
     assert {r["model"]["compute_elem_type"] for r in rows} == {"float32"}
+
+
+def test_a_dead_int8_weight_does_not_earn_the_int8_row(cli, workspace, tmp_path):
+    """norm's gain 1 % off fails the float32 row; an unused 100 000-element int8 initializer
+    read by a DequantizeLinear whose output goes nowhere must not make it an int8 model (whose
+    row would let the error through): the row is earned by what reaches the outputs."""
+    model = onnx.load(str(workspace["artifacts"] / "norm" / "model.onnx"))
+    gain = next(t for t in model.graph.initializer if t.name == "gain")
+    gain.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(gain) * 1.01, "gain"))
+    dead = numpy_helper.from_array(np.ones(100_000, np.int8), "dead_int8")
+    scale = numpy_helper.from_array(np.array(0.01, np.float32), "dead_scale")
+    model.graph.initializer.extend([dead, scale])
+    model.graph.node.append(
+        onnx.helper.make_node("DequantizeLinear", ["dead_int8", "dead_scale"], ["nowhere"])
+    )
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, str(path))
+    report = tmp_path / "r.json"
+    code, out, err = verify(
+        cli, workspace, "--model", f"norm={path}", "--no-torch", *QUIET, "--json", str(report)
+    )
+    assert code == 1, out + err
+    rows = json.loads(report.read_text())["results"]
+    assert {r["precision"] for r in rows} == {"float32"}
+    assert {r["model"]["compute_elem_type"] for r in rows} == {"float32"}
