@@ -66,7 +66,7 @@ class Float64Copy:
     the model's size."""
 
     outputs: dict[str, np.ndarray]  # name -> float64 array
-    kind: str  # "float64", or "float32" where the float64 copy could not run
+    kind: str  # "float64", or the module's own dtype where the float64 copy could not run
     calls: list[Call]
     tree: ModuleTree
     provenance: ModelProvenance  # the copy that ran
@@ -131,8 +131,9 @@ def _float32_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Floa
     except Exception:  # a module that cannot be copied is used itself, in eval mode
         copied = module
     converted = inputs.converted(None, module_device(module))
-    note = f"reference: float32 (the module in its own dtype), since the float64 copy {why}"
-    return _run_copy(copied, converted, "float32", [note])
+    kind = str(floating_dtype(module)).removeprefix("torch.")
+    note = f"reference: {kind} (the module in its own dtype), since the float64 copy {why}"
+    return _run_copy(copied, converted, kind, [note])
 
 
 def _differences(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:

@@ -58,7 +58,7 @@ from tconform.runtimes import (
     runtime_class,
 )
 from tconform.runtimes.providers import parse_eps
-from tconform.runtimes.torch import eval_mode
+from tconform.runtimes.torch import as_array, eval_mode
 
 Progress = Callable[[str], None]
 
@@ -329,7 +329,7 @@ def check(
     output_names = [n for n, _ in own]
     tols = Tolerances(tuple(output_names), atol, rtol, tuple((tolerances or {}).items()))
     progress(f"{name}: running its float64 copy")
-    own_outputs = {n: t.detach().cpu().numpy() for n, t in own if t.is_floating_point()}
+    own_outputs = {n: as_array(t) for n, t in own if t.is_floating_point()}
     float64_copy = build_float64_copy(module, inputs, name, own_outputs)
     del own, own_outputs
     trim()  # the copy itself is gone (its outputs and captured calls are kept)
