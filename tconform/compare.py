@@ -254,70 +254,55 @@ def compare_output(
             name, actual, tol, "dtype", f"dtype {actual.dtype} != golden {golden.dtype}"
         )
 
-    a = actual.astype(np.float64)
-    g = golden.astype(np.float64)
-    keep = np.ones(a.shape, bool) if where is None else np.broadcast_to(where, a.shape)
-    rms = _rms(g, np.isfinite(g) & keep)
+    a, g = actual.reshape(-1), golden.reshape(-1)  # views, for contiguous arrays
+    keep = None if where is None else np.broadcast_to(where, actual.shape).reshape(-1)
+    rms = _rms(g, keep)
     atol = tol.atol_for(rms)
-    finite = np.isfinite(g) & np.isfinite(a)
-    # Non-finite values match only themselves: NaN where the golden is NaN, inf of the same sign.
-    same_nonfinite = (np.isnan(a) & np.isnan(g)) | (np.isinf(a) & np.isinf(g) & (a == g))
-    bad_nonfinite = ~finite & ~same_nonfinite
+    tally = _Tally(atol, tol.rtol, worst_count)
+    for start in range(0, a.size, CHUNK):
+        part = slice(start, start + CHUNK)
+        tally.add(start, a[part], g[part], None if keep is None else keep[part])
 
-    finite &= keep
-    bad_nonfinite &= keep
-    with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: masked below
-        err = np.where(finite, np.abs(a - g), 0.0)
-    allowed = atol + tol.rtol * np.abs(np.where(finite, g, 0.0))
-    bad = (finite & (err > allowed)) | bad_nonfinite
-    rel = np.where(finite & (g != 0), err / np.where(g != 0, np.abs(g), 1.0), 0.0)
-    # The share of its allowance each element used; with none allowed (atol = rtol = 0, an
-    # exactness check) an exact element used none and any error an unbounded share.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(allowed > 0, err / allowed, np.where(err > 0, np.inf, 0.0))
-    used = np.where(finite, share, 0.0)
-    worst_used = float(used.max()) if used.size else 0.0
-    sqnr = sqnr_db(a[finite], g[finite]) if finite.any() else None
+    sqnr = tally.sqnr
     low_sqnr = (
         tol.min_sqnr_db is not None
         and sqnr is not None
-        and not bad_nonfinite.any()
+        and not tally.bad_nonfinite
         and sqnr < tol.min_sqnr_db
     )
+    worst_used = tally.worst_used
     if tol.min_sqnr_db is not None and sqnr is not None:
         worst_used = max(worst_used, sqnr_share(sqnr, tol.min_sqnr_db))
-
+    failed = tally.mismatches > 0 or low_sqnr
     result = OutputComparison(
         name,
-        list(a.shape),
-        "fail" if bad.any() or low_sqnr else "pass",
+        list(actual.shape),
+        "fail" if failed else "pass",
         "ok",
         atol,
         tol.rtol,
-        max_abs_err=float(err.max()) if err.size else 0.0,
-        max_abs_index=[int(i) for i in np.unravel_index(int(err.argmax()), err.shape)]
-        if err.size
-        else [],
-        max_rel_err=float(rel.max()) if rel.size else 0.0,
-        mean_abs_err=float(err[finite].mean()) if finite.any() else 0.0,
-        mismatches=int(bad.sum()),
+        max_abs_err=tally.max_abs_err,
+        max_abs_index=_index(tally.max_abs_at, actual.shape) if a.size else [],
+        max_rel_err=tally.max_rel_err,
+        mean_abs_err=tally.err_sum / tally.finite if tally.finite else 0.0,
+        mismatches=tally.mismatches,
         # None where unbounded: JSON has no Infinity (the mismatch count says it failed).
-        tolerance_used=worst_used if np.isfinite(worst_used) else None,
-        excluded=int(keep.size - np.count_nonzero(keep)),
+        tolerance_used=worst_used if math.isfinite(worst_used) else None,
+        excluded=0 if keep is None else int(keep.size - np.count_nonzero(keep)),
         sqnr_db=round(sqnr, 3) if sqnr is not None and math.isfinite(sqnr) else None,
         min_sqnr_db=tol.min_sqnr_db,
         golden_rms=rms,
         atol_scaled_from=tol.atol if atol != tol.atol else None,
         note=_atol_note(name, tol, atol, rms),
     )
-    if bad_nonfinite.any():
+    if tally.bad_nonfinite:
+        k = tally.first_nonfinite
         result.kind = "nonfinite"
-        idx = tuple(int(i) for i in np.argwhere(bad_nonfinite)[0])
         result.message = (
-            f"{int(bad_nonfinite.sum())} non-finite value(s) where the golden differs, "
-            f"first at {list(idx)}: got {a[idx]!r}, golden {g[idx]!r}"
+            f"{tally.bad_nonfinite} non-finite value(s) where the golden differs, first at "
+            f"{_index(k, actual.shape)}: got {np.float64(a[k])!r}, golden {np.float64(g[k])!r}"
         )
-    elif bad.any():
+    elif tally.mismatches:
         result.kind = "values"
         result.message = (
             f"{result.mismatches} of {a.size} elements outside atol {atol:.3g} + rtol "
@@ -330,20 +315,101 @@ def compare_output(
             f"{tol.min_sqnr_db:g} dB (every element within atol {atol:.3g} + rtol "
             f"{tol.rtol:g}*|golden|; worst |err| {result.max_abs_err:.3g})"
         )
-    if bad.any() or low_sqnr:
-        score = np.where(bad_nonfinite, np.inf, used)
-        order = np.argsort(score, axis=None)[::-1][:worst_count]
-        for flat in order:
-            idx = tuple(int(i) for i in np.unravel_index(int(flat), a.shape))
+    if failed:
+        for k in tally.worst_elements():
+            actual_k, golden_k = np.float64(a[k]), np.float64(g[k])
             result.worst.append(
                 {
-                    "index": list(idx),
-                    "actual": _json_number(a[idx]),
-                    "golden": _json_number(g[idx]),
-                    "abs_err": _json_number(abs(a[idx] - g[idx])),
+                    "index": _index(k, actual.shape),
+                    "actual": _json_number(actual_k),
+                    "golden": _json_number(golden_k),
+                    "abs_err": _json_number(abs(actual_k - golden_k)),
                 }
             )
     return result
+
+
+# Elements compared at a time: each step's float64 temporaries are a few tens of MB, however
+# large the output (the whole output at once took ten times its float64 size).
+CHUNK = 1 << 21
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
+    return [int(i) for i in np.unravel_index(flat, shape)]
+
+
+class _Tally:
+    """The figures of one comparison, gathered chunk by chunk of the flattened output."""
+
+    def __init__(self, atol: float, rtol: float, worst_count: int) -> None:
+        self.atol, self.rtol, self.worst_count = atol, rtol, worst_count
+        self.max_abs_err = self.max_rel_err = self.worst_used = self.err_sum = 0.0
+        self.max_abs_at = 0
+        self.finite = self.mismatches = self.bad_nonfinite = 0
+        self.first_nonfinite = -1
+        self.signal = self.noise = 0.0
+        self.candidates: list[tuple[float, int]] = []  # (score, flat index), each chunk's worst
+
+    def add(self, start: int, actual: np.ndarray, golden: np.ndarray, keep) -> None:
+        """The elements from flat index `start` on."""
+        a, g = actual.astype(np.float64), golden.astype(np.float64)
+        finite = np.isfinite(g) & np.isfinite(a)
+        # Non-finite values match only themselves: NaN where the golden is NaN, inf of the
+        # same sign.
+        same_nonfinite = (np.isnan(a) & np.isnan(g)) | (np.isinf(a) & np.isinf(g) & (a == g))
+        bad_nonfinite = ~finite & ~same_nonfinite
+        if keep is not None:
+            finite &= keep
+            bad_nonfinite &= keep
+        with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: masked below
+            diff = np.where(finite, a - g, 0.0)
+        err = np.abs(diff)
+        magnitude = np.abs(np.where(finite, g, 0.0))
+        allowed = self.atol + self.rtol * magnitude
+        bad = (finite & (err > allowed)) | bad_nonfinite
+        # The share of its allowance each element used; with none allowed (atol = rtol = 0, an
+        # exactness check) an exact element used none and any error an unbounded share.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            used = np.where(allowed > 0, err / allowed, np.where(err > 0, np.inf, 0.0))
+            rel = np.where(magnitude > 0, err / magnitude, 0.0)
+        if err.size:
+            k = int(err.argmax())
+            if err[k] > self.max_abs_err:
+                self.max_abs_err, self.max_abs_at = float(err[k]), start + k
+            self.max_rel_err = max(self.max_rel_err, float(rel.max()))
+            self.worst_used = max(self.worst_used, float(used.max()))
+        self.err_sum += float(err.sum())
+        self.finite += int(np.count_nonzero(finite))
+        self.mismatches += int(np.count_nonzero(bad))
+        nonfinite = int(np.count_nonzero(bad_nonfinite))
+        if nonfinite and not self.bad_nonfinite:
+            self.first_nonfinite = start + int(np.argmax(bad_nonfinite))
+        self.bad_nonfinite += nonfinite
+        signal = np.where(finite, g, 0.0)
+        self.signal += float(np.dot(signal, signal))
+        self.noise += float(np.dot(diff, diff))
+        # Each chunk's most used elements, of which the output's worst are picked if it fails
+        score = np.where(bad_nonfinite, np.inf, used)
+        count = min(self.worst_count, score.size)
+        if count:
+            top = np.argpartition(score, score.size - count)[score.size - count :]
+            self.candidates += [(float(score[k]), start + int(k)) for k in top]
+
+    @property
+    def sqnr(self) -> float | None:
+        """10 log10(sum g^2 / sum (a - g)^2) over the compared finite elements (sqnr_db)."""
+        if not self.finite:
+            return None
+        if self.noise == 0.0:
+            return math.inf
+        if self.signal == 0.0:
+            return -math.inf
+        return 10.0 * math.log10(self.signal / self.noise)
+
+    def worst_elements(self) -> list[int]:
+        """The flat indices of the elements that used most of their allowance."""
+        ranked = sorted(self.candidates, key=lambda c: (-c[0], c[1]))
+        return [k for _, k in ranked[: self.worst_count]]
 
 
 # A row's atol scaled by more than this much (an output of RMS under a tenth of the one the row
@@ -351,13 +417,20 @@ def compare_output(
 NOTED_SCALING = 0.1
 
 
-def _rms(golden: np.ndarray, where: np.ndarray) -> float | None:
-    """The root mean square of `golden` where `where` holds (None where it holds nowhere)."""
-    values = golden[where]
-    if not values.size:
-        return None
-    with np.errstate(over="ignore"):  # a float64 golden near its maximum: inf, which scales nothing
-        return float(np.sqrt(np.dot(values, values) / values.size))
+def _rms(golden: np.ndarray, keep: np.ndarray | None) -> float | None:
+    """The root mean square of `golden`'s finite elements (where `keep` holds, when given);
+    None where there is none."""
+    total, count = 0.0, 0
+    for start in range(0, golden.size, CHUNK):
+        part = golden[start : start + CHUNK].astype(np.float64)
+        wanted = np.isfinite(part)
+        if keep is not None:
+            wanted &= keep[start : start + CHUNK]
+        values = part[wanted]
+        with np.errstate(over="ignore"):  # near float64's maximum: inf, which scales nothing
+            total += float(np.dot(values, values))
+        count += values.size
+    return math.sqrt(total / count) if count else None
 
 
 def _atol_note(name: str, tol: Tolerance, atol: float, rms: float | None) -> str:

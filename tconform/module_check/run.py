@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import torch
 from torch import nn
 
 from tconform.compare import Tolerance, judge_outputs, tolerance_for, tolerance_value
@@ -58,7 +59,7 @@ from tconform.runtimes import (
     runtime_class,
 )
 from tconform.runtimes.providers import parse_eps
-from tconform.runtimes.torch import as_array, eval_mode
+from tconform.runtimes.torch import eval_mode
 
 Progress = Callable[[str], None]
 
@@ -329,9 +330,10 @@ def check(
     output_names = [n for n, _ in own]
     tols = Tolerances(tuple(output_names), atol, rtol, tuple((tolerances or {}).items()))
     progress(f"{name}: running its float64 copy")
-    own_outputs = {n: as_array(t) for n, t in own if t.is_floating_point()}
-    float64_copy = build_float64_copy(module, inputs, name, own_outputs)
-    del own, own_outputs
+    own_finite = {n: torch.isfinite(t).cpu().numpy() for n, t in own if t.is_floating_point()}
+    del own  # the reference is built without the module's own outputs alive beside it
+    float64_copy = build_float64_copy(module, inputs, name, own_finite)
+    del own_finite
     trim()  # the copy itself is gone (its outputs and captured calls are kept)
 
     if onnx_model is not None:
