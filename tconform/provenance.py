@@ -84,9 +84,10 @@ QUANTIZED_OPS = {
     "QEmbedLayerNormalization",
 }
 _INT8_TYPES = {2, 3}  # UINT8, INT8
-# Weights: initializers of more elements than this (a scale or zero point is one, or one per
-# channel; a Reshape's shape a few).
-_WEIGHT_ELEMENTS = 64
+# Weights: initializers of two or more dimensions (matrices, kernels, tables). A scale or zero
+# point has one element, or one per channel; a bias, a norm's gain or a Reshape's shape is 1-D.
+# (A size threshold left out the whole of a small model: its int8 graph was judged float32.)
+_WEIGHT_RANK = 2
 
 
 @dataclass
@@ -158,11 +159,11 @@ def quantized_share(model) -> float:
             readers[node.input[0]] |= readers.get(node.output[0], set())
     quantized = total = 0
     for tensor in live.initializers:
+        if len(tensor.dims) < _WEIGHT_RANK:
+            continue
         count = 1
         for dim in tensor.dims:
             count *= dim
-        if count <= _WEIGHT_ELEMENTS:
-            continue
         total += count
         if tensor.data_type in _INT8_TYPES and readers.get(tensor.name, set()) & QUANTIZED_OPS:
             quantized += count

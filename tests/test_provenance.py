@@ -24,8 +24,8 @@ def _model(nodes, initializers, inputs=("x",), outputs=("y",), elem=F32):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
-def _int8(name, size):
-    return numpy_helper.from_array(np.ones(size, np.int8), name)
+def _int8(name, shape):
+    return numpy_helper.from_array(np.ones(shape, np.int8), name)
 
 
 def test_dead_nodes_and_their_weights_are_not_live_and_a_branchs_outer_reads_are():
@@ -49,12 +49,16 @@ def test_dead_nodes_and_their_weights_are_not_live_and_a_branchs_outer_reads_are
     ]
     weights = [
         numpy_helper.from_array(np.ones(4, np.float32), "w_then"),
-        _int8("dead_q", 1000),
+        _int8("dead_q", (100, 10)),
         numpy_helper.from_array(np.array(0.1, np.float32), "dead_scale"),
     ]
-    live = live_part(_model(nodes, weights).graph)
+    model = _model(nodes, weights)
+    live = live_part(model.graph)
     assert sorted(n.op_type for n in live.nodes) == ["Add", "Cast", "Identity", "If", "ReduceSum"]
     assert [t.name for t in live.initializers] == ["w_then"]
+    assert quantized_share(model) == 0.0
+    model.graph.output.append(helper.make_tensor_value_info("nowhere", F32, [100, 10]))
+    assert quantized_share(model) == 1.0  # the same weight, once it reaches an output
 
 
 def _dequantized_matmuls(int8_elements: int, float_elements: int):
