@@ -51,11 +51,12 @@ def measure(mb: int, localise: bool) -> dict:
         phases.append([current[0], round(peak_rss_mb())])
         reset_peak_rss()
 
-    def progress(line: str) -> None:
-        close_phase()
-        current[0] = line.split(": ", 1)[-1]
-
     with tempfile.TemporaryDirectory() as tmp:
+
+        def progress(line: str) -> None:
+            close_phase()
+            current[0] = line.split(": ", 1)[-1].replace(tmp, "TMP")  # no machine's path kept
+
         report = tconform.check(
             module, inputs, out_dir=Path(tmp) / "export", localise=localise or None,
             progress=progress,
