@@ -55,6 +55,7 @@ from tconform.module_check.inputs import as_inputs
 from tconform.results import Result
 from tconform.runtimes import make_runtime
 from tconform.runtimes.torch import flatten_outputs
+from tconform.sensitivity import format_used
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.zoo, from the checkout
 from tests.zoo import models as zoo
@@ -312,12 +313,6 @@ def measure(name: str, factory: Callable, target: str, dtypes, work: Path) -> li
 # --- the table ---------------------------------------------------------------------------------
 
 
-def _share(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return "NaN/inf" if value == float("inf") else f"{value:.3g}"
-
-
 def markdown(rows: list[Row]) -> str:
     lines = [
         "| model | dtype (row) | exact change | output RMS | atol used | clean | 1.01x | caught | "
@@ -331,9 +326,9 @@ def markdown(rows: list[Row]) -> str:
         lines.append(
             f"| {r.model} | {r.dtype} ({r.precision}) | {r.effect:.2g} | {r.output_rms:.2g} | "
             f"{r.atol_used:.2g} | "
-            f"{_share(r.clean_used)} | {_share(r.scaled_used)} | "
+            f"{format_used(r.clean_used)} | {format_used(r.scaled_used)} | "
             f"{'yes' if r.caught else '**no**'}{'' if r.clean_passes else ' (clean FAILS)'} | "
-            f"{_share(r.clean_used_unscaled)} | {_share(r.scaled_used_unscaled)} | "
+            f"{format_used(r.clean_used_unscaled)} | {format_used(r.scaled_used_unscaled)} | "
             f"{'yes' if r.caught_unscaled else 'no'} |"
         )
     lines.append("")

@@ -454,6 +454,16 @@ def float32_io(source, target):
     return target
 
 
+def _verified_rows(cli, workspace, tmp_path, model: str):
+    """`verify --model CASE=PATH --no-torch`: its exit code and the JSON report's results."""
+    report = tmp_path / "r.json"
+    code, out, err = verify(
+        cli, workspace, "--model", model, "--no-torch", *QUIET, "--json", str(report)
+    )
+    assert code in (0, 1), out + err
+    return code, json.loads(report.read_text())["results"]
+
+
 def test_a_float16_model_with_float32_inputs_and_outputs_gets_the_float16_row(
     cli, workspace, tmp_path
 ):
@@ -461,12 +471,8 @@ def test_a_float16_model_with_float32_inputs_and_outputs_gets_the_float16_row(
     assert code == 0
     model = float32_io(tmp_path / "h" / "norm" / "model.onnx", tmp_path / "norm-f32io.onnx")
     before = sha(model)
-    report = tmp_path / "r.json"
-    code, out, err = verify(
-        cli, workspace, "--model", f"norm={model}", "--no-torch", *QUIET, "--json", str(report)
-    )
-    assert code == 0, out + err
-    rows = json.loads(report.read_text())["results"]
+    code, rows = _verified_rows(cli, workspace, tmp_path, f"norm={model}")
+    assert code == 0
     assert {r["precision"] for r in rows} == {"float16"}
     assert {r["model"]["elem_type"] for r in rows} == {"float32"}
     assert {r["model"]["compute_elem_type"] for r in rows} == {"float16"}
@@ -517,11 +523,6 @@ def test_a_dead_int8_weight_does_not_earn_the_int8_row(cli, workspace, tmp_path)
     )
     path = tmp_path / "bad.onnx"
     onnx.save(model, str(path))
-    report = tmp_path / "r.json"
-    code, out, err = verify(
-        cli, workspace, "--model", f"norm={path}", "--no-torch", *QUIET, "--json", str(report)
-    )
-    assert code == 1, out + err
-    rows = json.loads(report.read_text())["results"]
-    assert {r["precision"] for r in rows} == {"float32"}
-    assert {r["model"]["compute_elem_type"] for r in rows} == {"float32"}
+    code, rows = _verified_rows(cli, workspace, tmp_path, f"norm={path}")
+    assert code == 1
+    assert {(r["precision"], r["model"]["compute_elem_type"]) for r in rows} == {("float32",) * 2}
