@@ -123,3 +123,24 @@ def test_an_atol_given_above_the_outputs_rms_is_kept_and_warned_about():
     result = compare_output("y", golden * 1.5, golden, Tolerance(1e-5, 1e-5, "set by the user"))
     assert result.status == "pass" and result.atol == 1e-5
     assert result.note.startswith("warning: y: atol 1e-05 is above the output's RMS")
+
+
+def test_a_comparison_in_chunks_gives_the_figures_of_one_pass(monkeypatch):
+    """The comparator reads a large output a chunk at a time (memory); its figures are those of
+    the whole output at once: worst element, counts, SQNR, the worst list, masks."""
+    from tconform import compare
+
+    rng = np.random.default_rng(0)
+    golden = rng.standard_normal((6, 7, 5)).astype(np.float32)
+    actual = golden + rng.standard_normal(golden.shape).astype(np.float32) * 1e-4
+    actual[2, 3, 1], golden[4, 0, 0], actual[4, 0, 0] = np.nan, np.inf, np.inf
+    keep = rng.random((6, 1, 1)) < 0.7
+    floor = Tolerance(1e-4, 1e-4, "test", min_sqnr_db=60.0, atol_rms=1.0)
+    whole = compare_output("y", actual, golden, floor, where=keep).to_dict()
+    monkeypatch.setattr(compare, "CHUNK", 11)  # 210 elements in 20 chunks
+    chunked = compare_output("y", actual, golden, floor, where=keep).to_dict()
+    for key, value in whole.items():
+        if isinstance(value, float):
+            assert chunked[key] == pytest.approx(value, rel=1e-12), key
+        else:
+            assert chunked[key] == value, key
