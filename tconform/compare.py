@@ -386,8 +386,9 @@ class _Tally:
             self.first_nonfinite = start + int(np.argmax(bad_nonfinite))
         self.bad_nonfinite += nonfinite
         signal = np.where(finite, g, 0.0)
-        self.signal += float(np.dot(signal, signal))
-        self.noise += float(np.dot(diff, diff))
+        with np.errstate(over="ignore"):  # near float64's maximum: an infinite ratio, no warning
+            self.signal += float(np.dot(signal, signal))
+            self.noise += float(np.dot(diff, diff))
         # Each chunk's most used elements, of which the output's worst are picked if it fails
         score = np.where(bad_nonfinite, np.inf, used)
         count = min(self.worst_count, score.size)
@@ -419,18 +420,24 @@ NOTED_SCALING = 0.1
 
 def _rms(golden: np.ndarray, keep: np.ndarray | None) -> float | None:
     """The root mean square of `golden`'s finite elements (where `keep` holds, when given);
-    None where there is none."""
-    total, count = 0.0, 0
+    None where there is none. Summed relative to the largest magnitude so far (as LAPACK's
+    dnrm2 does), so that a float64 golden near its maximum does not overflow."""
+    scale, relative, count = 0.0, 0.0, 0  # RMS = scale * sqrt(relative / count)
     for start in range(0, golden.size, CHUNK):
         part = golden[start : start + CHUNK].astype(np.float64)
         wanted = np.isfinite(part)
         if keep is not None:
             wanted &= keep[start : start + CHUNK]
-        values = part[wanted]
-        with np.errstate(over="ignore"):  # near float64's maximum: inf, which scales nothing
-            total += float(np.dot(values, values))
+        values = np.abs(part[wanted])
         count += values.size
-    return math.sqrt(total / count) if count else None
+        largest = float(values.max()) if values.size else 0.0
+        if largest > scale:
+            relative *= (scale / largest) ** 2
+            scale = largest
+        if scale > 0:
+            values /= scale
+            relative += float(np.dot(values, values))
+    return scale * math.sqrt(relative / count) if count else None
 
 
 def _atol_note(name: str, tol: Tolerance, atol: float, rms: float | None) -> str:

@@ -144,3 +144,13 @@ def test_a_comparison_in_chunks_gives_the_figures_of_one_pass(monkeypatch):
             assert chunked[key] == pytest.approx(value, rel=1e-12), key
         else:
             assert chunked[key] == value, key
+
+
+def test_a_golden_near_float64s_maximum_has_its_rms_and_scales_nothing():
+    from tconform.compare import tolerance_for
+
+    golden = np.array([1e200, -1e200, 0.0, 3.0])
+    result = compare_output("y", golden.copy(), golden, tolerance_for("float32", "model"))
+    assert result.status == "pass" and result.atol == 1e-5
+    assert result.golden_rms == pytest.approx(1e200 / np.sqrt(2))
+    json.dumps(result.to_dict(), allow_nan=False)
