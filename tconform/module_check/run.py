@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import torch
 from torch import nn
 
 from tconform.check_folder import require_repro_folder
@@ -133,10 +134,12 @@ class Tolerances:
             # The row's own reason describes tconform's Transformer, not the user's module.
             why = f"tconform's {precision} {DEFAULT_TOLERANCE_CLASS} row, check's default"
             return replace(row, why=why)
+        # The row's atol keeps scaling to each output's RMS; an atol the user set is theirs.
         return Tolerance(
             row.atol if self.atol is None else self.atol,
             row.rtol if self.rtol is None else self.rtol,
             "set by the user",
+            atol_rms=row.atol_rms if self.atol is None else None,
         )
 
     def by_output(self, precision: str) -> dict[str, Tolerance]:
@@ -331,9 +334,10 @@ def check(
     output_names = [n for n, _ in own]
     tols = Tolerances(tuple(output_names), atol, rtol, tuple((tolerances or {}).items()))
     progress(f"{name}: running its float64 copy")
-    own_outputs = {n: t.detach().cpu().numpy() for n, t in own if t.is_floating_point()}
-    float64_copy = build_float64_copy(module, inputs, name, own_outputs)
-    del own, own_outputs
+    own_finite = {n: torch.isfinite(t).cpu().numpy() for n, t in own if t.is_floating_point()}
+    del own  # the reference is built without the module's own outputs alive beside it
+    float64_copy = build_float64_copy(module, inputs, name, own_finite)
+    del own_finite
     trim()  # the copy itself is gone (its outputs and captured calls are kept)
 
     if onnx_model is not None:
