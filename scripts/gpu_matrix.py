@@ -6,6 +6,7 @@ Usage (scripts/gpu_check.sh sets up onnxruntime-gpu first, then calls this):
 
     python scripts/gpu_matrix.py --out gpu-run [--eps cpu,cuda] [--case NAME ...]
         [--golden DIR] [--allow-missing-ep] [--device-id N] [--no-bench] [--no-tests]
+        [--bench-only] [--bench-shape BxS ...] [--bench-seconds S] [--generate-tokens N]
         [--tconform "CMD ..."]
 
 Each step is one command in its own process. By default a tconform process calls
@@ -74,6 +75,20 @@ class Step:
     fallback_ops: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class BenchPlan:
+    """What the bench steps time: the shapes and seconds per row of the forward bench, and the
+    tokens of the generation bench. `only`: the benches alone (a re-run on a short lease)."""
+
+    shapes: tuple[str, ...] = BENCH_SHAPES
+    seconds: float = 1.0
+    tokens: int = 64
+    only: bool = False
+
+
+FULL_BENCH = BenchPlan()
+
+
 def plan(
     out: Path,
     eps: str,
@@ -83,6 +98,7 @@ def plan(
     device_id: int,
     with_bench: bool = True,
     with_tests: bool = True,
+    bench: BenchPlan = FULL_BENCH,
 ) -> list[Step]:
     """The matrix as command lines, in chains (see Step); the benches last."""
     common = ["--ep", eps, "--device-id", str(device_id)]
@@ -135,24 +151,22 @@ def plan(
                 program=True,
             )
         )
+    if bench.only:
+        steps = []
     if with_bench and gpu_eps:
         # Issue 14 and 32's latency tables: ONNX Runtime (with and without IO binding) on the
-        # plain and sdpa graphs against torch eager on the GPU, at the base preset, with the
-        # GPU's own GEMM ceiling; then decoding per token with the cache on the device.
-        bench = [*("bench", "--ep", ",".join(gpu_eps), "--case", "transformer")]
-        for shape in BENCH_SHAPES:
-            bench += ["--shape", shape]
-        bench += [*("--engine", "onnxruntime", "--engine", "onnxruntime-sdpa"), "--profile"]
-        bench += [
-            "--engine",
-            "torch",
-            "--seconds",
-            "1",
-            "--artifacts",
-            str(out / "artifacts-bench"),
-        ]
-        steps.append(Step("bench", [*bench, *reports("bench", ("json", "markdown"))], chain=TIMED))
-        generate = ["bench", "--generate", "64", "--ep", ",".join(gpu_eps)]
+        # plain, sdpa and float16 graphs against torch eager on the GPU, at the base preset,
+        # with the GPU's own GEMM ceilings; then decoding per token with the cache on the device.
+        timed = [*("bench", "--ep", ",".join(gpu_eps), "--case", "transformer")]
+        for shape in bench.shapes:
+            timed += ["--shape", shape]
+        for engine in ("onnxruntime", "onnxruntime-sdpa", "onnxruntime-fp16", "torch"):
+            timed += ["--engine", engine]
+        timed += ["--seconds", f"{bench.seconds:g}", "--artifacts", str(out / "artifacts-bench")]
+        if not bench.only:
+            timed.append("--profile")
+        steps.append(Step("bench", [*timed, *reports("bench", ("json", "markdown"))], chain=TIMED))
+        generate = ["bench", "--generate", str(bench.tokens), "--ep", ",".join(gpu_eps)]
         generate += ["--artifacts", str(out / "artifacts-generate")]
         steps.append(
             Step(
@@ -281,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-missing-ep", action="store_true")
     parser.add_argument("--no-bench", action="store_true", help="leave out the GPU bench steps")
     parser.add_argument("--no-tests", action="store_true", help="leave out the gpu-marked tests")
+    parser.add_argument("--bench-only", action="store_true", help="the bench steps alone")
+    parser.add_argument(
+        "--bench-shape", action="append", help=f"bench shape (repeat) [{', '.join(BENCH_SHAPES)}]"
+    )
+    parser.add_argument("--bench-seconds", type=float, default=1.0, help="seconds per row [1]")
+    parser.add_argument("--generate-tokens", type=int, default=64, help="tokens decoded [64]")
     parser.add_argument(
         "--tconform", help="command that runs tconform (default: preload CUDA DLLs, then tconform)"
     )
@@ -301,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
         options.device_id,
         with_bench=not options.no_bench,
         with_tests=not options.no_tests,
+        bench=BenchPlan(
+            tuple(options.bench_shape or BENCH_SHAPES),
+            options.bench_seconds,
+            options.generate_tokens,
+            options.bench_only,
+        ),
     )
     signal.signal(signal.SIGTERM, pass_on_sigterm)
     chains: dict[str, list[Step]] = defaultdict(list)

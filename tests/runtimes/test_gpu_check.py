@@ -98,6 +98,14 @@ def test_plan_covers_every_precision_sdpa_generation_check_tests_and_the_benches
         assert by_name[name].chain == matrix.TIMED
         assert args[name][args[name].index("--ep") + 1] == "cuda"  # the CPU has its own table
     assert args["bench"].count("--shape") == 3 and "64x128" in args["bench"]
+    assert "onnxruntime-fp16" in args["bench"] and "--profile" in args["bench"]
+    short = matrix.BenchPlan(("1x32",), 0.5, 16, only=True)  # a re-run on a short lease
+    rerun = {
+        s.name: s.args for s in matrix.plan(tmp_path, "cpu,cuda", [], None, False, 0, bench=short)
+    }
+    assert list(rerun) == ["bench", "bench-generate"] and "--profile" not in rerun["bench"]
+    assert rerun["bench"].count("--shape") == 1 and "0.5" in rerun["bench"]
+    assert rerun["bench-generate"][rerun["bench-generate"].index("--generate") + 1] == "16"
     cpu_only = [s.name for s in matrix.plan(tmp_path, "cpu", ["norm"], "golden", True, 1)]
     assert cpu_only == verifies  # no GPU: no check, gpu tests or bench steps
 
