@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-_AXES = {  # option -> VerifyOptions field
+_AXES = {  # option -> tconform.request.Axes field
     "--tconform-exporter": "exporters",
     "--tconform-opset": "opsets",
     "--tconform-dtype": "dtypes",
@@ -79,13 +79,13 @@ class _Outcomes:
                 )
 
 
-def _options(config: pytest.Config):
-    """VerifyOptions from the command line; a bad value is a pytest usage error."""
+def _request(config: pytest.Config):
+    """The run's Request from the command line; a bad value is a pytest usage error."""
     import click
 
     from tconform.commands.verify import MATRIX_AXES
     from tconform.errors import TconformError
-    from tconform.plan import VerifyOptions
+    from tconform.request import Axes, References, Request
     from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps
 
@@ -100,14 +100,15 @@ def _options(config: pytest.Config):
         raise pytest.UsageError(f"tconform: {exc}") from None
     if axes and not config.getoption("--tconform-matrix"):
         raise pytest.UsageError("tconform: the matrix axes need --tconform-matrix")
-    return VerifyOptions(
-        golden_dir=Path(config.getoption("--tconform-golden")),
-        artifacts_dir=Path(config.getoption("--tconform-artifacts")),
+    return Request(
+        References(
+            golden_dir=Path(config.getoption("--tconform-golden")),
+            artifacts_dir=Path(config.getoption("--tconform-artifacts")),
+            cases=tuple(config.getoption("--tconform-case")),
+            with_doc=not config.getoption("--tconform-no-doc"),
+        ),
         runtimes=RuntimeOptions(eps=tuple(eps)),
-        cases=tuple(config.getoption("--tconform-case")),
-        with_doc=not config.getoption("--tconform-no-doc"),
-        matrix=config.getoption("--tconform-matrix"),
-        **axes,
+        axes=Axes(matrix=config.getoption("--tconform-matrix"), **axes),
     )
 
 
@@ -118,15 +119,17 @@ def pytest_collection_modifyitems(
         return
     from tconform.errors import TconformError
     from tconform.plan import plan
+    from tconform.suites import open_suite
 
-    options = _options(config)
+    request = _request(config)
     try:
-        units = plan(options).units
+        with open_suite(request) as suite:
+            units = plan(request, suite).units
     except TconformError as exc:
         raise pytest.UsageError(f"tconform: {exc}") from None
     if items:
         config.hook.pytest_deselected(items=list(items))
-    items[:] = [UnitItem.from_parent(session, name=u.id, unit=u.id, options=options) for u in units]
+    items[:] = [UnitItem.from_parent(session, name=u.id, unit=u.id, request=request) for u in units]
     for item, unit in zip(items, units, strict=True):
         if "cuda" in unit.runtime:
             item.add_marker(pytest.mark.gpu)
@@ -142,22 +145,22 @@ class UnitFailed(Exception):
 
 
 class UnitItem(pytest.Item):
-    def __init__(self, *, unit: str, options, **kwargs) -> None:
+    def __init__(self, *, unit: str, request, **kwargs) -> None:
         super().__init__(**kwargs)
         self.unit = unit
-        self.options = options
+        self.request = request
 
     def runtest(self) -> None:
         from dataclasses import replace
 
         from tconform.errors import TconformError
+        from tconform.pipeline import run_request
         from tconform.report import RunReport
         from tconform.units import result_unit
-        from tconform.verify import verify
 
         report = RunReport("verify")
         try:
-            verify(replace(self.options, only_units=frozenset({self.unit})), report)
+            run_request(replace(self.request, only_units=frozenset({self.unit})), report)
         except TconformError as exc:
             raise UnitFailed(f"tconform: error: {exc}") from None
         results = [r for r in report.results if result_unit(r) == self.unit]
@@ -176,4 +179,4 @@ class UnitItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.options.golden_dir, None, UNIT + self.unit
+        return self.request.subject.golden_dir, None, UNIT + self.unit

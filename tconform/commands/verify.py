@@ -34,7 +34,8 @@ def _providers():
     return tconform.runtimes.providers
 
 
-# The matrix axes (VerifyOptions field -> its comma-list type), shared with the pytest plugin.
+# The matrix axes (tconform.request.Axes field -> its comma-list type), shared with the pytest
+# plugin.
 MATRIX_AXES = {
     "exporters": CommaList(lambda: _export().EXPORTERS),
     "opsets": CommaList(lambda: _export().OPSETS, int),
@@ -144,9 +145,9 @@ def verify(
     could not run (unless --allow-missing-ep).
     """
     from tconform.models import parse_model_options
+    from tconform.pipeline import run_request
     from tconform.report import RunReport
-    from tconform.verify import VerifyOptions
-    from tconform.verify import verify as run_verify
+    from tconform.request import Axes, Localising, References, Request
 
     axes = {"exporters": exporters, "opsets": opsets, "dtypes": dtypes, "graph_opts": graph_opts}
     given = {name: values for name, values in axes.items() if values}
@@ -174,28 +175,29 @@ def verify(
         from tconform.registry import get_case as lookup
 
     def run(report, progress) -> None:
-        options = VerifyOptions(
-            golden_dir=golden_dir,
-            artifacts_dir=artifacts_dir,
+        request = Request(
+            References(
+                golden_dir=golden_dir,
+                artifacts_dir=artifacts_dir,
+                cases=cases,
+                models=parse_model_options(models, lookup),
+                export=not no_export,
+                attention=attention,
+                with_doc=not no_doc,
+            ),
             runtimes=runtime.options(),
-            cases=cases,
             allow_missing_ep=runtime.allow_missing_ep,
             strict_placement=runtime.strict_placement,
-            with_doc=not no_doc,
-            models=parse_model_options(models, lookup),
-            export=not no_export,
-            localise=localise,
-            attention=attention,
+            axes=Axes(matrix=matrix, **given),
+            localise=Localising("failure" if localise else "never"),
             shard=shard,
-            matrix=matrix,
-            **given,
         )
         if generation:
             from tconform.generation.verify import verify_generation
 
-            verify_generation(options, golden_generation_dir, report, progress)
+            verify_generation(request, golden_generation_dir, report, progress)
         else:
-            run_verify(options, report, progress)
+            run_request(request, report, progress)
 
     render = None
     if matrix:
