@@ -81,6 +81,37 @@ class InputSet(Protocol):
 Judge = Callable[[dict[str, np.ndarray], InputSet, str], list[OutputComparison]]
 
 
+@dataclass(frozen=True)
+class BatchRows:
+    """Batch consistency: an input set run whole and then row by row, each row of the whole
+    run's outputs judged against the run of that row alone (the runtime is its own reference:
+    "row i of a batch equals the run on row i alone"). `rows`: the batch size; an input without
+    an axis in `batch_axes` is shared by every row. Outputs whose leading axis is not the batch
+    are not judged."""
+
+    name: str
+    inputs: Mapping[str, np.ndarray]
+    batch_axes: Mapping[str, int]
+    rows: int
+    outputs: Mapping[str, np.ndarray] = field(default_factory=dict)  # filled by the runs
+
+    def row(self, k: int) -> dict[str, np.ndarray]:
+        return {
+            name: np.take(value, [k], axis=self.batch_axes[name])
+            if name in self.batch_axes
+            else value
+            for name, value in self.inputs.items()
+        }
+
+
+class FixedDimension(Exception):
+    """An input set whose shape the model cannot take: the export fixed a dimension."""
+
+
+class OutputsMismatch(UsageError):
+    """A session returned another number of outputs than it declares."""
+
+
 class NotRun(Exception):
     """The subject could not be opened on the runtime: `unavailable` (the provider cannot run
     here), `skip` (no kernel for its type) or `error` (the runtime broke opening it)."""
@@ -294,25 +325,63 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     return result
 
 
+def require_free_dimensions(declared: Sequence[TensorInfo], feeds: Mapping[str, np.ndarray]):
+    """FixedDimension where a feed's size differs from one the model fixes (an export made at
+    one shape, asked to run at another)."""
+    for info in declared:
+        value = feeds.get(info.name)
+        if info.fixed is None or value is None or value.ndim != len(info.fixed):
+            continue
+        for axis, (fixed, size) in enumerate(zip(info.fixed, value.shape, strict=True)):
+            if fixed is not None and fixed != size:
+                raise FixedDimension(
+                    f"the model fixes input {info.name!r} axis {axis} at {fixed} and this input "
+                    f"set has {size}: the export kept that dimension static (tconform check "
+                    f"--dynamic {info.name}={axis}:NAME exports it free)"
+                )
+
+
+def _outputs(opened: Opened, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    outputs = opened.session.run(feeds)
+    if len(outputs) != len(opened.outputs):
+        raise OutputsMismatch(
+            f"{label(opened.runtime)}: returned {len(outputs)} outputs; it declares "
+            f"{len(opened.outputs)} ({', '.join(opened.outputs)})"
+        )
+    return dict(zip(opened.outputs, outputs, strict=True))
+
+
+def rows_run_alone(opened: Opened, batched: BatchRows, whole: Mapping[str, np.ndarray]):
+    """`batched` with its expected outputs: each batch-led output of the whole run (`whole`)
+    rebuilt from the runs of one row at a time."""
+    runs = [_outputs(opened, opened.feeds(batched.row(k))) for k in range(batched.rows)]
+    expected = {
+        name: np.concatenate([run[name] for run in runs], axis=0)
+        for name, value in whole.items()
+        if np.ndim(value) and np.shape(value)[0] == batched.rows
+    }
+    return replace(batched, outputs=expected)
+
+
 def run_judged(opened: Opened, input_set: InputSet, judge: Judge, row: Result) -> Result:
-    """One input set through an opened subject, judged: pass, fail, error or skip."""
+    """One input set through an opened subject, judged: pass, fail, error or skip (a shape the
+    model cannot take is a skip naming the fixed dimension, never a pass)."""
     result = opened.stamp(replace(row, input_set=input_set.name))
     feeds = opened.feeds(input_set.inputs)  # a signature mismatch is a usage error, raised
     started = time.perf_counter()
     try:
-        outputs = opened.session.run(feeds)
-    except (KeyboardInterrupt, Terminated):
+        require_free_dimensions(opened.session.inputs, feeds)
+        outputs = _outputs(opened, feeds)
+        if isinstance(input_set, BatchRows):
+            input_set = rows_run_alone(opened, input_set, outputs)
+    except FixedDimension as exc:
+        result.status, result.message = str(Status.SKIP), str(exc)
+    except (KeyboardInterrupt, Terminated, OutputsMismatch):
         raise
     except BaseException as exc:  # a runtime (or a user's forward) failing on valid input
         result.status, result.message = str(Status.ERROR), first_line(exc)
     else:
-        if len(outputs) != len(opened.outputs):
-            raise UsageError(
-                f"{label(opened.runtime)}: returned {len(outputs)} outputs; it declares "
-                f"{len(opened.outputs)} ({', '.join(opened.outputs)})"
-            )
-        named = dict(zip(opened.outputs, outputs, strict=True))
-        settle(result, judge(named, input_set, result.precision))
+        settle(result, judge(outputs, input_set, result.precision))
     result.seconds = time.perf_counter() - started
     return result
 

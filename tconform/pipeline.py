@@ -28,8 +28,9 @@ def run_request(request: Request, report: RunReport, progress: Progress = lambda
 
     if not request_runtimes(request):
         raise UsageError("nothing to run: no runtime runs on the requested providers")
-    with open_suite(request) as suite:
+    with open_suite(request, progress) as suite:
         run(request, suite, report, progress)
+    require_checked(request, report)
 
 
 def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -> None:
@@ -52,7 +53,7 @@ def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -
     for n, case in enumerate(cases, 1):
         progress(f"[{n}/{len(cases)}] {case.name}")
         sets = suite.input_sets(case)
-        module = suite.module(case)
+        module = suite.module_target(case)
         for lane in (lane for lane in lanes if lane.case == case):
             lane_sets = [
                 s
@@ -66,12 +67,26 @@ def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -
             report.results += results
     if localisations:
         report.details["localisation"] = [found.to_dict() for found in localisations]
+        report.localisations = localisations
     report.results += suite.extra_results(progress)
     if request.allow_missing_ep:
         report.results = allow_missing(report.results)
-    why = unchecked_models(report.results)
-    if why and request.shard is None and request.only_units is None:  # `report merge` judges
-        raise TconformError.with_code(why, EXIT_EP_UNAVAILABLE)  # a shard's part of the run
+
+
+def unchecked(request: Request, report: RunReport) -> str:
+    """Why a whole run checked no model ('' where it did): none of its ONNX lanes checked one
+    (the rows of the PyTorch runtimes check the module, not a model). `report merge` judges a
+    shard's part of a run, and the pytest plugin each unit, so those are never unchecked here."""
+    if request.shard is not None or request.only_units is not None:
+        return ""
+    return unchecked_models(report.results)
+
+
+def require_checked(request: Request, report: RunReport) -> None:
+    """A command's run that checked no model ends with exit 3, naming why."""
+    why = unchecked(request, report)
+    if why:
+        raise TconformError.with_code(why, EXIT_EP_UNAVAILABLE)
 
 
 def _localises(request: Request, lane: Lane) -> bool:
@@ -105,7 +120,7 @@ def lane_results(lane: Lane, models, module, sets, suite: Suite, request: Reques
         ]
     else:
         model = models[lane.model_key] if runtime.consumes == "onnx" else None
-        row = Result.about(case.name, case.component)
+        row = suite.row(case)
         judge = suite.judge(case)
         results = execute(
             runtime, Subject(model, module), sets, judge, row, request.strict_placement

@@ -75,6 +75,14 @@ class Suite:
         """Whether the case's model is a file the user named (the cell `given`)."""
         return False
 
+    def module_runtimes(self, requested: list[Runtime]) -> list[Runtime]:
+        """The runtimes that run the case's module (torch, torch.compile), of those requested."""
+        return [r for r in requested if r.consumes == "module"]
+
+    def row(self, case: SuiteCase) -> Result:
+        """What every result of the case starts from (case, component, notes, reference)."""
+        return Result.about(case.name, case.component)
+
     def set_names(self, case: SuiteCase) -> list[str]:
         """The names of the case's input sets, known before anything runs."""
         raise NotImplementedError
@@ -90,7 +98,7 @@ class Suite:
         """The case's input sets, with the outputs expected of each."""
         raise NotImplementedError
 
-    def module(self, case: SuiteCase) -> ModuleTarget:
+    def module_target(self, case: SuiteCase) -> ModuleTarget:
         """The module the PyTorch runtimes run for the case."""
         raise NotImplementedError
 
@@ -181,7 +189,7 @@ def plan_lanes(request: Request, suite: Suite) -> list[Lane]:
         else:
             for cell in cells:
                 lanes += _cell_lanes(case, cell, by_level[cell.graph_opt], suite.not_applicable)
-        lanes += [Lane(case, MODULE, r, None) for r in first if r.consumes == "module"]
+        lanes += [Lane(case, MODULE, r, None) for r in suite.module_runtimes(first)]
     return lanes
 
 

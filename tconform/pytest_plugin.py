@@ -83,7 +83,7 @@ def _request(config: pytest.Config):
     """The run's Request from the command line; a bad value is a pytest usage error."""
     import click
 
-    from tconform.commands.verify import MATRIX_AXES
+    from tconform.commands.options import MATRIX_AXES
     from tconform.errors import TconformError
     from tconform.request import Axes, References, Request
     from tconform.runtimes import RuntimeOptions

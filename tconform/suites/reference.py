@@ -226,7 +226,7 @@ class ReferenceSuite(Suite):
     def input_sets(self, case: Case) -> list[golden.InputSet]:
         return golden.read_case(self.subject.golden_dir, self.manifest, case, self.cfg)
 
-    def module(self, case: Case) -> ModuleTarget:
+    def module_target(self, case: Case) -> ModuleTarget:
         return case_module(case, self.cfg, case.make_params(self.cfg, self.seed))
 
     def judge(self, case: Case) -> Judge:
