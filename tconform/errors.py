@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # a conformance failure: some output is outside tolerance
@@ -27,6 +29,16 @@ class TconformError(Exception):
 
 class UsageError(TconformError):
     """Bad arguments, bad files or a broken environment."""
+
+
+class Refused(UsageError):
+    """A usage error that refuses to write at `path` (a folder or file that is not tconform's
+    to replace, or one the run reads): no report is written at or below it either, not even
+    the one that says why."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class ProviderUnavailable(TconformError):
@@ -81,3 +93,13 @@ def calling_user_code(what: str) -> Iterator[None]:
         raise UsageError(f"{what}: {first_line(exc)}") from None
     except BaseException as exc:  # SystemExit, GeneratorExit: the code ended itself
         raise EndedByUserCode(f"{what}: {first_line(exc)}") from None
+
+
+# Control characters and what str.splitlines() breaks at (a file or case name can hold them).
+_LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """`text` as one line: each control or line-breaking character written as its escape
+    (a newline in a file's name is `\\n`), so that an error stays the one line it is."""
+    return _LINE_BREAKING.sub(lambda found: found.group().encode("unicode_escape").decode(), text)

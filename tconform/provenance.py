@@ -66,8 +66,9 @@ def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvena
     )
 
 
-# Ops that read quantised (8-bit) tensors: ONNX's and ONNX Runtime's contrib ops that
-# onnxruntime.quantization writes (dynamic, static QOperator and QDQ formats).
+# Ops that read quantised (8-bit or 4-bit) tensors: ONNX's and ONNX Runtime's contrib ops that
+# onnxruntime.quantization writes (dynamic, static QOperator and QDQ formats, and the 4-bit
+# weight-only MatMulNBits / GatherBlockQuantized).
 QUANTIZED_OPS = {
     "MatMulInteger",
     "ConvInteger",
@@ -79,51 +80,85 @@ QUANTIZED_OPS = {
     "QAttention",
     "QGemm",
     "QEmbedLayerNormalization",
+    "MatMulNBits",
+    "GatherBlockQuantized",
 }
 _INT8_TYPES = {2, 3}  # UINT8, INT8
+_INT4_TYPES = {21, 22}  # UINT4, INT4 (QDQ)
+# Ops whose uint8 weight packs two 4-bit values per byte (their `bits` attribute, default 4).
+_PACKED_OPS = {"MatMulNBits", "GatherBlockQuantized"}
 # Weights: initializers of more elements than this (a scale or zero point is one, or one per
 # channel; a Reshape's shape a few).
 _WEIGHT_ELEMENTS = 64
 
 
-# A model whose weights are mostly int8 is an int8 model (its tolerance row is int8's).
+# A model whose weights are mostly int8 (or int4) is an int8 (int4) model: its tolerance row.
 INT8_SHARE = 0.5
 
 
-def quantized_share(model) -> float:
-    """The share of `model`'s weight elements held as int8/uint8 and read by a quantised op
-    (0 for a float model): a graph onnxruntime.quantization made holds most of its weights so."""
+def quantized_elements(model) -> dict[str, int]:
+    """Weight elements of `model` by how they are held: "int8" (int8/uint8 read by a quantised
+    op), "int4" (4-bit: packed two to a byte for MatMulNBits, or an int4 tensor), "float"."""
     readers: dict[str, set[str]] = {}
+    bits: dict[str, int] = {}
     for node in model.graph.node:
         for name in node.input:
             readers.setdefault(name, set()).add(node.op_type)
+        if node.op_type in _PACKED_OPS and len(node.input) > 1:
+            width = next((a.i for a in node.attribute if a.name == "bits"), 4)
+            bits[node.input[0 if node.op_type == "GatherBlockQuantized" else 1]] = width
     # An int8 embedding table is gathered first and its rows dequantised after (the quantiser's
     # Gather -> DequantizeLinear): a Gather's readers read its table too.
     for node in model.graph.node:
         if node.op_type == "Gather" and node.output:
             readers[node.input[0]] |= readers.get(node.output[0], set())
-    quantized = total = 0
+    counts = {"int8": 0, "int4": 0, "float": 0}
     for tensor in model.graph.initializer:
         count = 1
         for dim in tensor.dims:
             count *= dim
         if count <= _WEIGHT_ELEMENTS:
             continue
-        total += count
-        if tensor.data_type in _INT8_TYPES and readers.get(tensor.name, set()) & QUANTIZED_OPS:
-            quantized += count
-    return quantized / total if total else 0.0
+        quantized = readers.get(tensor.name, set()) & QUANTIZED_OPS
+        if quantized and tensor.data_type in _INT4_TYPES:
+            counts["int4"] += count
+        elif quantized and tensor.data_type in _INT8_TYPES and bits.get(tensor.name) == 4:
+            counts["int4"] += 2 * count
+        elif quantized and tensor.data_type in _INT8_TYPES:
+            counts["int8"] += count
+        else:
+            counts["float"] += count
+    return counts
+
+
+def quantized_share(model) -> float:
+    """The share of `model`'s weight elements held as int8 or int4 and read by a quantised op
+    (0 for a float model): a graph onnxruntime.quantization made holds most of its weights so."""
+    counts = quantized_elements(model)
+    total = sum(counts.values())
+    return (counts["int8"] + counts["int4"]) / total if total else 0.0
+
+
+def quantized_type(model) -> str | None:
+    """ "int8" or "int4" when most of `model`'s weights are quantised (the narrower type where
+    most of the quantised ones are 4-bit), None otherwise."""
+    counts = quantized_elements(model)
+    total = sum(counts.values())
+    if not total or (counts["int8"] + counts["int4"]) / total <= INT8_SHARE:
+        return None
+    return "int4" if counts["int4"] >= counts["int8"] else "int8"
 
 
 def compute_type(model) -> str:
-    """The type `model` computes in ('' when none is known): "int8" when most of its weights
-    are int8 read by quantised ops; otherwise the float type most of its node inputs have. A
-    float16 conversion that kept float32 inputs and outputs computes in float16, while float16
-    weights Cast back to float32, or a Cast pair in between, leave it float32."""
+    """The type `model` computes in ('' when none is known): "int8" or "int4" when most of its
+    weights are quantised (quantized_type); otherwise the float type most of its node inputs
+    have. A float16 conversion that kept float32 inputs and outputs computes in float16, while
+    float16 weights Cast back to float32, or a Cast pair in between, leave it float32."""
     import onnx
 
-    if quantized_share(model) > INT8_SHARE:
-        return "int8"
+    quantized = quantized_type(model)
+    if quantized:
+        return quantized
 
     try:
         graph = onnx.shape_inference.infer_shapes(model).graph

@@ -56,6 +56,9 @@ GRAPH_VARIANTS = {
     # onnxruntime.quantization.quantize_dynamic of the float32 export (tconform export --dtype
     # int8): int8 weights, activations quantised per call
     "onnxruntime-int8": GraphVariant(dtype="int8"),
+    # onnxruntime.quantization's MatMulNBitsQuantizer of the float32 export (tconform export
+    # --dtype int4): 4-bit weights in blocks of 32, what ONNX Runtime GenAI ships for the CPU
+    "onnxruntime-int4": GraphVariant(dtype="int4"),
     # OpenVINO's bf16 inference precision on the float32 export: where the CPU has no bf16
     # kernels (AVX512-BF16, AMX) OpenVINO compiles float32 instead, and the row says so
     "openvino-bf16": GraphVariant("openvino", options=(("bf16", True),), precision="bfloat16"),
@@ -103,6 +106,19 @@ Opener = Callable[[], TimedCall]
 # (runtime name, ep, options) -> that runtime as the bench configures it (threads, session
 # settings, and the options a variant adds)
 RuntimeFor = Callable[..., Runtime]
+
+
+def expected_precision(engine: str, ep: str, runtime_for: RuntimeFor) -> str:
+    """The precision `engine` is meant to compute in on `ep` (whose ceiling it is measured
+    against): a graph variant's quantised dtype or the precision it asks its runtime for,
+    else what its runtime computes in (torch-int8: int8, torch-bf16: bfloat16). What it really
+    ran in is read back when it opens."""
+    variant = GRAPH_VARIANTS.get(engine)
+    if variant is None:
+        return runtime_for(engine, ep).precision
+    if variant.dtype != "float32":
+        return variant.dtype
+    return variant.precision or runtime_for(variant.runtime, ep).precision
 
 
 def engine_openers(
@@ -192,11 +208,11 @@ def open_engine(
         call.details,
         precision=opened.precision,
         outputs=lambda: dict(zip(opened.outputs, opened.run(feeds), strict=True)),
-        weight_bytes=_weight_bytes(opened),
+        weight_bytes=weight_counter(opened),
     )
 
 
-def _weight_bytes(opened: Opened) -> Callable[[int], int] | None:
+def weight_counter(opened: Opened) -> Callable[[int], int] | None:
     """What counts the weight bytes the opened engine reads: its ONNX file's initializers, or
     its module's tensors (None where it holds neither)."""
     if opened.onnx_file:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from tconform.bench.accuracy import judge_outputs
-from tconform.bench.ceiling import memory_floor_ms
+from tconform.bench.ceiling import memory_floor_ms, share_of_ceiling
 from tconform.bench.timing import (
     current_rss_mb,
     latency_stats,
@@ -61,8 +61,12 @@ def measure(
     stats = latency_stats(times)
     flop = case.flop_count(cfg, Shape(batch, seq, seq))
     gflops = flop / (stats.p50_ms / 1e3) / 1e9
+    # What it computed in: its tolerance row, and the ceiling its share is of.
+    precision = getattr(opened, "precision", "float32")
+    share, note = share_of_ceiling(gflops, precision, ceiling) if flop else (None, "")
     row.update(
         status=Status.PASS.value,
+        precision=precision,
         p50_ms=round_sig(stats.p50_ms),
         p90_ms=round_sig(stats.p90_ms),
         p99_ms=round_sig(stats.p99_ms),
@@ -72,19 +76,20 @@ def measure(
         tokens_per_s=round_sig(batch * seq / (stats.p50_ms / 1e3)),
         gflop=round_sig(flop / 1e9),
         gflops=round_sig(gflops),
-        peak_fraction=round(gflops / ceiling["gemm_gflops"], 3) if flop else None,
+        peak_fraction=share,
         peak_mem_mb=round(peak_rss_mb(), 1),
         peak_mem_delta_mb=round(peak_rss_mb() - rss_before, 1),
         peak_mem_method="VmHWM reset per engine" if peak_is_own else "process lifetime maxrss",
         device_mem_mb=opened.device_memory_mb(),
         details=opened.details,
     )
+    if note:
+        row["peak_fraction_note"] = note
     if ep == "cpu" and batch == 1 and "copy_bandwidth_gbs" in ceiling:
         row.update(_weight_bytes(opened, case, cfg, batch, seq))
         row["memory_floor_ms"] = memory_floor_ms(row["weight_bytes"], ceiling)
     outputs = getattr(opened, "outputs", None)
     if golden is not None and outputs is not None:
-        precision = getattr(opened, "precision", "float32")
         row["accuracy"] = judge_outputs(outputs(), golden(), precision, case.tolerance)
     opened.close()
     del opened

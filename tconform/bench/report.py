@@ -2,8 +2,9 @@
 
 `BenchReport` is the report kind the run frame (tconform.commands.run) writes for `tconform
 bench`, through the formats registry (tconform.report.formats): its JSON keeps the bench schema
-(tconform-bench/3: settings, ceilings, one row per timing, the best variants) and, like every
-command's, gains `exit_code` and the `error` that ended the run early, with the rows so far.
+(tconform-bench/4: settings, ceilings per precision, one row per timing, the best variants)
+and, like every command's, gains `exit_code` and the `error` that ended the run early, with
+the rows so far.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tconform.report.text import format_table
 from tconform.results import Status
 
 TOOL = "tconform bench"
-SCHEMA = "tconform-bench/3"  # (tconform.bench.runner writes it; kept here for reports without)
+SCHEMA = "tconform-bench/4"  # (tconform.bench.runner writes it; kept here for reports without)
 
 
 @dataclass
@@ -74,6 +75,7 @@ COLUMNS = (
     "case",
     "engine",
     "ep",
+    "precision",
     "shape",
     "p50_ms",
     "p90_ms",
@@ -86,10 +88,11 @@ COLUMNS = (
 )
 _TEXT_COLUMNS = ("case", "engine", "ep")
 HEADERS = {
+    "precision": "computes in",
     "shape": "BxS",
     "tokens_per_s": "tok/s",
     "gflops": "GFLOP/s",
-    "peak_fraction": "%peak",
+    "peak_fraction": "%ceiling",
     "peak_mem_delta_mb": "+RSS MB",
 }
 
@@ -119,6 +122,11 @@ def table(report: dict) -> str:
     for row in report["results"]:
         if row.get("status") != Status.PASS:
             lines.append(f"  {row['case']} {row['engine']}/{row['ep']}: skip: {row.get('reason')}")
+        elif row.get("peak_fraction_note"):
+            lines.append(
+                f"  {row['case']} {row['batch']}x{row['seq']} {row['engine']}/{row['ep']}: "
+                f"%ceiling: {row['peak_fraction_note']}"
+            )
         for op, share in list(row.get("profile", {}).items())[:8]:
             lines.append(
                 f"    {row['case']} {row['batch']}x{row['seq']} {row['engine']}/{row['ep']} "
@@ -128,14 +136,27 @@ def table(report: dict) -> str:
 
 
 def ceiling_lines(report: dict) -> list[str]:
+    """Per provider, each precision's GEMM ceiling (its fastest probe; every probe and every
+    probe that could not run), numpy's float32 GEMM and the copy bandwidth."""
     lines = []
     for ep, ceiling in report.get("ceilings", {}).items():
-        text = f"ceiling {ep}: GEMM {ceiling['gemm_gflops']} GFLOP/s ({ceiling['gemm_source']})"
+        for precision, entry in ceiling.get("precisions", {}).items():
+            probes = entry.get("probes", {})
+            measured = ", ".join(f"{name} {p['gflops']}" for name, p in probes.items())
+            missing = "; ".join(f"{name}: {why}" for name, why in entry["unavailable"].items())
+            text = f"ceiling {ep} {precision}: GEMM {entry['gflops'] or '-'} GFLOP/s"
+            if measured:
+                text += f" (best of {measured})"
+            if missing:
+                text += f"; not measured: {missing}"
+            lines.append(text)
+        extra = []
         if "numpy_gemm_gflops" in ceiling:
-            text += f"; numpy GEMM {ceiling['numpy_gemm_gflops']} GFLOP/s"
+            extra.append(f"numpy float32 GEMM {ceiling['numpy_gemm_gflops']} GFLOP/s")
         if "copy_bandwidth_gbs" in ceiling:
-            text += f"; copy bandwidth {ceiling['copy_bandwidth_gbs']} GB/s"
-        lines.append(text)
+            extra.append(f"copy bandwidth {ceiling['copy_bandwidth_gbs']} GB/s")
+        if extra:
+            lines.append(f"ceiling {ep}: " + "; ".join(extra))
     for missing in report.get("unavailable", []):
         lines.append(f"provider {missing['ep']}: unavailable, not timed ({missing['reason']})")
     return lines
@@ -219,7 +240,8 @@ def is_own_markdown(path: Path) -> bool:
 
 def write_plot(path: Path, report: BenchReport) -> None:
     """p50 bars with p90 whiskers per engine and shape (log scale) over the achieved fraction
-    of the GEMM ceiling, one group of bars per case and shape."""
+    of the GEMM ceiling of the precision each computes in, one group of bars per case and
+    shape."""
     from tconform.report import png
 
     data = report.to_dict()
@@ -258,13 +280,13 @@ def _plot_rows(path: Path, report: dict, rows: list[dict]) -> None:
     top.set_yscale("log")
     top.set_ylabel("latency p50 (ms), whisker to p90")
     top.legend(fontsize=8)
-    bottom.set_ylabel("% of measured GEMM FLOP/s")
+    bottom.set_ylabel("% of its precision's GEMM ceiling")
     bottom.axhline(80, color="grey", linestyle="--", linewidth=0.8)
     bottom.set_xticks(range(len(groups)), groups, fontsize=8)
     ceiling = report.get("ceiling", {})
     fig.suptitle(
         f"tconform bench, preset {report['settings']['preset']}: "
-        f"ceiling {ceiling.get('gemm_gflops')} GFLOP/s ({ceiling.get('device')})"
+        f"float32 ceiling {ceiling.get('gemm_gflops')} GFLOP/s ({ceiling.get('device')})"
     )
     fig.tight_layout()
     png.save(fig, path, dpi=100)

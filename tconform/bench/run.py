@@ -22,6 +22,7 @@ from tconform.bench.engines import (
     GRAPH_VARIANTS,
     PLAIN_EXPORT,
     engine_openers,
+    expected_precision,
     parse_engines,
 )
 from tconform.bench.measure import measure
@@ -41,8 +42,10 @@ from tconform.runtimes.providers import parse_eps, unavailable_reason
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
 DEFAULT_SHAPES = ((1, 32), (8, 128))
 # /2: status pass/skip (was ok/skipped), environment block; /3: graph variants as engines
-# (details.attention), session_config, a "best" summary per case and shape.
-SCHEMA = "tconform-bench/3"
+# (details.attention), session_config, a "best" summary per case and shape; /4: a ceiling per
+# precision (ceilings.<ep>.precisions), each row's precision and its share of that ceiling,
+# best's dtype as what ran and its ratio to the fastest verified torch engine.
+SCHEMA = "tconform-bench/4"
 # Busy-waiting intra-op threads win a little on an idle machine and lose a lot where other
 # jobs share the cores (a spinning thread holds a core another process needs; docs/performance.md).
 SPINNING_KEY = "session.intra_op.allow_spinning"
@@ -262,8 +265,8 @@ def _measure_all(
                     if settings.profile and _runs_on(engine) == BASELINE:
                         _profile(settings, row, feeds, log)
     for ep, ceiling in ceilings.items():
-        log(f"measuring the {ep} GEMM ceiling again ...")
-        remeasure_ceiling(settings.runtime(BASELINE, ep), ceiling, rows)
+        log(f"measuring the {ep} GEMM ceilings again ...")
+        remeasure_ceiling(settings.runtime, ep, ceiling, rows)
     report["best"] = best_variants(rows)
     return report
 
@@ -298,15 +301,26 @@ def _export(settings: BenchSettings, log: Log) -> dict[tuple[str, str], dict[str
 
 
 def _ceilings(settings: BenchSettings, log: Log) -> tuple[dict[str, dict], list[dict[str, str]]]:
-    """The measured ceiling of every provider that runs; the reason for each that does not."""
+    """The measured ceilings of every provider that runs, one per precision its engines compute
+    in; the reason for each provider that does not run."""
     ceilings: dict[str, dict] = {}
     unavailable: list[dict[str, str]] = []
     for ep in settings.eps:
         reason = unavailable_reason(ep)
         if reason is None:
+            precisions = tuple(
+                dict.fromkeys(
+                    expected_precision(engine, ep, settings.runtime)
+                    for engine in settings.engines
+                    if ep in runtime_class(_runs_on(engine)).eps
+                )
+            )
             try:
-                log(f"measuring the {ep} GEMM ceiling and memory bandwidth ...")
-                ceilings[ep] = measure_ceiling(settings.runtime(BASELINE, ep))
+                log(
+                    f"measuring the {ep} GEMM ceilings ({', '.join(precisions)}) and memory "
+                    "bandwidth ..."
+                )
+                ceilings[ep] = measure_ceiling(settings.runtime, ep, precisions)
                 continue
             except ProviderUnavailable as exc:
                 reason = str(exc)

@@ -46,10 +46,14 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     help="Restrict to these engines (repeatable): onnxruntime (the plain export), "
     "onnxruntime-sdpa (the --attention sdpa export: one fused ONNX Attention node per "
     "attention), torch, torch-compile [these four]; opt-in: onnxruntime-fused (the plain "
-    "export through the onnxruntime.transformers optimizer), onnxruntime-int8 (the --dtype "
-    "int8 export), openvino and openvino-bf16 (its bfloat16 inference precision; not "
-    "available on a CPU without native bfloat16), torch-int8 (torch's dynamic int8 Linear "
-    "layers). The report names the fastest graph variant per case and shape.",
+    "export through the onnxruntime.transformers optimizer), onnxruntime-int8 and "
+    "onnxruntime-int4 (the --dtype int8 and int4 exports), openvino and openvino-bf16 (its "
+    "bfloat16 inference precision; not available on a CPU without native bfloat16), "
+    "torch-int8 (torch's dynamic int8 Linear layers), torch-bf16 (bfloat16 autocast), "
+    "torch-compile-int8, torch-compile-bf16. Each row's share is of the GEMM ceiling of the "
+    "precision it computes in; the report names the fastest verified graph variant per case "
+    "and shape. With --generate: onnxruntime, onnxruntime-int8, onnxruntime-int4, openvino, "
+    "openvino-bf16, torch, torch-int8, torch-bf16 [onnxruntime, torch].",
 )
 @runtime_options(
     "ep", "allow_missing_ep", "threads", "graph_opt", ep="all", threads="one per physical core"

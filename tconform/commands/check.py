@@ -94,8 +94,9 @@ def _provenance(results, settings) -> str:
     type=click.Choice(["first", "all", "none"]),
     default="first",
     show_default=True,
-    help="Modules cut out of the model and run on the float64 copy's inputs, for their own "
-    "error beside the cumulative one: the first divergence, every module, or none.",
+    help="Modules cut out of the model and run on the float64 copy's inputs, which is what "
+    "names one: along the error's path until one fails on its own (first), also every other "
+    "module, for the table (all), or none (then nothing is named).",
 )
 @click.option(
     "--repro",
@@ -141,16 +142,24 @@ def check(
     module's code ends the check's process), 3 a requested provider could not run (unless
     --allow-missing-ep).
     """
-    from tconform.check_folder import OWN_FILES, OWN_RECORD, default_export_dir
+    from tconform.check_folder import OWN_FILES, OWN_RECORD, default_export_dir, require_target
     from tconform.report import RunReport
 
+    require_target(target)
     axes.single()
     folder = out_dir or default_export_dir(target)
     kept = [model_path] if model_path else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
     require_reports_apart(kept, *reports.values(), what="a file tconform check reads or keeps")
 
     def run(report, progress) -> None:
+        from tconform.check_folder import require_own_export_folder, require_repro_folder
         from tconform.request import Localising, Request, Tolerances, UserModel
+
+        if model_path is None:
+            require_own_export_folder(folder)
+        if repro_dir is not None:
+            read = [model_path or folder, *([inputs_path] if inputs_path else [])]
+            require_repro_folder(repro_dir, [*read, *(p for p in reports.values() if p)])
 
         request = Request(
             UserModel(
@@ -180,14 +189,11 @@ def render(report) -> str:
 def in_child(request, report, progress) -> None:
     """The check of `request` in a spawned child (tconform.child): the user's code never ends
     this process; what the report needs comes back."""
-    from tconform.check_folder import require_own_export_folder
     from tconform.child import run_in_child
     from tconform.pipeline import require_checked
     from tconform.report.environment import utc_now
 
     subject = request.subject
-    if subject.model is None:
-        require_own_export_folder(subject.out_dir)
     phase = ["starting"]
 
     def on_message(message) -> None:

@@ -8,10 +8,12 @@ Importing this module stays cheap (no torch, onnx or onnxruntime): `tconform --h
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import click
 
 from tconform.config import ATTENTION_KERNELS, DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
 from tconform.errors import UsageError
-from tconform.files import require_utf8_name, resolved
+from tconform.files import require_name_fits, require_utf8_name, resolved, shown
 
 # ASCII digits only, at most nine: `\d` and str.isdigit accept other scripts' digits (and `²`,
 # which int() refuses), and a count of twenty digits would size a list.
@@ -113,11 +115,13 @@ NOT_A_REPORT = (".onnx", ".pb", ".data")
 
 
 class ReportPath(click.ParamType):
-    """A file a report will be written to, checked before the run: its folder exists and is
-    writable, it is not a folder itself, it has the suffix its format needs, it is not a model
-    or tensor file, it is not a symbolic link (writing would replace the link), and it does not
-    lie inside a golden or artifacts folder. That an existing file is a report tconform wrote
-    is checked by the run frame (tconform.commands.run), which knows the report's kind."""
+    """A file a report will be written to, checked before the run: its name fits the file
+    system with the temporary file written beside it (files.require_name_fits), its folder
+    exists and is writable, it is not a folder itself, it has the suffix its format needs, it is
+    not a model or tensor file, it is not a symbolic link (writing would replace the link), and
+    it does not lie inside a golden or artifacts folder. That an existing file is a report
+    tconform wrote is checked by the run frame (tconform.commands.run), which knows the
+    report's kind."""
 
     name = "FILE"
 
@@ -126,34 +130,52 @@ class ReportPath(click.ParamType):
 
     def convert(self, value, param, ctx):
         path = Path(value)
+        with _usable(value, param, ctx, self):
+            require_name_fits(path)
+            self._check(path, param, ctx)
+        return path
+
+    def _check(self, path: Path, param, ctx) -> None:
         if self.suffix and path.suffix.lower() != self.suffix:
-            self.fail(f"{path}: the file must end in {self.suffix}", param, ctx)
+            self.fail(f"{shown(path)}: the file must end in {self.suffix}", param, ctx)
         if path.is_symlink():
-            self.fail(f"{path}: a symbolic link; name a file of its own", param, ctx)
+            self.fail(f"{shown(path)}: a symbolic link; name a file of its own", param, ctx)
         if path.is_dir():
-            self.fail(f"{path}: is a folder", param, ctx)
+            self.fail(f"{shown(path)}: is a folder", param, ctx)
         if path.suffix.lower() in NOT_A_REPORT:
-            self.fail(f"{path}: a model or tensor file name, not a report's", param, ctx)
+            self.fail(f"{shown(path)}: a model or tensor file name, not a report's", param, ctx)
         from tconform.folders import managed_folder
 
         inside = managed_folder(path)
         if inside is not None:
             self.fail(
-                f"{path}: inside {inside}, a tconform golden or artifacts folder; reports go "
-                "elsewhere",
+                f"{shown(path)}: inside {inside}, a tconform golden or artifacts folder; reports "
+                "go elsewhere",
                 param,
                 ctx,
             )
         if path.exists() and not path.is_file():
-            self.fail(f"{path}: exists and is not a regular file", param, ctx)
+            self.fail(f"{shown(path)}: exists and is not a regular file", param, ctx)
         folder = path.parent
         if not folder.is_dir():
-            self.fail(f"{path}: folder {folder} does not exist", param, ctx)
+            self.fail(f"{shown(path)}: folder {shown(folder)} does not exist", param, ctx)
         if not os.access(folder, os.W_OK | os.X_OK) or (
             path.exists() and not os.access(path, os.W_OK)
         ):
-            self.fail(f"{path}: not writable", param, ctx)
-        return path
+            self.fail(f"{shown(path)}: not writable", param, ctx)
+
+
+@contextlib.contextmanager
+def _usable(value, param, ctx, kind: click.ParamType) -> Iterator[None]:
+    """Around a path option's checks: a path the system refuses to look at (a NUL in it, a
+    loop of symlinks), or a name that does not fit, is the option's one line."""
+    try:
+        yield
+    except UsageError as exc:
+        kind.fail(str(exc), param, ctx)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        kind.fail(f"{shown(str(value))!r}: not a usable path ({why})", param, ctx)
 
 
 class RegularFile(click.ParamType):
@@ -165,36 +187,35 @@ class RegularFile(click.ParamType):
 
     def convert(self, value, param, ctx):
         path = Path(value)
-        try:
+        with _usable(value, param, ctx, self):
+            require_name_fits(path, room=0)  # read, never written beside
             if not path.exists():
-                self.fail(f"{path}: no such file", param, ctx)
+                self.fail(f"{shown(path)}: no such file", param, ctx)
             if path.is_dir():
-                self.fail(f"{path}: is a folder, not a file", param, ctx)
+                self.fail(f"{shown(path)}: is a folder, not a file", param, ctx)
             if not path.is_file():
-                self.fail(f"{path}: not a regular file (a device, pipe or socket)", param, ctx)
+                self.fail(
+                    f"{shown(path)}: not a regular file (a device, pipe or socket)", param, ctx
+                )
             if not os.access(path, os.R_OK):
-                self.fail(f"{path}: not readable", param, ctx)
-        except (OSError, ValueError) as exc:  # a name too long, a NUL in it
-            self.fail(f"{value!r}: not a usable path ({exc})", param, ctx)
+                self.fail(f"{shown(path)}: not readable", param, ctx)
         return path
 
 
 class FolderPath(click.ParamType):
     """A folder the command reads or writes: new, or an existing folder; anything else there (a
-    file, a FIFO, a device) is refused before the run, naming it."""
+    file, a FIFO, a device) is refused before the run, naming it. Its name leaves room for what
+    tconform writes beside it (its lock, its staging copy)."""
 
     name = "DIRECTORY"
 
     def convert(self, value, param, ctx):
         path = Path(value)
-        try:
+        with _usable(value, param, ctx, self):
+            require_name_fits(path)
             require_utf8_name(path)  # models are written and read there
             if (path.exists() or path.is_symlink()) and not path.is_dir():
-                self.fail(f"{path}: exists and is not a folder", param, ctx)
-        except (OSError, ValueError) as exc:  # a name too long, a NUL in it
-            self.fail(f"{value!r}: not a usable path ({exc})", param, ctx)
-        except UsageError as exc:
-            self.fail(str(exc), param, ctx)
+                self.fail(f"{shown(path)}: exists and is not a folder", param, ctx)
         return path
 
 
@@ -286,11 +307,14 @@ class GraphOptLevel(click.ParamType):
 
 def require_reports_apart(inputs, *reports, what: str = "an input of this run") -> None:
     """No report may be written over a file the run reads or keeps (a model under test, a
-    shard report being merged, tconform check's own files), whatever that file is called."""
+    shard report being merged, tconform check's own files), whatever that file is called; the
+    refusal is Refused, so that no report, not even the error's, is written there."""
+    from tconform.errors import Refused
+
     kept = {resolved(Path(path)) for path in inputs}
     for report in reports:
         if report is not None and resolved(Path(report)) in kept:
-            raise click.UsageError(f"{report}: {what}; reports go elsewhere")
+            raise Refused(f"{report}: {what}; reports go elsewhere", Path(report))
 
 
 def preset_option(default: str = DEFAULT_PRESET):
@@ -359,6 +383,7 @@ def report_options(*formats: str):
             paths = [resolved(path) for path in reports.values() if path is not None]
             if len(set(paths)) < len(paths):
                 raise click.UsageError("two report options name the same file; give each its own")
+            _require_reports_outside_folders(reports, kwargs)
             return command(*args, reports=reports, **kwargs)
 
         for fmt in reversed(formats):
@@ -369,6 +394,33 @@ def report_options(*formats: str):
         return with_reports
 
     return decorate
+
+
+def _require_reports_outside_folders(reports: dict, params: dict) -> None:
+    """No report inside a folder the command reads or writes (each FolderPath option:
+    --golden, --artifacts, --out, --repro), even one that does not exist yet: the run would
+    make it a golden or artifacts folder holding a file that is not its own. A folder that
+    holds the current one is left to its option's own check (`--repro ..` is refused there, and
+    a report beside the user's work is still written)."""
+    from tconform.errors import Refused
+
+    context = click.get_current_context(silent=True)
+    options = context.command.params if context is not None else []
+    folders = [
+        (param, params[param.name])
+        for param in options
+        if isinstance(param.type, FolderPath)
+        and params.get(param.name) is not None
+        and not Path.cwd().is_relative_to(resolved(params[param.name]))
+    ]
+    for report in (path for path in reports.values() if path is not None):
+        for param, folder in folders:
+            if resolved(report).is_relative_to(resolved(folder)):
+                raise Refused(
+                    f"{report}: inside {folder}, the {param.opts[0]} folder of this run; reports "
+                    "go elsewhere",
+                    report,
+                )
 
 
 # --- the runtime group ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tconform.check_folder import require_target
 from tconform.errors import UsageError, calling_user_code
 
 
@@ -217,9 +218,7 @@ def parse_dynamic(
 
 
 def _import_target(target: str):
-    module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        raise UsageError(f"{target!r}: expected PACKAGE.MODULE:FACTORY, e.g. examples.gpt:make")
+    module_name, _, attribute = require_target(target).partition(":")
     # Like `python -m`, the current folder is importable, so a user's own package is found.
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))

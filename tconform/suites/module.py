@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tconform.check_folder import require_repro_folder
 from tconform.compare import Tolerance, judge_outputs, tolerance_for, tolerance_value
 from tconform.errors import (
     EndedByUserCode,
@@ -165,6 +166,9 @@ class ModuleSuite(Suite):
         self.export_dir = Path(subject.out_dir or default_export_dir(name))
         if subject.model is None:
             require_own_export_folder(self.export_dir)  # before anything slow runs
+        if request.localise.repro is not None:
+            read = [subject.model or self.export_dir, *([subject.inputs] if subject.inputs else [])]
+            require_repro_folder(request.localise.repro, read)
         given = {**(declared or {}), **parse_dynamic(subject.dynamic, self.inputs)}
         for input_name in given:
             if input_name not in self.inputs.names:

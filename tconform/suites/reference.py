@@ -141,6 +141,8 @@ class ReferenceSuite(Suite):
         settled in one pool of export processes with the document checks' models where this
         machine runs their unit (`mine`: the ids of the units it runs)."""
         subject = self.subject
+        cases = list(dict.fromkeys(lane.case for lane in lanes))
+        golden.require_intact(subject.golden_dir, self.manifest, cases, self.cfg)  # all, first
         self.runs_doc = self.with_doc and documents_unit().id in mine
         if subject.with_doc and not subject.export:
             progress(

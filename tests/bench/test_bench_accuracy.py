@@ -64,7 +64,7 @@ def test_outputs_beyond_the_floor_fail_and_say_by_how_much():
     assert judged["max_abs_err"] == pytest.approx(0.05, rel=1e-3)
     assert judge_outputs(golden, golden, "int8", "component")["status"] == Status.PASS
     # a precision without a row is not judged, and says why
-    assert judge_outputs(golden, golden, "int4", "component")["status"] == Status.SKIP
+    assert judge_outputs(golden, golden, "int2", "component")["status"] == Status.SKIP
 
 
 @pytest.mark.integration
