@@ -24,6 +24,7 @@ promises (in the spirit of Polygraphy's `Comparator.run` over its runners).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,7 @@ from tconform.errors import (
     UsageError,
     first_line,
 )
+from tconform.fp16 import float16_notes
 from tconform.models import ModelUnderTest
 from tconform.provenance import ModelProvenance
 from tconform.registry import Case
@@ -162,9 +164,19 @@ class Opened:
     def device(self) -> tuple[str, int]:
         return self.session.device
 
+    @functools.cached_property
+    def _precision_notes(self) -> list[str]:
+        """What a float16 run must be read with (tconform.fp16): mask fills half precision
+        turned into -inf, and on ONNX Runtime's CPU provider the ops it ran in float32."""
+        if not self.onnx_file or self.precision != "float16":
+            return []
+        ep = self.runtime.ep if self.runtime.name == "onnxruntime" else ""
+        return float16_notes(self.subject.onnx.path, ep)
+
     @property
     def notes(self) -> list[str]:
         notes = list(self.subject.onnx.notes) if self.onnx_file else []
+        notes += self._precision_notes
         model = self.subject.onnx
         if self.onnx_file and model.precision != model.io_type:
             notes.append(
