@@ -656,6 +656,14 @@ def _export():
     return tconform.export
 
 
+def _planned():
+    """A user's model's dtypes made with a precision plan (check; not applicable to verify's
+    cases, which say why)."""
+    from tconform.module_check.convert import PLANNED
+
+    return PLANNED
+
+
 def _providers():
     import tconform.runtimes.providers
 
@@ -666,7 +674,7 @@ def _providers():
 MATRIX_AXES = {
     "exporters": CommaList(lambda: (*_export().EXPORTERS, "auto")),
     "opsets": CommaList(lambda: _export().OPSETS, int),
-    "dtypes": CommaList(lambda: list(_export().DTYPES)),
+    "dtypes": CommaList(lambda: [*_export().DTYPES, *_planned()]),
     "graph_opts": CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
 }
 # option -> (Axes field, what the axis is)

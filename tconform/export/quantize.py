@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import onnx
@@ -55,14 +56,17 @@ def quiet_quantizer():
             logger.setLevel(level)
 
 
-def quantize_int8(source: Path, target: Path) -> None:
-    """`source` (a float32 ONNX file) quantised to int8 weights into `target`."""
+def quantize_int8(source: Path, target: Path, exclude: Sequence[str] = ()) -> None:
+    """`source` (a float32 ONNX file) quantised to int8 weights into `target`, but for the
+    nodes named in `exclude` (quantize_dynamic's nodes_to_exclude), which stay float32."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     settings = dict(INT8_QUANTIZATION)
     weight_type = getattr(QuantType, str(settings.pop("weight_type")))
     with quiet_quantizer():
-        quantize_dynamic(source, target, weight_type=weight_type, **settings)
+        quantize_dynamic(
+            source, target, weight_type=weight_type, nodes_to_exclude=list(exclude), **settings
+        )
     model = onnx.load(str(target))
     restore_scopes(model.graph)
     onnx.save(model, str(target))

@@ -5,10 +5,11 @@ shapes it never had (tconform.module_check.shapes), each with the float64 copy's
 the batch-consistency set (row i of a batch against row i run alone). Its cells are those of the
 request's axes: the one export of a plain run (in the export folder itself), or every cell of
 `--matrix` (each under <export folder>/matrix/<cell>/): the float32 export, float16 and int8
-made from it with ONNX Runtime's own tools, the module exported in bfloat16. A given model
-(`--model`) is the case's model as it is. The PyTorch runtimes run the module itself, in its own
-dtype and on its own device. Localisation compares every module call of the float64 copy, on
-the input set that failed, with the model's boundary tensors.
+made from it with ONNX Runtime's own tools (float16-planned and int8-planned leaving in float32
+the modules a precision plan names: tconform.module_check.precision_plan), the module exported
+in bfloat16. A given model (`--model`) is the case's model as it is. The PyTorch runtimes run
+the module itself, in its own dtype and on its own device. Localisation compares every module
+call of the float64 copy, on the input set that failed, with the model's boundary tensors.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tconform.execution import BatchRows, InputSet, Judge
 from tconform.golden import InputSet as ExpectedSet
 from tconform.localise import ISOLATE, Localisation, localise
 from tconform.models import ModelUnderTest, given_file
-from tconform.module_check.convert import CONVERTED, DTYPES, convert
+from tconform.module_check.convert import CONVERTED, DTYPES, PLANNED, convert
 from tconform.module_check.exporting import (
     EXPORTERS,
     check_opset,
@@ -51,11 +52,12 @@ from tconform.module_check.float64_copy import (
     run_module,
 )
 from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
+from tconform.module_check.precision_plan import PrecisionPlan, make_plan
 from tconform.module_check.shapes import batch_axes, infer_axes, variants
 from tconform.plan import Lane, Progress, Suite, matrix_cells
 from tconform.request import Axes, Request, UserModel
 from tconform.results import Result
-from tconform.runtimes import ModuleTarget, Runtime, make_runtime
+from tconform.runtimes import ModuleTarget, Runtime, make_runtime, make_runtimes
 from tconform.runtimes.torch import DTYPES as TORCH_DTYPES
 from tconform.runtimes.torch import eval_mode
 from tconform.units import GIVEN, Cell
@@ -302,19 +304,21 @@ class ModuleSuite(Suite):
 
     def _model(self, cell: Cell, folder: Path, progress: Progress) -> ModelUnderTest:
         """The case's model in `cell`: exported into `folder`, or converted there from the
-        float32 export of the cell's exporter and opset."""
-        if cell.dtype in CONVERTED:
-            base = self._model(
-                replace(cell, dtype="float32"),
-                self._cell_dir(replace(cell, dtype="float32")),
-                progress,
-            )
+        float32 export of the cell's exporter and opset (with a precision plan, for the
+        planned dtypes)."""
+        if cell.dtype in (*CONVERTED, *PLANNED):
+            float32 = replace(cell, dtype="float32")
+            base = self._model(float32, self._cell_dir(float32), progress)
             require_own_export_folder(folder)
-            progress(f"{self.where}: converting to {cell.dtype} into {folder}")
             folder.mkdir(parents=True, exist_ok=True)  # the quantiser writes no folder
-            convert(base.path, cell.dtype, folder / "model.onnx")
-            record_own_files(folder)  # so that the next run may replace it
-            return given_file(folder / "model.onnx", origin="exported")
+            notes: tuple[str, ...] = ()
+            if cell.dtype in PLANNED:
+                notes = (self._plan(base.path, PLANNED[cell.dtype], folder, progress).summary,)
+            else:
+                progress(f"{self.where}: converting to {cell.dtype} into {folder}")
+                convert(base.path, cell.dtype, folder / "model.onnx")
+            record_own_files(folder)  # so that the next run may replace them
+            return replace(given_file(folder / "model.onnx", origin="exported"), notes=notes)
         path = folder / "model.onnx"
         if path in self._exported:
             return self._exported[path]
@@ -328,6 +332,17 @@ class ModuleSuite(Suite):
         self._exported[path] = replace(model, notes=notes) if notes else model
         self.exported_with = ran
         return self._exported[path]
+
+    def _plan(self, base: Path, precision: str, folder: Path, progress) -> PrecisionPlan:
+        """The precision plan of the float32 export `base` in `precision`, made on the example
+        and the first ONNX runtime asked for: the planned model and plan.json into `folder`."""
+        progress(f"{self.where}: planning {precision} into {folder}")
+        reference, feeds, keep = self._at(self.example)
+        runtime = make_runtimes(self.request.runtimes, consumes="onnx")[0]
+        tol = self.tolerances.module(precision)
+        return make_plan(
+            base, precision, reference, feeds, runtime, tol, folder, keep, self.example, progress
+        )
 
     def _export(self, module, inputs, path: Path, cell: Cell, progress) -> tuple[str, str]:
         """Export with the cell's exporter ("auto": dynamo, then TorchScript) keeping the
@@ -413,15 +428,12 @@ class ModuleSuite(Suite):
         first = failing[0] if failing else next(r for r in results if r.input_set == self.example)
         if first.status not in ("pass", "fail"):
             return []
-        reference = self.references[first.input_set]
-        feeds = next(s for s in self.sets if s.name == first.input_set).inputs
-        mask = self.subject.padding_mask
-        keep = None if mask is None else np.asarray(feeds[mask]) != 0
+        reference, feeds, keep = self._at(first.input_set)
         tol = self.tolerances.module(first.precision)
         where = self.request.localise
         try:
             found = localise(
-                model, reference.calls, reference.tree, dict(feeds), runtime, tol, first.model,
+                model, reference.calls, reference.tree, feeds, runtime, tol, first.model,
                 where.isolate, where.repro, self.request.command, keep,
             )  # fmt: skip
         except (KeyboardInterrupt, EndedByUserCode):
@@ -433,6 +445,14 @@ class ModuleSuite(Suite):
         if first.status == "fail" and found.first is not None:
             first.message += f"; first divergence: {found.first.label} ({found.first.cls})"
         return [found]
+
+    def _at(self, set_name: str) -> tuple[Float64Copy, dict[str, np.ndarray], np.ndarray | None]:
+        """The float64 copy's run at the input set `set_name`, its feeds, and the real
+        positions alone compared there (with --padding-mask; else None)."""
+        feeds = dict(next(s for s in self.sets if s.name == set_name).inputs)
+        mask = self.subject.padding_mask
+        keep = None if mask is None else np.asarray(feeds[mask]) != 0
+        return self.references[set_name], feeds, keep
 
     def settings(self) -> dict[str, object]:
         subject, reference = self.subject, self.references[self.example]

@@ -36,6 +36,7 @@ from tconform.folders import folder_lock
 from tconform.localise import Localisation
 from tconform.localise.cases import localise_case
 from tconform.models import ModelUnderTest, given_model, held_model, model_from_record
+from tconform.module_check.convert import PLANNED
 from tconform.plan import Lane, Progress, Suite, matrix_cells
 from tconform.registry import Case
 from tconform.request import Axes, References, Request
@@ -117,6 +118,11 @@ class ReferenceSuite(Suite):
         return [Cell(settings.exporter, settings.opset, settings.dtype, axes.graph_opts[0])]
 
     def not_applicable(self, cell: Cell) -> str:
+        if cell.dtype in PLANNED:
+            return (
+                f"{cell.dtype}: a precision plan is made for a user's module (tconform check), "
+                "from its float64 copy's run; tconform's own cases have none"
+            )
         try:  # ExportSettings holds the rules
             ExportSettings(self.cfg, self.seed, cell.exporter, cell.opset, cell.dtype)
         except UsageError as exc:
