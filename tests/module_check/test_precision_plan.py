@@ -4,6 +4,10 @@ loadable by ONNX Runtime). The plans end to end: tests/zoo/test_precision_plans.
 
 from __future__ import annotations
 
+import json
+import shutil
+from types import SimpleNamespace
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -11,11 +15,22 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tconform.check_folder import record_own_files, require_own_export_folder
+from tconform.compare import OutputComparison, tolerance_for
 from tconform.errors import Refused
-from tconform.localise.capture import Call
+from tconform.localise.capture import Call, ModuleTree
+from tconform.localise.judge import Boundary
 from tconform.localise.scopes import Graph
+from tconform.module_check import precision_plan
 from tconform.module_check.convert import convert
-from tconform.module_check.precision_plan import covers, module_nodes, out_of_float16
+from tconform.module_check.float64_copy import Float64Copy
+from tconform.module_check.precision_plan import (
+    MAX_ROUNDS,
+    covers,
+    make_plan,
+    module_nodes,
+    out_of_float16,
+)
+from tconform.runtimes import make_runtime
 
 pytestmark = pytest.mark.unit
 
@@ -163,3 +178,101 @@ def test_a_plan_json_is_replaced_only_where_check_wrote_it(tmp_path):
     (tmp_path / "plan.json").write_text('{"edited": true}')
     with pytest.raises(Refused, match=r"plan\.json: not written by tconform check"):
         require_own_export_folder(tmp_path)
+
+
+# --- the rounds: each converted model localised again, modules kept until its outputs pass ----
+
+
+def _comparison(share: float) -> OutputComparison:
+    status = "fail" if share > 1 else "pass"
+    return OutputComparison("out", [2], status, "ok", 0.4, 0.4, share, tolerance_used=share)
+
+
+def _boundary(path: str, isolated: float | None = None, outputs: float = 0.1) -> Boundary:
+    """A module call as localisation judges it: its outputs in the run, and (where it was cut
+    out) its isolated run, each as a share of the row."""
+    b = Boundary(path, 0, 1, "pkg.M", "pass", "pass", outputs=[_comparison(outputs)])
+    b.status = b.outputs[0].status
+    if isolated is not None:
+        b.isolated = [_comparison(isolated)]
+        b.isolated_status = b.isolated[0].status
+    return b
+
+
+def _planning(tmp_path, monkeypatch, rounds: list[list[Boundary]]):
+    """make_plan (int8) on a three-module graph, each round's localisation `rounds[n]` (the
+    whole module first: its outputs are the model's), the conversion a copy of the graph."""
+    nodes = [
+        _scoped("MatMul", ["x", "w"], "h", "a", "a.x"),
+        _scoped("Relu", ["h"], "r", "a"),
+        _scoped("Neg", ["r"], "y", "b"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    onnx.save(_model(helper.make_graph(nodes, "g", [x], [y])), str(tmp_path / "base.onnx"))
+    scripted = iter(rounds)
+    monkeypatch.setattr(
+        precision_plan, "convert", lambda base, _, target, keep: shutil.copy(base, target)
+    )
+    monkeypatch.setattr(
+        precision_plan, "localise", lambda *_, **__: SimpleNamespace(boundaries=next(scripted))
+    )
+    tree = ModuleTree({"": "pkg.Model", "a": "pkg.A", "a.x": "pkg.X", "b": "pkg.B"})
+    reference = Float64Copy({}, "float64", [], tree, None)
+    (tmp_path / "cell").mkdir()
+    plan = make_plan(
+        tmp_path / "base.onnx", "int8", reference, {}, make_runtime("onnxruntime"),
+        tolerance_for("int8", "model"), tmp_path / "cell",
+    )  # fmt: skip
+    written = json.loads((tmp_path / "cell" / "plan.json").read_text())
+    return plan, written
+
+
+def test_a_planned_model_that_still_fails_keeps_more_until_it_passes(tmp_path, monkeypatch):
+    """Round 0 (the plain conversion): a.x fails alone, a around it with it: a.x is kept.
+    Round 1: a fails on its own ops: a is kept (a.x with it). Round 2: nothing fails alone,
+    the outputs still do: the largest share, b. Round 3 passes."""
+    plan, written = _planning(
+        tmp_path,
+        monkeypatch,
+        [
+            [
+                _boundary("", outputs=3),
+                _boundary("a.x", 2.0),
+                _boundary("a", 1.5),
+                _boundary("b", 0.2),
+            ],
+            [
+                _boundary("", outputs=2),
+                _boundary("a.x", 0.01),
+                _boundary("a", 1.2),
+                _boundary("b", 0.3),
+            ],
+            [_boundary("", outputs=1.5), _boundary("a", 0.02), _boundary("b", 0.6)],
+            [_boundary("", outputs=0.5)],
+        ],
+    )
+    assert [(k.module, k.why, k.round) for k in plan.kept] == [
+        ("a", "isolated", 2),
+        ("b", "largest share", 3),
+    ]
+    assert plan.nodes == ["node_h", "node_r", "node_y"]
+    assert [r["outputs"] for r in written["rounds"]] == ["fail", "fail", "fail", "pass"]
+    assert written["arguments"]["nodes_to_exclude"] == plan.nodes
+    assert written["passes_on_input_set"] and "60.0% of the row" in plan.kept[1].detail
+
+
+def test_the_rounds_are_bounded_and_a_plan_that_never_passes_says_so(tmp_path, monkeypatch):
+    failing = [[_boundary("", outputs=2), _boundary(p, 3.0)] for p in ("a.x", "a", "b", "b")]
+    plan, written = _planning(tmp_path, monkeypatch, failing)
+    assert len(written["rounds"]) == MAX_ROUNDS + 1 and not written["passes_on_input_set"]
+    assert "fail the int8 row" in plan.summary
+
+
+def test_a_plain_conversion_that_passes_with_no_module_out_keeps_nothing(tmp_path, monkeypatch):
+    plan, written = _planning(
+        tmp_path, monkeypatch, [[_boundary("", outputs=0.3), _boundary("a", 0.5)]]
+    )
+    assert plan.kept == [] and written["arguments"]["nodes_to_exclude"] == []
+    assert [r["round"] for r in written["rounds"]] == [0] and written["passes_on_input_set"]
+    assert (tmp_path / "cell" / "model.onnx").read_bytes() == (tmp_path / "base.onnx").read_bytes()
