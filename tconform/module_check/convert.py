@@ -18,6 +18,7 @@ from pathlib import Path
 
 import onnx
 
+from tconform.errors import UsageError, first_line
 from tconform.export.quantize import quantize_int8, quiet_quantizer, restore_scopes
 from tconform.files import atomic_write_bytes
 
@@ -30,12 +31,18 @@ DTYPES = ("float32", "float16", "bfloat16", "int8", *PLANNED)  # a user's model'
 def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> None:
     """The float32 model `base` converted to `dtype` (one of CONVERTED), written to `target`;
     the nodes named in `keep` stay float32 (the converter's node_block_list, the quantiser's
-    nodes_to_exclude: a precision plan's, tconform.module_check.precision_plan)."""
-    if dtype == "int8":
-        quantize_int8(base, target, exclude=keep)
-        return
-    with quiet_quantizer():  # the converter logs on the root logger too
-        model = _float16(onnx.load(str(base)), keep)
+    nodes_to_exclude: a precision plan's, tconform.module_check.precision_plan). A converter
+    that fails is one line naming it (ONNX Runtime's quantiser refuses some exports: its shape
+    inference disagrees with the shapes they record)."""
+    tool = "quantize_dynamic" if dtype == "int8" else "convert_float_to_float16"
+    try:
+        if dtype == "int8":
+            quantize_int8(base, target, exclude=keep)
+            return
+        with quiet_quantizer():  # the converter logs on the root logger too
+            model = _float16(onnx.load(str(base)), keep)
+    except Exception as exc:
+        raise UsageError(f"{base}: ONNX Runtime's {tool} failed: {first_line(exc)}") from None
     restore_scopes(model.graph)
     atomic_write_bytes(target, model.SerializeToString())
 
