@@ -2,19 +2,21 @@
 float32, found from the numbers, and the model made with them (the dtypes `float16-planned` and
 `int8-planned` of `tconform check --dtype`; docs/reduced-precision.md, "Precision plans").
 
-A module is kept in float32 where
-  range     (float16) a tensor at its boundary in the float64 copy's run holds values that
-            float16 cannot: finite magnitudes above its largest, 65504 (the tensor would be
-            infinite), or a whole tensor below its smallest normal number (a few bits or zero).
-            Magnitudes of 1e9 and more are mask fills (-1e9, a type's minimum), which the
-            converter clamps to float16's range, where they still mask;
-  isolated  its own error leaves the precision's row: its nodes cut out of the converted model
-            and fed the float64 copy's inputs (tconform.localise's isolation), against the
-            copy's outputs, element-wise or (int8) on the row's SQNR floor. Only the innermost
-            such modules are kept: a module around one fails with it.
-Its nodes (its scope in the float32 export, tconform.localise.scopes) go to the converter's
-own list: `node_block_list` of onnxruntime.transformers.float16.convert_float_to_float16,
-`nodes_to_exclude` of onnxruntime.quantization.quantize_dynamic.
+Kept in float32 are
+  range     (float16) the own ops of every module with a tensor at its boundary, in the float64
+            copy's run, that float16 cannot hold: finite magnitudes above its largest, 65504
+            (the tensor would be infinite), or a whole tensor below its smallest normal number
+            (a few bits or zero). Own ops, not its submodules' (a block's residual Add and the
+            norms reading the residual stream, not the feed-forward between them): where the
+            value is made and read. Magnitudes of 1e9 and more are mask fills (-1e9, a type's
+            minimum), which the converter clamps to float16's range, where they still mask;
+  isolated  every node of a module whose own error leaves the precision's row: its nodes cut
+            out of the converted model and fed the float64 copy's inputs (tconform.localise's
+            isolation), against the copy's outputs, element-wise or (int8) on the row's SQNR
+            floor. Only the innermost such modules: a module around one fails with it.
+The nodes (by module scope in the float32 export, tconform.localise.scopes) go to the
+converter's own list: `node_block_list` of onnxruntime.transformers.float16's
+convert_float_to_float16, `nodes_to_exclude` of onnxruntime.quantization.quantize_dynamic.
 
 The plan is verified by running it: the planned model is localised again on the example, and
 where its outputs still leave the row, the innermost modules whose own error does (or, where
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tconform.compare import Tolerance
+from tconform.compare import OutputComparison, Tolerance
 from tconform.export.settings import INT8_QUANTIZATION
 from tconform.files import atomic_write_bytes, atomic_write_json, sha256_file
 from tconform.localise import Localisation, localise
@@ -66,14 +68,26 @@ Progress = Callable[[str], None]
 
 @dataclass
 class KeptModule:
-    """A module the plan keeps in float32, and why."""
+    """A module the plan keeps in float32 (its own ops, or every node of it), and why."""
 
-    module: str  # its path in the user's module ("" is the module itself: its own ops)
+    module: str  # its path in the user's module ("": the module itself)
     cls: str
     why: str  # range | isolated | largest share
     detail: str  # the numbers
     round: int  # the round that added it (1: from the float64 run and the plain conversion)
-    nodes: list[str]  # its nodes in the float32 export
+    own_ops: bool  # its own ops alone, not its submodules'
+    nodes: list[str]  # those nodes in the float32 export
+
+    @property
+    def label(self) -> str:
+        name = self.module or "(the module itself)"
+        return f"{name} (own ops)" if self.own_ops and self.module else name
+
+    def keeps(self, path: str, own_ops: bool) -> bool:
+        """Whether keeping this keeps `path`'s own ops (`own_ops`) or every node of it."""
+        if self.own_ops:
+            return own_ops and path == self.module
+        return path == self.module or inside(path, self.module)
 
 
 @dataclass
@@ -112,7 +126,7 @@ class PrecisionPlan:
     @property
     def summary(self) -> str:
         """One line for the results' notes."""
-        modules = ", ".join(k.module or "(its own ops)" for k in self.kept[:5])
+        modules = ", ".join(k.label for k in self.kept[:5])
         more = f" and {len(self.kept) - 5} more" if len(self.kept) > 5 else ""
         kept = f"keeps {modules}{more} in float32" if self.kept else "keeps nothing in float32"
         last = self.rounds[-1]
@@ -170,21 +184,16 @@ def _out_of_float16(tensor: np.ndarray) -> str:
     return ""
 
 
-def module_nodes(graph: Graph, path: str) -> list[str]:
-    """The names of `path`'s nodes in the float32 export (its own ops alone for the module
-    itself, "")."""
+def module_nodes(graph: Graph, path: str, own_ops: bool) -> list[str]:
+    """The names of `path`'s nodes in the float32 export: its own ops (those whose innermost
+    scope it is), or every node of it, its submodules' too (the module itself, "": every node
+    of the model)."""
     nodes = graph.model.graph.node
-    if path == "":
-        chosen = [i for i, scope in enumerate(graph.scopes) if scope[-1] == ""]
+    if own_ops:
+        chosen = [i for i, scope in enumerate(graph.scopes) if scope[-1] == path]
     else:
         chosen = graph.region(path)
     return [nodes[i].name for i in chosen if nodes[i].name]
-
-
-def covers(kept: str, path: str) -> bool:
-    """Whether keeping module `kept` keeps `path`'s nodes: itself, or a module inside it (the
-    module itself, "", stands for its own ops alone)."""
-    return kept == path or (kept != "" and inside(path, kept))
 
 
 def _innermost(boundaries: list[Boundary]) -> list[Boundary]:
@@ -193,35 +202,39 @@ def _innermost(boundaries: list[Boundary]) -> list[Boundary]:
     return [b for b in unique if not any(inside(o.path, b.path) for o in unique)]
 
 
-def _isolated_detail(b: Boundary) -> str:
-    worst = worst_of(b.isolated or [])
+def _figures(comparisons: list[OutputComparison]) -> tuple[OutputComparison | None, str]:
+    """The worst comparison (a failing one first: a non-finite value fails with a small share
+    of the finite elements) and its figures."""
+    failing = [c for c in comparisons if c.status == "fail"]
+    worst = worst_of(failing) or worst_of(comparisons)
     if worst is None:
-        return "its isolated run left the row"
-    share = share_used(worst)
-    figures = f"max abs err {worst.max_abs_err:.3g}" if worst.max_abs_err is not None else ""
+        return None, ""
+    if worst.kind == "nonfinite":
+        return worst, worst.message.split(",")[0]  # how many, without the first one's values
+    figures = f"max abs err {worst.max_abs_err:.3g}"
     if worst.sqnr_db is not None:
         figures += f", SQNR {worst.sqnr_db:.1f} dB"
         if worst.min_sqnr_db is not None:
             figures += f" (floor {worst.min_sqnr_db:g})"
-    if share == float("inf"):
-        used = "beyond any share of the row"
-    else:
-        used = f"{share:.3g}x the row" if share >= 1 else f"{share:.1%} of the row"
+    return worst, figures
+
+
+def _isolated_detail(b: Boundary) -> str:
+    worst, figures = _figures(b.isolated or [])
+    if worst is None:
+        return "its isolated run left the row"
+    share = share_used(worst)
+    if worst.kind == "nonfinite" or share == float("inf"):
+        return f"isolated: {figures}"
+    used = f"{share:.3g}x the row" if share >= 1 else f"{share:.1%} of the row"
     return f"isolated: {figures}; {used}"
 
 
 def _worst_output(found: Localisation) -> tuple[str, str]:
     """(pass | fail, the worst output in figures) of the localised model's outputs."""
     root = next(b for b in found.boundaries if b.path == "")
-    worst = worst_of(root.outputs)
-    if worst is None:
-        return root.status, root.reason or "no output compared"
-    figures = f"max abs err {worst.max_abs_err:.3g}"
-    if worst.sqnr_db is not None:
-        figures += f", SQNR {worst.sqnr_db:.1f} dB"
-    if worst.kind == "nonfinite":
-        figures = worst.message.split(",")[0]  # how many, without the first one's figures
-    return root.status, figures
+    worst, figures = _figures(root.outputs)
+    return root.status, figures if worst is not None else root.reason or "no output compared"
 
 
 def make_plan(
@@ -246,19 +259,24 @@ def make_plan(
     )
     classes = reference.tree.classes
 
-    def add(path: str, why: str, detail: str, round_: int) -> None:
-        if any(covers(k.module, path) for k in plan.kept):
+    def add(path: str, why: str, detail: str, round_: int, own_ops: bool = False) -> None:
+        if any(k.keeps(path, own_ops) for k in plan.kept):
             return  # already float32
-        nodes = module_nodes(graph, path)
+        nodes = module_nodes(graph, path, own_ops)
+        own_ops = own_ops and nodes != module_nodes(graph, path, False)  # a leaf is kept whole
         if not nodes:
-            plan.unkept.append(f"{path or '(its own ops)'}: {detail} (no node carries its scope)")
+            plan.unkept.append(f"{path or '(the module itself)'}: {detail} (no node of it)")
             return
-        plan.kept = [k for k in plan.kept if not covers(path, k.module)]  # its nodes are these
-        plan.kept.append(KeptModule(path, classes.get(path, ""), why, detail, round_, nodes))
+        if set(nodes) <= set(plan.nodes):
+            return  # kept for another reason already (a leaf kept for its range)
+        if not own_ops:  # the modules it holds: their nodes are among its own
+            plan.kept = [k for k in plan.kept if not (k.module == path or inside(k.module, path))]
+        kept = KeptModule(path, classes.get(path, ""), why, detail, round_, own_ops, nodes)
+        plan.kept.append(kept)
 
     if precision == "float16":
         for path, detail in out_of_float16(reference.calls).items():
-            add(path, "range", detail, 1)
+            add(path, "range", detail, 1, own_ops=True)
     with tempfile.TemporaryDirectory(prefix="tconform-plan-") as tmp:
         for n in range(MAX_ROUNDS + 1):
             model = Path(tmp) / f"round{n}.onnx"
@@ -294,12 +312,14 @@ def make_plan(
 
 def _keep_largest_share(found: Localisation, plan: PrecisionPlan, add, round_: int) -> None:
     """The module whose isolated error uses the largest share of the row, of those neither
-    kept, inside one kept, nor around one."""
-    kept = [k.module for k in plan.kept]
+    kept whole, inside one kept whole, nor around one."""
+    whole = [k.module for k in plan.kept if not k.own_ops]
     candidates = [
         b
         for b in found.boundaries
-        if b.path and b.isolated and not any(covers(k, b.path) or covers(b.path, k) for k in kept)
+        if b.path
+        and b.isolated
+        and not any(b.path == k or inside(b.path, k) or inside(k, b.path) for k in whole)
     ]
     if candidates:
         worst = max(candidates, key=lambda b: share_used(worst_of(b.isolated)))

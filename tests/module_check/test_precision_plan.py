@@ -25,7 +25,7 @@ from tconform.module_check.convert import convert
 from tconform.module_check.float64_copy import Float64Copy
 from tconform.module_check.precision_plan import (
     MAX_ROUNDS,
-    covers,
+    KeptModule,
     make_plan,
     module_nodes,
     out_of_float16,
@@ -70,10 +70,17 @@ def test_a_tensor_wholly_below_float16s_normal_range_is_found_a_few_tiny_values_
     assert "wholly below float16's smallest normal" in found["scale"]
 
 
-def test_the_module_itself_stands_for_its_own_ops_alone():
-    assert covers("blocks.0", "blocks.0.mlp") and covers("blocks.0", "blocks.0")
-    assert not covers("blocks.0", "blocks.01") and not covers("blocks.0.mlp", "blocks.0")
-    assert covers("", "") and not covers("", "blocks.0")
+def test_a_module_kept_whole_keeps_its_submodules_and_one_kept_for_its_own_ops_does_not():
+    def kept(path: str, own_ops: bool) -> KeptModule:
+        return KeptModule(path, "pkg.M", "range", "", 1, own_ops, ["n"])
+
+    whole, own = kept("blocks.0", False), kept("blocks.0", True)
+    assert whole.keeps("blocks.0.mlp", own_ops=False) and whole.keeps("blocks.0", own_ops=True)
+    assert not whole.keeps("blocks.01", own_ops=False)
+    assert own.keeps("blocks.0", own_ops=True) and not own.keeps("blocks.0", own_ops=False)
+    assert not own.keeps("blocks.0.mlp", own_ops=True)
+    assert kept("", False).keeps("blocks.0", own_ops=False)  # the module itself, whole
+    assert not kept("", True).keeps("blocks.0", own_ops=True)
 
 
 def _scoped(op: str, inputs: list[str], output: str, *modules: str) -> onnx.NodeProto:
@@ -84,7 +91,7 @@ def _scoped(op: str, inputs: list[str], output: str, *modules: str) -> onnx.Node
     return node
 
 
-def test_a_modules_nodes_are_its_region_and_the_module_itself_has_its_own_ops_alone():
+def test_a_modules_nodes_are_every_node_of_it_or_its_own_ops():
     nodes = [
         _scoped("MatMul", ["x", "w"], "h", "mlp", "mlp.up"),
         _scoped("Relu", ["h"], "r", "mlp"),
@@ -93,10 +100,12 @@ def test_a_modules_nodes_are_its_region_and_the_module_itself_has_its_own_ops_al
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
     graph = Graph.read(helper.make_model(helper.make_graph(nodes, "g", [x], [y])), set())
-    assert module_nodes(graph, "mlp") == ["node_h", "node_r"]
-    assert module_nodes(graph, "mlp.up") == ["node_h"]
-    assert module_nodes(graph, "") == ["node_y"]
-    assert module_nodes(graph, "head") == []
+    assert module_nodes(graph, "mlp", own_ops=False) == ["node_h", "node_r"]
+    assert module_nodes(graph, "mlp", own_ops=True) == ["node_r"]
+    assert module_nodes(graph, "mlp.up", own_ops=True) == ["node_h"]
+    assert module_nodes(graph, "", own_ops=True) == ["node_y"]
+    assert module_nodes(graph, "", own_ops=False) == ["node_h", "node_r", "node_y"]
+    assert module_nodes(graph, "head", own_ops=False) == []
 
 
 def _model(graph: onnx.GraphProto) -> onnx.ModelProto:

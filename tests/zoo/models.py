@@ -515,7 +515,7 @@ class FeedForwardLM(nn.Module):
         return self.head(self.norm(x))
 
 
-MASSIVE = 1e5  # the massive hidden unit's activation: beyond float16's largest, 65504
+MASSIVE = 1e5  # the massive activation: beyond float16's largest, 65504
 
 
 def massive_activation() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -535,6 +535,23 @@ def massive_activation() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
             mlp.up.weight[0] = 0.0
             mlp.up.bias[0] = MASSIVE
             mlp.down.weight[:, 0] = torch.randn(HIDDEN) / MASSIVE
+        input_ids = _tokens()
+    return model.eval(), (input_ids,)
+
+
+def massive_residual() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """FeedForwardLM whose first block writes a massive activation into one channel of the
+    residual stream (its down projection's output there: 0.8e5 to 1.2e5, by token), which every
+    later block carries and the norms read, as the massive activations of large models sit in
+    the residual stream. The plain float16 conversion's logits are NaN; its precision plan
+    keeps the nodes that make and read the channel (the residual Adds, the norms, the down
+    projection) in float32, not the feed-forward layers between them."""
+    with _seeded():
+        model = _nudge(FeedForwardLM())
+        down = model.blocks[0].mlp.down
+        with torch.no_grad():
+            down.weight[0] *= MASSIVE / 2
+            down.bias[0] = MASSIVE
         input_ids = _tokens()
     return model.eval(), (input_ids,)
 

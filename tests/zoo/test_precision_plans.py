@@ -1,7 +1,8 @@
-"""Precision plans on the zoo (issue 29): the massive-activation model's plain float16 and int8
+"""Precision plans on the zoo (issue 29): the massive-activation models' plain float16 and int8
 conversions fail, and the models made with their plans pass, each judged by its precision's
 row; plan.json names the modules kept and why, and the planned models keep exactly those in
-float32."""
+float32 (where a massive activation rides the residual stream: only the nodes that make and read
+it, so that the model still computes in float16)."""
 
 from __future__ import annotations
 
@@ -12,27 +13,33 @@ import pytest
 
 import tconform
 from tconform.request import Axes
-from tests.zoo.models import massive_activation
+from tests.zoo.models import massive_activation, massive_residual
 
 pytestmark = pytest.mark.zoo
 
 DTYPES = ("float16", "float16-planned", "int8", "int8-planned")
 
 
-def test_the_plans_pass_where_the_plain_conversions_fail(tmp_path):
-    module, inputs = massive_activation()
-    axes = Axes(matrix=True, exporters=("auto",), dtypes=DTYPES)
+def _checked(factory, dtypes: tuple[str, ...], out_dir):
+    """`check --matrix --dtype DTYPES` of the factory's model on ONNX Runtime: its results by
+    dtype."""
+    module, inputs = factory()
     report = tconform.check(
         module,
         inputs,
-        matrix=axes,
+        matrix=Axes(matrix=True, exporters=("auto",), dtypes=dtypes),
         runtimes=("onnxruntime",),
         shapes=False,  # the plans are made on the example; `check` judges every input set
         localise=False,  # the plans localise on their own
-        out_dir=tmp_path,
+        out_dir=out_dir,
     )
     results = {r.cell.removeprefix("auto-opset18-").removesuffix("-all"): r for r in report.results}
-    assert set(results) == set(DTYPES)
+    assert set(results) == set(dtypes)
+    return report, results
+
+
+def test_the_plans_pass_where_the_plain_conversions_fail(tmp_path):
+    report, results = _checked(massive_activation, DTYPES, tmp_path)
     for dtype, expected in zip(DTYPES, ("fail", "pass", "fail", "pass"), strict=True):
         result = results[dtype]
         assert result.status == expected, (dtype, result.message)
@@ -75,3 +82,20 @@ def test_the_plans_pass_where_the_plain_conversions_fail(tmp_path):
 
 def float16_nodes(kept: dict[str, dict]) -> list[str]:
     return list(dict.fromkeys(n for k in kept.values() for n in k["nodes"]))
+
+
+def test_a_massive_residual_channel_keeps_the_nodes_on_it_and_not_the_layers_between(tmp_path):
+    _, results = _checked(massive_residual, ("float16", "float16-planned"), tmp_path)
+    plain, planned = results["float16"], results["float16-planned"]
+    assert plain.status == "fail" and plain.outputs[0].kind == "nonfinite"  # NaN logits
+    assert planned.status == "pass" and planned.precision == "float16", planned.message
+    plan = json.loads((tmp_path / "matrix/auto-opset18-float16-planned/plan.json").read_text())
+    kept = {(k["module"], k["own_ops"]) for k in plan["kept"]}
+    assert kept == {
+        ("blocks.0.mlp.down", False),  # makes the channel
+        ("blocks.0", True),  # its residual Add
+        ("blocks.1.norm", False),  # reads it
+        ("blocks.1", True),
+        ("norm", False),
+    }
+    assert plan["kept_nodes"] <= plan["total_nodes"] // 4  # the feed-forwards stay float16
