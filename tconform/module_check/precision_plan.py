@@ -80,8 +80,9 @@ class KeptModule:
 
     @property
     def label(self) -> str:
-        name = self.module or "(the module itself)"
-        return f"{name} (own ops)" if self.own_ops and self.module else name
+        if not self.module:
+            return "(the module's own ops)" if self.own_ops else "(the whole module)"
+        return f"{self.module} (own ops)" if self.own_ops else self.module
 
     def keeps(self, path: str, own_ops: bool) -> bool:
         """Whether keeping this keeps `path`'s own ops (`own_ops`) or every node of it."""
@@ -103,6 +104,8 @@ class Round:
 
 @dataclass
 class PrecisionPlan:
+    """What a plan keeps in float32, the rounds that verified it, and where it was measured."""
+
     precision: str  # float16 | int8
     runtime: str  # the runtime the modules' errors were measured on
     input_set: str
@@ -283,7 +286,7 @@ def make_plan(
             convert(base, precision, model, plan.nodes if n else ())
             progress(
                 f"{precision} plan, round {n}: localising "
-                + (f"with {len(plan.kept)} modules kept" if n else "the plain conversion")
+                + (f"with {len(plan.nodes)} nodes kept" if n else "the plain conversion")
             )
             with np.errstate(over="ignore", invalid="ignore"):  # float16's inf, on purpose
                 found = localise(
