@@ -45,7 +45,7 @@ from tconform.execution import Subject, open_subject
 from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs
 from tconform.generation.driver import Decoding, Generation, Strategy, generate, teacher_forced
 from tconform.generation.steppers import make_stepper
-from tconform.localise.cases import localise_case
+from tconform.localise.registry_case import localise_case
 from tconform.models import model_from_record
 from tconform.registry import GENERATION_CASES
 from tconform.runtimes import make_runtime
