@@ -118,8 +118,7 @@ def verify(
 
             run_request(request, report, progress)
 
-    render = _pivot if axes.matrix else None
-    run_and_report(RunReport("verify"), run, quiet, reports, render=render)
+    run_and_report(RunReport("verify"), run, quiet, reports)
 
 
 def _refuse_conflicts(axes, generation: bool, shard, cases) -> None:
@@ -133,12 +132,6 @@ def _refuse_conflicts(axes, generation: bool, shard, cases) -> None:
             "--case selects components; --generation checks every generation golden (name its "
             "models gen_encoder, gen_step, gen_prefix with --model)"
         )
-
-
-def _pivot(report) -> str:
-    from tconform.report.pivot import render_with_pivot
-
-    return render_with_pivot(report.results) if report.results else ""
 
 
 def _component_case():

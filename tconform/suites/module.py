@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tconform.check_folder import require_repro_folder
+from tconform.check_folder import record_own_files, require_repro_folder
 from tconform.compare import Tolerance, judge_outputs, tolerance_for, tolerance_value
 from tconform.errors import (
     EndedByUserCode,
@@ -303,14 +303,13 @@ class ModuleSuite(Suite):
         """The case's model in `cell`: exported into `folder`, or converted there from the
         float32 export of the cell's exporter and opset."""
         if cell.dtype in CONVERTED:
-            base = self._model(
-                replace(cell, dtype="float32"),
-                self._cell_dir(replace(cell, dtype="float32")),
-                progress,
-            )
+            float32 = replace(cell, dtype="float32")
+            base = self._model(float32, self._cell_dir(float32), progress)
             require_own_export_folder(folder)
+            folder.mkdir(parents=True, exist_ok=True)
             progress(f"{self.where}: converting to {cell.dtype} into {folder}")
             convert(base.path, cell.dtype, folder / "model.onnx")
+            record_own_files(folder)
             return given_file(folder / "model.onnx", origin="exported")
         path = folder / "model.onnx"
         if path in self._exported:
