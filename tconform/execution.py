@@ -178,6 +178,8 @@ class Opened:
         notes = list(self.subject.onnx.notes) if self.onnx_file else []
         notes += self._precision_notes
         model = self.subject.onnx
+        if self.onnx_file and model.provenance.compute_note:
+            notes.append(model.provenance.compute_note)
         if self.onnx_file and model.precision != model.io_type:
             notes.append(
                 f"{model.provenance.compute_elem_type} computation with {model.io_type} inputs "
@@ -316,11 +318,14 @@ def match_feeds(
 
 def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     """`result`'s verdict from its comparisons: fail if any fails; nothing compared (no output
-    holding an element) is `skip`, never a pass, and so is each output that compared nothing."""
+    holding an element) is `skip`, never a pass, and so is each output that compared nothing.
+    What a comparison notes of its tolerance (an atol scaled to the output, or one above it)
+    joins the result's notes."""
     for comparison in comparisons:
         if comparison.status == "pass" and not comparison.compared:
             comparison.status, comparison.message = "skip", "no element compared"
     result.outputs = comparisons
+    result.notes += [c.note for c in comparisons if c.note and c.note not in result.notes]
     failed = [c for c in comparisons if c.status == "fail"]
     if failed:
         result.status = str(Status.FAIL)

@@ -114,10 +114,12 @@ class Tolerances:
             # The row's own reason describes tconform's Transformer, not the user's module.
             why = f"tconform's {precision} {TOLERANCE_CLASS} row, check's default"
             return replace(row, why=why)
+        # The row's atol keeps scaling to each output's RMS; an atol the user set is theirs.
         return Tolerance(
             row.atol if self.atol is None else self.atol,
             row.rtol if self.rtol is None else self.rtol,
             "set by the user",
+            atol_rms=row.atol_rms if self.atol is None else None,
         )
 
     def by_output(self, precision: str) -> dict[str, Tolerance]:
@@ -206,11 +208,7 @@ class ModuleSuite(Suite):
         own = run_eagerly(
             self.module, inputs.converted(None, module_device(self.module)), self.where
         )
-        finite = {
-            n: np.isfinite(t.detach().cpu().to(torch.float64).numpy())
-            for n, t in own
-            if t.is_floating_point()
-        }
+        finite = {n: torch.isfinite(t).cpu().numpy() for n, t in own if t.is_floating_point()}
         names = [n for n, _ in own]
         del own
         progress(f"{self.where}: running its float64 copy ({set_name})")

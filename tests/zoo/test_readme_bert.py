@@ -42,4 +42,5 @@ def test_the_readme_bert_example_runs_as_written(tmp_path, monkeypatch):
         [sys.executable, "bert-repro/reproduce.py"], capture_output=True, text=True, check=False
     )
     assert reproduced.returncode == 1, reproduced.stdout + reproduced.stderr
-    assert "outside atol 1e-05 + rtol 1e-05" in reproduced.stdout
+    # the row's atol 1e-05, scaled to the output's RMS (0.16): docs/tolerances.md
+    assert "outside atol 1.63e-06 + rtol 1e-05" in reproduced.stdout
