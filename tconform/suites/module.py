@@ -220,7 +220,15 @@ class ModuleSuite(Suite):
     def _add_shapes(self, progress: Progress) -> None:
         """The shapes the example never had, where the module runs at them, and the batch
         consistency of the larger batch."""
+        size = _nbytes(self.inputs)
         for variant in variants(self.inputs, self.axes):
+            if size > LARGER_SHAPES_BUDGET and _nbytes(variant.inputs) > size:
+                self.notes.append(
+                    f"{variant.name}: not checked: the example's inputs hold {size / 2**20:.0f} "
+                    "MiB, and a larger shape would multiply the check's memory (the smaller "
+                    "shapes are checked)"
+                )
+                continue
             try:
                 self._add_set(variant.name, variant.inputs, progress)
             except (EndedByUserCode, KeyboardInterrupt):
@@ -458,6 +466,15 @@ class ModuleSuite(Suite):
             },
             "notes": self.notes,
         }
+
+
+# Shapes larger than the example's are checked while its inputs hold at most this: a check of a
+# large input stays within a small multiple of it (docs/check.md, "Large inputs").
+LARGER_SHAPES_BUDGET = 64 * 2**20
+
+
+def _nbytes(inputs: ModuleInputs) -> int:
+    return sum(t.element_size() * t.nelement() for t in inputs.tensors)
 
 
 def module_dtype(module: nn.Module) -> str:
