@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tconform import quality, registry
 from tconform.compare import tolerance_for
 from tconform.execution import Subject, open_subject
 from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs
@@ -48,7 +49,7 @@ from tconform.localise.registry_case import localise_case
 from tconform.models import model_from_record
 from tconform.registry import GENERATION_CASES
 from tconform.runtimes import make_runtime
-from tconform.studies import checkpoints, quality, registry
+from tconform.studies import checkpoints
 from tconform.versions import library_versions
 from tconform.weights import load_checkpoint, read_record
 

@@ -12,9 +12,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from tconform import golden, registry
 from tconform.config import PRESETS
 from tconform.files import sha256_file
-from tconform.studies import faults, golden, registry, sensitivity
+from tconform.studies import faults, sensitivity
 from tconform.studies.fault_catalogue import (
     DETECTABLE,
     FAULTS,
