@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tconform import registry
@@ -21,6 +20,7 @@ from tconform.bench.engines import (
 )
 from tconform.bench.measure import measure
 from tconform.bench.run import bench_settings
+from tconform.bench.workload import case_workload
 from tconform.config import PRESETS
 from tconform.execution import Subject
 from tconform.export import example_shape
@@ -67,12 +67,10 @@ def test_bf16_without_native_kernels_is_reported_unavailable_not_timed(monkeypat
 
     monkeypatch.setattr(OpenVinoRuntime, "open", must_not_open)
     case = registry.get_case("feed_forward")
-    feeds = registry.make_inputs(case, TINY, example_shape(TINY), np.random.default_rng(0))
-    ((engine, ep, opener),) = engine_openers(
-        ("openvino-bf16",), ("cpu",), case, TINY, {}, feeds, {}, make_runtime
-    )
     shape = example_shape(TINY)
-    row = measure(case, TINY, shape.batch, shape.src_seq, engine, ep, opener, CEILING, TIMING)
+    workload = case_workload(case, TINY, {}, shape.batch, shape.src_seq, {})
+    ((engine, ep, opener),) = engine_openers(("openvino-bf16",), ("cpu",), workload, make_runtime)
+    row = measure(workload, engine, ep, opener, CEILING, TIMING)
     assert row["status"] == Status.SKIP
     assert row["reason"].startswith("not available") and "bfloat16" in row["reason"]
     assert "p50_ms" not in row and "runs" not in row
