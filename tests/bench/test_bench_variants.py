@@ -39,6 +39,8 @@ def test_the_int8_and_bf16_variants_and_torch_int8_are_engines():
     names = engine_names()
     assert {"onnxruntime-int8", "openvino-bf16", "torch-int8"} <= set(names)
     assert GRAPH_VARIANTS["onnxruntime-int8"].export == ("plain", "int8")
+    assert GRAPH_VARIANTS["onnxruntime-fp16"].export == ("plain", "float16")
+    assert GRAPH_VARIANTS["onnxruntime-bf16"].export == ("plain", "bfloat16")
     assert GRAPH_VARIANTS["openvino-bf16"].runtime == "openvino"
     assert "torch-int8" in RUNTIMES and make_runtime("torch-int8").precision == "int8"
     # canonical order whatever the order asked in
