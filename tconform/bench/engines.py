@@ -235,8 +235,8 @@ def open_engine(
 ) -> EngineCall:
     """`subject` open on `runtime`, prepared for timing; closing the call closes the session.
     A runtime that cannot run here raises, with the reason the row reports; so does one that
-    reads back another precision than `precision` (where given), before anything is opened;
-    `details` join the row's."""
+    reads back another precision than `precision` (where given), before anything is opened,
+    and one whose model fixes a dimension the feeds have otherwise; `details` join the row's."""
     if precision is not None and runtime.precision != precision:
         raise EngineUnavailable(
             f"not available: {runtime.name} computes {runtime.precision}, not {precision}, "

@@ -1,13 +1,16 @@
 """The bench's engine registry: every graph variant (the int8 graph and OpenVINO's bf16 among
 them) and the torch-int8 module runtime are engines, each export a variant runs is exported once
-into a folder of its own, and a reduced precision the CPU cannot compute is reported as not
-available, never timed as if it ran."""
+into a folder of its own, a reduced precision the CPU cannot compute is reported as not
+available, never timed as if it ran, and neither is a shape the model's export fixed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from tconform import registry
 from tconform.bench.engines import (
@@ -22,8 +25,9 @@ from tconform.bench.measure import measure
 from tconform.bench.run import bench_settings
 from tconform.bench.workload import case_workload
 from tconform.config import PRESETS
-from tconform.execution import Subject
+from tconform.execution import FixedDimension, Subject
 from tconform.export import example_shape
+from tconform.models import derived_file
 from tconform.results import Status
 from tconform.runtimes import RUNTIMES, make_runtime
 from tconform.runtimes.openvino import OpenVinoRuntime
@@ -95,3 +99,21 @@ def test_a_runtime_reading_back_the_asked_precision_is_opened(monkeypatch):
 class _Model:
     path = Path("model.onnx")
     precision = "float32"
+
+
+def test_a_dimension_the_model_fixes_is_named_and_not_timed(tmp_path):
+    """A model exported at one shape (a user's model at its example's) and timed at another:
+    the row says which dimension the export fixed, and nothing is timed."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "fixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+    )
+    path = tmp_path / "fixed.onnx"
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), path
+    )
+    feeds = {"x": np.zeros((1, 4), np.float32)}
+    with pytest.raises(FixedDimension, match="fixes input 'x' axis 0 at 2"):
+        open_engine(make_runtime("onnxruntime"), Subject(derived_file(path)), feeds)
