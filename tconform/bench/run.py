@@ -321,6 +321,7 @@ def _measure_all(
     measurements = count * len(engine_rows(settings.engines, eps, settings.runtime, module_ep))
     with progress_bar(measurements) as bar:
         for workload in workloads:
+            rows += module_elsewhere(settings.engines, eps, workload)
             openers = engine_openers(settings.engines, eps, workload, settings.runtime)
             for engine, ep, opener in openers:
                 row = measure(workload, engine, ep, opener, ceilings[ep], timing)
@@ -397,6 +398,26 @@ def _export(settings: BenchSettings, log: Log) -> dict[tuple[str, str], dict[str
         export = (job.settings.attention, job.settings.dtype)
         models.setdefault(export, {})[job.case.name] = model
     return models
+
+
+def module_elsewhere(
+    engines: tuple[str, ...], eps: tuple[str, ...], workload: Workload
+) -> list[dict]:
+    """A skipped row per module engine where the user's module lies on a provider this run
+    does not time (a CUDA module, ONNX Runtime's CUDA provider absent or not asked for): the
+    module runtimes run it where it is, so they have no row, and the table says why."""
+    if workload.module_ep is None or workload.module_ep in eps:
+        return []
+    reason = (
+        f"the module is on {workload.module_ep}, a provider this run does not time (its "
+        f"providers: {', '.join(eps) or 'none'}); the torch engines run it where it is"
+    )
+    return [
+        {"case": workload.case, "engine": engine, "ep": workload.module_ep,
+         **workload.shape_fields(), "status": Status.SKIP.value, "reason": reason}
+        for engine in engines
+        if engine in RUNTIMES and runtime_class(engine).consumes == "module"
+    ]  # fmt: skip
 
 
 def _ceilings(settings: BenchSettings, log: Log) -> tuple[dict[str, dict], list[dict[str, str]]]:

@@ -16,9 +16,11 @@ from tconform.bench import ceiling
 from tconform.bench.compare import compare_reports, load_report
 from tconform.bench.engines import MODULE_ENGINES, parse_engines
 from tconform.bench.report import BenchReport, write_json, write_markdown, write_plot
-from tconform.bench.run import bench_settings
+from tconform.bench.run import bench_settings, module_elsewhere
+from tconform.bench.workload import Workload
 from tconform.commands.bench import bench_in_child
 from tconform.errors import EXIT_USAGE, UsageError
+from tconform.runtimes import ModuleTarget
 
 # A user's package in the current folder. `gains` multiplies by 1e5, beyond float16's largest
 # value (65504): its float16 conversion clamps the constant (onnxruntime.transformers.float16's
@@ -74,6 +76,19 @@ def test_a_users_model_has_only_its_own_graph_variants():
     assert plain.exports == ()  # nothing exported for torch alone
     assert plain.module.shapes is False  # the example's shape only: no other shape is made
     assert settings("a.b:c", "torch", input_sets=("batch-1",)).module.shapes is True
+
+
+@pytest.mark.unit
+def test_a_module_on_a_provider_the_run_does_not_time_has_skipped_torch_rows():
+    on_cuda = Workload("m", "model", 1, None, {}, dict, ModuleTarget(dict, ()), input_set="example",
+                       module_ep="cuda")  # fmt: skip
+    engines = ("onnxruntime", "torch", "torch-int8")
+    rows = module_elsewhere(engines, ("cpu",), on_cuda)
+    assert [(r["engine"], r["ep"], r["status"]) for r in rows] == [
+        ("torch", "cuda", "skip"), ("torch-int8", "cuda", "skip"),
+    ]  # fmt: skip
+    assert "the module is on cuda" in rows[0]["reason"] and rows[0]["input_set"] == "example"
+    assert module_elsewhere(engines, ("cpu", "cuda"), on_cuda) == []
 
 
 @pytest.mark.integration
