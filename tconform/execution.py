@@ -212,7 +212,11 @@ class Opened:
         return self.session.take(value, rows, axis)
 
     def timed_call(self, inputs: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
-        return self.session.timed_call(self.feeds(inputs), io_binding)
+        """One prepared forward pass on `inputs`; FixedDimension where the model fixes a
+        dimension they have otherwise (named as such, not left to the runtime's first error)."""
+        feeds = self.feeds(inputs)
+        require_free_dimensions(self.session.inputs, feeds)
+        return self.session.timed_call(feeds, io_binding)
 
     def op_profile(self, inputs: Mapping[str, np.ndarray]) -> dict[str, float] | None:
         """Kernel milliseconds per op type, where the runtime profiles (None elsewhere)."""

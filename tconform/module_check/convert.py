@@ -28,8 +28,12 @@ def convert(base: Path, dtype: str, target: Path) -> None:
         quantize_int8(base, target)
         return
     from onnxruntime.transformers.float16 import convert_float_to_float16
+    from onnxruntime.transformers.onnx_model import OnnxModel
 
     with quiet_quantizer():  # the converter logs on the root logger too
         model = convert_float_to_float16(onnx.load(str(base)), keep_io_types=True)
+        # The converter appends the Casts of float inputs after their consumers; ONNX wants
+        # every node after what it reads (ONNX Runtime's own wrapper sorts the same way).
+        OnnxModel.graph_topological_sort(model.graph, is_deterministic=True)
     restore_scopes(model.graph)
     atomic_write_bytes(target, model.SerializeToString())

@@ -40,6 +40,7 @@ from tconform.module_check.exporting import (
     check_opset,
     default_export_dir,
     export_module,
+    record_own_files,
     require_own_export_folder,
 )
 from tconform.module_check.float64_copy import (
@@ -314,8 +315,9 @@ class ModuleSuite(Suite):
             require_own_export_folder(folder)
             folder.mkdir(parents=True, exist_ok=True)
             progress(f"{self.where}: converting to {cell.dtype} into {folder}")
+            folder.mkdir(parents=True, exist_ok=True)  # the quantiser writes no folder
             convert(base.path, cell.dtype, folder / "model.onnx")
-            record_own_files(folder)
+            record_own_files(folder)  # so that the next run may replace it
             return given_file(folder / "model.onnx", origin="exported")
         path = folder / "model.onnx"
         if path in self._exported:
