@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tconform.check_folder import record_own_files, require_repro_folder
+from tconform.check_folder import require_repro_folder
 from tconform.compare import Tolerance, judge_outputs, tolerance_for, tolerance_value
 from tconform.errors import (
     EndedByUserCode,
@@ -313,7 +313,6 @@ class ModuleSuite(Suite):
             float32 = replace(cell, dtype="float32")
             base = self._model(float32, self._cell_dir(float32), progress)
             require_own_export_folder(folder)
-            folder.mkdir(parents=True, exist_ok=True)
             progress(f"{self.where}: converting to {cell.dtype} into {folder}")
             folder.mkdir(parents=True, exist_ok=True)  # the quantiser writes no folder
             convert(base.path, cell.dtype, folder / "model.onnx")
