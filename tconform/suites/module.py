@@ -182,6 +182,7 @@ class ModuleSuite(Suite):
         self.sets: list[InputSet] = []
         self._exported: dict[Path, ModelUnderTest] = {}
         self.exported_with: str | None = None  # the exporter that ran (auto: which one)
+        self.exporter_reason = ""  # why it is not the one asked for ("" when it is)
         self.export_axes: dict[str, dict[int, str]] = {}  # the axes the export kept free
         # the given inputs' set is named after their file, as `--inputs` names it
         self.example = subject.inputs.name if subject.inputs is not None else EXAMPLE
@@ -329,7 +330,7 @@ class ModuleSuite(Suite):
         model = given_file(path, origin="exported")
         notes = tuple(n for n in (why,) if n)
         self._exported[path] = replace(model, notes=notes) if notes else model
-        self.exported_with = ran
+        self.exported_with, self.exporter_reason = ran, why
         return self._exported[path]
 
     def _export(self, module, inputs, path: Path, cell: Cell, progress) -> tuple[str, str]:
@@ -452,6 +453,7 @@ class ModuleSuite(Suite):
             "outputs": self.output_names,
             "model": str(subject.model) if subject.model else str(self.export_dir),
             "exporter": self.exported_with,
+            "exporter_reason": self.exporter_reason,
             "exporter_asked": None if subject.model else list(self.request.axes.exporters),
             "opset": None if subject.model else list(self.request.axes.opsets),
             "dynamic": {n: {str(a): d for a, d in axes.items()} for n, axes in self.axes.items()},
