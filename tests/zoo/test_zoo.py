@@ -121,7 +121,11 @@ def test_a_left_padded_decoder_fails_naming_padding_and_passes_with_the_mask(tmp
     # query positions, whose outputs no framework defines.
     module, inputs = llama_left_padded("sdpa")
     report = tconform.check(  # at the example's shape: the padding is the example's
-        module, inputs, out_dir=tmp_path / "export", runtimes=("onnxruntime",), repro=tmp_path / "r",
+        module,
+        inputs,
+        out_dir=tmp_path / "export",
+        runtimes=("onnxruntime",),
+        repro=tmp_path / "r",
         shapes=False,
     )
     (ort,) = report.results
