@@ -30,17 +30,18 @@ from importlib import metadata
 from pathlib import Path
 
 from tconform import golden, registry
-from tconform.compare import TOLERANCES, Tolerance, judge_outputs, tolerance_for
+from tconform.compare import ROW_OUTPUT_RMS, TOLERANCES, Tolerance, judge_outputs, tolerance_for
 from tconform.execution import Subject, execute
 from tconform.models import derived_file
 from tconform.results import Result, Status
 from tconform.runtimes import make_runtime
-from tconform.sensitivity import export_models, format_sqnr
+from tconform.studies.sensitivity import export_models, format_sqnr
 from tconform.versions import cpu_name, library_versions
 
 RUNTIMES = ("onnxruntime", "openvino")
-# Tolerance(1, 1): the share of it an output uses is the t of the row it would just pass.
-UNIT = Tolerance(1.0, 1.0, "the needed t is this row's share used")
+# Tolerance(1, 1), its atol scaled to each output's RMS as a row's is: the share of it an
+# output uses is the t of the row it would just pass.
+UNIT = Tolerance(1.0, 1.0, "the needed t is this row's share used", atol_rms=ROW_OUTPUT_RMS)
 
 
 def measure(golden_dir: Path, dtype: str, work: Path) -> list[dict]:

@@ -178,6 +178,8 @@ class Opened:
         notes = list(self.subject.onnx.notes) if self.onnx_file else []
         notes += self._precision_notes
         model = self.subject.onnx
+        if self.onnx_file and model.provenance.compute_note:
+            notes.append(model.provenance.compute_note)
         if self.onnx_file and model.precision != model.io_type:
             notes.append(
                 f"{model.provenance.compute_elem_type} computation with {model.io_type} inputs "
@@ -210,7 +212,11 @@ class Opened:
         return self.session.take(value, rows, axis)
 
     def timed_call(self, inputs: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
-        return self.session.timed_call(self.feeds(inputs), io_binding)
+        """One prepared forward pass on `inputs`; FixedDimension where the model fixes a
+        dimension they have otherwise (named as such, not left to the runtime's first error)."""
+        feeds = self.feeds(inputs)
+        require_free_dimensions(self.session.inputs, feeds)
+        return self.session.timed_call(feeds, io_binding)
 
     def op_profile(self, inputs: Mapping[str, np.ndarray]) -> dict[str, float] | None:
         """Kernel milliseconds per op type, where the runtime profiles (None elsewhere)."""
@@ -316,11 +322,18 @@ def match_feeds(
 
 def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     """`result`'s verdict from its comparisons: fail if any fails; nothing compared (no output
-    holding an element) is `skip`, never a pass, and so is each output that compared nothing."""
+    holding an element) is `skip`, never a pass, and so is each output that compared nothing.
+    What a comparison notes of its tolerance (an atol scaled to the output, or one above it)
+    joins the result's notes."""
     for comparison in comparisons:
         if comparison.status == "pass" and not comparison.compared:
             comparison.status, comparison.message = "skip", "no element compared"
     result.outputs = comparisons
+    result.notes += [c.note for c in comparisons if c.note and c.note not in result.notes]
+    left_out = sum(c.excluded for c in comparisons)
+    if left_out:  # the padding mask's zeros (check --padding-mask)
+        total = sum(c.compared + c.excluded for c in comparisons)
+        result.notes.append(f"{left_out} of {total} output elements left out (padded positions)")
     failed = [c for c in comparisons if c.status == "fail"]
     if failed:
         result.status = str(Status.FAIL)

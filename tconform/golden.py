@@ -228,11 +228,12 @@ def _write_locked(golden_dir, cfg, seed, cases, preset, on_case, kept: dict) -> 
 
 
 def tolerance_table() -> dict[str, dict[str, float]]:
-    """compare.TOLERANCES as the manifest records it for tools without tconform: atol, rtol
-    and, for the rows that have one, the SQNR floor in dB."""
+    """compare.TOLERANCES as the manifest records it for tools without tconform: atol, rtol,
+    the output RMS the atol stands for (an output of a smaller RMS is held to atol * RMS /
+    atol_rms) and, for the rows that have one, the SQNR floor in dB."""
     table = {}
     for (precision, klass), t in TOLERANCES.items():
-        row = {"atol": t.atol, "rtol": t.rtol}
+        row = {"atol": t.atol, "rtol": t.rtol, "atol_rms": t.atol_rms}
         if t.min_sqnr_db is not None:
             row["min_sqnr_db"] = t.min_sqnr_db
         table[f"{precision}/{klass}"] = row

@@ -78,11 +78,13 @@ class ModelUnderTest:
 
     @property
     def precision(self) -> str:
-        """Its tolerance row: int8 (int4) when most of its weights are int8 (int4) read by
-        quantised ops (onnxruntime.quantization's graphs); float16 or bfloat16 when its inputs
-        and outputs are, or most of its operations take that type (a conversion that kept
-        float32 inputs and outputs); float16 weights Cast back to float32, or a Cast pair, do
-        not loosen it."""
+        """Its tolerance row, earned by what reaches its outputs (dead nodes and weights do
+        not count; tconform.provenance.compute_type): int8 (int4) when its live weights are
+        int8 (4-bit) read by quantised ops (onnxruntime.quantization's graphs); float16 or
+        bfloat16 when its inputs and outputs are, or its live operations take that type (a
+        conversion that kept float32 inputs and outputs); float16 weights Cast back to float32,
+        or a Cast pair, do not loosen it, and live compute that mixes precisions takes the
+        stricter row."""
         compute = self.provenance.compute_elem_type
         if compute in QUANTIZED_TYPES:
             return compute

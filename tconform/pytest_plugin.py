@@ -9,7 +9,8 @@ runs these items instead of the test files it collected; a session whose every u
 checked nothing, and ends with exit 5 (pytest's "no tests ran") and a line saying so, never 0.
 With --tconform-module PACKAGE.MODULE:FACTORY the units are those of a user's model, as
 `tconform check` lays them out (its shapes, its cells), instead of tconform's own cases. One
-suite is opened per session and serves every unit: a model is copied and exported once.
+suite is opened per session for a user's model and serves every unit: it is copied and
+exported once.
 
 Loaded by every pytest session of a project that installs tconform (the `pytest11` entry point),
 so without --tconform it does nothing and imports nothing beyond pytest.
@@ -135,21 +136,28 @@ def _request(config: pytest.Config):
 
 
 class _Suites:
-    """The session's one open suite (its request's), opened at collection and kept for the
-    units, so that a module is built, copied and exported once, not once per unit."""
+    """Where the session's units run. A user's model's suite is opened once, at collection, and
+    kept for every unit, so that the model is copied and exported once, not once per unit.
+    tconform's own cases get a suite per unit: it holds the golden and artifacts folders' locks
+    only while the unit runs, since xdist's other workers export into the same folders."""
 
     def __init__(self) -> None:
         import contextlib
 
         self.stack = contextlib.ExitStack()
-        self.suite = None
+        self.kept = None
 
-    def open(self, request):
+    def suite(self, request):
+        import contextlib
+
+        from tconform.request import UserModel
         from tconform.suites import open_suite
 
-        if self.suite is None:
-            self.suite = self.stack.enter_context(open_suite(request))
-        return self.suite
+        if not isinstance(request.subject, UserModel):
+            return open_suite(request)
+        if self.kept is None:
+            self.kept = self.stack.enter_context(open_suite(request))
+        return contextlib.nullcontext(self.kept)
 
     def pytest_sessionfinish(self) -> None:
         self.stack.close()
@@ -172,7 +180,8 @@ def pytest_collection_modifyitems(
     suites = _Suites()
     config.pluginmanager.register(suites, "tconform-suites")
     try:
-        units = plan(request, suites.open(request)).units
+        with suites.suite(request) as suite:
+            units = plan(request, suite).units
     except TconformError as exc:
         raise pytest.UsageError(f"tconform: {exc}") from None
     if items:
@@ -213,7 +222,8 @@ class UnitItem(pytest.Item):
         report = RunReport("verify")
         request = replace(self.request, only_units=frozenset({self.unit}))
         try:
-            run(request, self.suites.open(self.request), report, lambda _: None)
+            with self.suites.suite(request) as suite:
+                run(request, suite, report, lambda _: None)
         except TconformError as exc:
             raise UnitFailed(f"tconform: error: {exc}") from None
         results = [r for r in report.results if result_unit(r) == self.unit]
@@ -232,5 +242,8 @@ class UnitItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
+        from tconform.request import UserModel
+
         subject = self.request.subject
-        return getattr(subject, "golden_dir", subject.target), None, UNIT + self.unit
+        where = subject.target if isinstance(subject, UserModel) else subject.golden_dir
+        return where, None, UNIT + self.unit

@@ -153,7 +153,7 @@ def check(
 
     def run(report, progress) -> None:
         from tconform.check_folder import require_own_export_folder, require_repro_folder
-        from tconform.request import Localising, Request, Tolerances, UserModel
+        from tconform.request import Localising, Request, UserModel
 
         if model_path is None:
             require_own_export_folder(folder)
@@ -166,11 +166,9 @@ def check(
                 target, inputs_path, tuple(dynamic), model_path, folder, padding_mask,
                 shapes=not no_shapes,
             ),
-            runtimes=runtime.options(),  # --ep is checked here, before the child starts
-            allow_missing_ep=runtime.allow_missing_ep,
-            strict_placement=runtime.strict_placement,
+            **runtime.request_fields(),  # --ep is checked here, before the child starts
             axes=axes.axes(runtime, {"exporters": ("auto",)}),
-            tolerances=Tolerances(tolerance.atol, tolerance.rtol, tolerance.per_output),
+            tolerances=tolerance,
             localise=Localising(localise, isolate, repro_dir),
             command=shlex.join(["tconform", *sys.argv[1:]]),
         )  # fmt: skip

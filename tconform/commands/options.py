@@ -445,6 +445,14 @@ class RuntimeChoice:
     allow_missing_ep: bool = False
     strict_placement: bool = False
 
+    def request_fields(self) -> dict[str, object]:
+        """What a tconform.request.Request takes of the runtime group."""
+        return {
+            "runtimes": self.options(),
+            "allow_missing_ep": self.allow_missing_ep,
+            "strict_placement": self.strict_placement,
+        }
+
     def options(self):
         from tconform.runtimes import RuntimeOptions
         from tconform.runtimes.providers import parse_eps
@@ -583,23 +591,17 @@ def runtime_options(*names: str, ep: str = "cpu", threads: str | None = None):
 # --- the tolerance group -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ToleranceChoice:
-    """--atol, --rtol and --tolerance OUTPUT=ATOL,RTOL as given: every value finite and >= 0."""
-
-    atol: float | None = None
-    rtol: float | None = None
-    per_output: tuple[tuple[str, tuple[float, float]], ...] = ()
-
-
 def tolerance_options(default: str = "the float32 model row"):
-    """The tolerance group, received by the command as one `tolerance` (a ToleranceChoice).
+    """The tolerance group, received by the command as one `tolerance` (a
+    tconform.request.Tolerances).
     NaN, infinity and negative values are usage errors (exit 2) by type."""
 
     def decorate(command):
         @functools.wraps(command)
         def with_tolerance(*args, atol, rtol, per_output, **kwargs):
-            tolerance = ToleranceChoice(atol, rtol, tuple(per_output))
+            from tconform.request import Tolerances
+
+            tolerance = Tolerances(atol, rtol, tuple(per_output))
             return command(*args, tolerance=tolerance, **kwargs)
 
         for decl in reversed(

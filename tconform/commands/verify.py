@@ -93,34 +93,21 @@ def verify(
     from tconform.report import RunReport
     from tconform.request import Localising, References, Request
 
-    if axes.given and not axes.matrix:  # a plain run's one cell is the artifacts folder's own
-        flag = next(f for f, (name, _) in AXIS_OPTIONS.items() if name in dict(axes.given))
-        raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
-    if generation and (axes.matrix or shard):
-        raise click.UsageError("--generation runs on its own: not with --matrix or --shard")
-    if generation and cases:
-        raise click.UsageError(
-            "--case selects components; --generation checks every generation golden (name its "
-            "models gen_encoder, gen_step, gen_prefix with --model)"
-        )
+    _refuse_conflicts(axes, generation, shard, cases)
     model_paths = [item.partition("=")[2].strip() for item in models]
     require_reports_apart(
         [m for m in model_paths if m], *reports.values(), what="the model under test"
     )
 
     def run(report, progress) -> None:
-        lookup = _generation_case if generation else _component_case
+        lookup = _generation_case() if generation else _component_case()
+        subject = References(
+            golden_dir, artifacts_dir, cases, parse_model_options(models, lookup),
+            export=not no_export, attention=attention, with_doc=not no_doc,
+        )  # fmt: skip
         request = Request(
-            References(
-                golden_dir, artifacts_dir, cases, parse_model_options(models, lookup()),
-                export=not no_export, attention=attention, with_doc=not no_doc,
-            ),
-            runtimes=runtime.options(),
-            allow_missing_ep=runtime.allow_missing_ep,
-            strict_placement=runtime.strict_placement,
-            axes=axes.axes(runtime),
-            localise=Localising(localise),
-            shard=shard,
+            subject, **runtime.request_fields(), axes=axes.axes(runtime),
+            localise=Localising(localise), shard=shard,
         )  # fmt: skip
         if generation:
             from tconform.generation.verify import verify_generation
@@ -131,14 +118,20 @@ def verify(
 
             run_request(request, report, progress)
 
-    render = None
-    if axes.matrix:
-        from tconform.report.pivot import render_with_pivot
+    run_and_report(RunReport("verify"), run, quiet, reports)
 
-        def render(report) -> str:
-            return render_with_pivot(report.results) if report.results else ""
 
-    run_and_report(RunReport("verify"), run, quiet, reports, render=render)
+def _refuse_conflicts(axes, generation: bool, shard, cases) -> None:
+    if axes.given and not axes.matrix:  # a plain run's one cell is the artifacts folder's own
+        flag = next(f for f, (name, _) in AXIS_OPTIONS.items() if name in dict(axes.given))
+        raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
+    if generation and (axes.matrix or shard):
+        raise click.UsageError("--generation runs on its own: not with --matrix or --shard")
+    if generation and cases:
+        raise click.UsageError(
+            "--case selects components; --generation checks every generation golden (name its "
+            "models gen_encoder, gen_step, gen_prefix with --model)"
+        )
 
 
 def _component_case():

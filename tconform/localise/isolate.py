@@ -217,11 +217,18 @@ def write_bundle(
     """The repro bundle in `folder` (new, empty, or a bundle tconform wrote there and that is as
     it wrote it: folders.replace_whole), written beside it and moved into place whole. `about`:
     the model's provenance, the runtime and the command, for the README."""
+    # Each output's atol as it was judged: the tolerance's, scaled to the output's RMS where
+    # the tolerance is a row's (tconform.compare.Tolerance.atol_for).
+    atols = {
+        o.name: c.atol
+        for o, c in zip(isolation.subgraph.graph.output, isolation.comparisons, strict=True)
+    }
     record = {
         "tool": BUNDLE_TOOL,
         "module": boundary.label,
         "class": boundary.cls,
         "atol": tol.atol,
+        "atol_by_output": atols,
         "rtol": tol.rtol,
         "inputs_from": isolation.inputs_from,
         "nodes": isolation.nodes,
@@ -233,13 +240,18 @@ def write_bundle(
     }
 
     def write(staging: Path) -> None:
-        _write_files(staging, isolation, boundary, tol, about)
+        _write_files(staging, isolation, boundary, tol, about, atols)
 
     return replace_whole(folder, BUNDLE_MARKER, record, write, "--repro")
 
 
 def _write_files(
-    folder: Path, isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dict
+    folder: Path,
+    isolation: Isolation,
+    boundary: Boundary,
+    tol: Tolerance,
+    about: dict,
+    atols: dict[str, float],
 ) -> None:
     atomic_write_bytes(folder / "model.onnx", isolation.subgraph.SerializeToString())
     data = folder / "test_data_set_0"
@@ -251,7 +263,7 @@ def _write_files(
         tensor = numpy_helper.from_array(isolation.expected[value], name=value)
         atomic_write_bytes(data / f"output_{k}.pb", tensor.SerializeToString())
     atomic_write_bytes(
-        folder / "reproduce.py", _REPRODUCE.format(atol=tol.atol, rtol=tol.rtol).encode()
+        folder / "reproduce.py", _REPRODUCE.format(atols=atols, rtol=tol.rtol).encode()
     )
     atomic_write_bytes(folder / "README.md", _readme(isolation, boundary, tol, about).encode())
 
@@ -260,6 +272,12 @@ def _readme(isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dic
     worst = max(isolation.comparisons, key=share_used)
     cumulative = boundary.worst
     model = about.get("model") or {}
+    scaled = (
+        f" times an output's RMS over {tol.atol_rms:g} where that is below 1 (each output's: "
+        "bundle.json, atol_by_output)"
+        if tol.atol_rms is not None
+        else ""
+    )
     lines = [
         f"# Repro: `{boundary.label}` ({boundary.cls})",
         "",
@@ -273,8 +291,8 @@ def _readme(isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dic
         + ", ".join(f"`{n}` from the {src}" for n, src in isolation.inputs_from.items())
         + " (the reference's values rounded to the model's type; integer and boolean inputs as "
         "the model computed them).",
-        f"- Rule: |actual - expected| <= atol + rtol * |expected|, atol {tol.atol:g}, rtol "
-        f"{tol.rtol:g} ({tol.why}).",
+        f"- Rule: |actual - expected| <= atol + rtol * |expected|, atol {tol.atol:g}{scaled}, "
+        f"rtol {tol.rtol:g} ({tol.why}).",
         f"- Isolated (this subgraph on these inputs, {about.get('runtime')}): {worst.status}, "
         f"max abs err {worst.max_abs_err:.3g}, {worst.mismatches} elements outside tolerance.",
     ]
@@ -316,7 +334,7 @@ import onnx
 import onnxruntime
 from onnx import numpy_helper
 
-ATOL, RTOL = {atol!r}, {rtol!r}
+ATOL, RTOL = {atols!r}, {rtol!r}  # atol by output
 here = Path(__file__).resolve().parent
 data = here / "test_data_set_0"
 session = onnxruntime.InferenceSession(str(here / "model.onnx"), providers=["CPUExecutionProvider"])
@@ -338,9 +356,9 @@ for name, want in expected.items():
     limit = float(np.finfo(actual[name].dtype).max)  # a masked fill compares as itself
     got, want = np.clip(got, -limit, limit), np.clip(want, -limit, limit)
     err = np.abs(got - want)
-    bad = ~(err <= ATOL + RTOL * np.abs(want))
+    bad = ~(err <= ATOL[name] + RTOL * np.abs(want))
     print(f"{{name}}: max abs err {{np.nanmax(err):.3g}}, {{int(bad.sum())}} of {{bad.size}} "
-          f"elements outside atol {{ATOL:g}} + rtol {{RTOL:g}}*|expected|")
+          f"elements outside atol {{ATOL[name]:.3g}} + rtol {{RTOL:g}}*|expected|")
     failed = failed or bool(bad.any())
 sys.exit(1 if failed else 0)
 '''

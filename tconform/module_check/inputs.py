@@ -20,6 +20,7 @@ from torch import nn
 
 from tconform.check_folder import require_target
 from tconform.errors import UsageError, calling_user_code
+from tconform.runtimes.torch import as_array
 
 
 @dataclass
@@ -57,7 +58,7 @@ class ModuleInputs:
         )
 
     def feeds(self) -> dict[str, np.ndarray]:
-        return {name: t.detach().cpu().numpy() for name, t in self.named().items()}
+        return {name: as_array(t) for name, t in self.named().items()}
 
 
 def _positional_names(module: nn.Module, count: int) -> tuple[str, ...]:

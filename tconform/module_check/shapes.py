@@ -21,6 +21,7 @@ sequence twice.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -73,11 +74,16 @@ def _along(inputs: ModuleInputs, axes: Axes, label: str, change) -> ModuleInputs
 
 
 def _size(inputs: ModuleInputs, axes: Axes, label: str) -> int | None:
-    named = inputs.named()
+    return axis_size({name: tuple(t.shape) for name, t in inputs.named().items()}, axes, label)
+
+
+def axis_size(shapes: Mapping[str, Sequence[int]], axes: Axes, label: str) -> int | None:
+    """The size of the axes named `label` (batch, seq) in inputs of these `shapes` (None where
+    no input has one)."""
     for name, found in axes.items():
         for axis, axis_label in found.items():
-            if axis_label == label and name in named:
-                return int(named[name].shape[axis])
+            if axis_label == label and name in shapes:
+                return int(shapes[name][axis])
     return None
 
 

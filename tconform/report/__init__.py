@@ -48,9 +48,12 @@ class RunReport:
         if not self.results:
             return ""
         from tconform.localise import render as render_localisation
+        from tconform.report.pivot import render_with_pivot
 
+        # a matrix run: its pivot of cases x cells too
+        rows = render_with_pivot(self.results) if self.settings.get("matrix") else None
         return "\n\n".join(
-            [table.render(self.results), *(render_localisation(loc) for loc in self.localisations)]
+            [rows or table.render(self.results), *map(render_localisation, self.localisations)]
         )
 
     def summary(self) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tconform.compare import BFLOAT16
 from tconform.errors import ProviderUnavailable
 from tconform.provenance import module_provenance
 from tconform.runtimes.base import ModuleTarget, Session, TensorInfo, TimedCall, select
@@ -28,6 +29,24 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float64": torch.float64,
 }
+
+
+def as_array(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor as a NumPy array on the host; bfloat16, which NumPy lacks, as ml_dtypes'
+    bfloat16 (the type ONNX tools use), bit for bit."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(BFLOAT16)
+    return tensor.numpy()
+
+
+def as_tensor(array: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:
+    """A NumPy array as a new tensor on `device` (a copy: golden arrays are read-only views of
+    their files); ml_dtypes' bfloat16 as torch.bfloat16, bit for bit."""
+    array = np.asarray(array)
+    if array.dtype == BFLOAT16:
+        return torch.tensor(array.view(np.int16), device=device).view(torch.bfloat16)
+    return torch.tensor(array, device=device)
 
 
 def flatten_outputs(out: object, prefix: str = "output") -> list[tuple[str, torch.Tensor]]:
@@ -204,7 +223,7 @@ def _host_array(tensor: torch.Tensor, autocast: str | None) -> np.ndarray:
     type, which holds every bfloat16 value exactly."""
     if autocast is not None and tensor.dtype == DTYPES[autocast]:
         tensor = tensor.float()
-    return tensor.detach().cpu().numpy()
+    return as_array(tensor)  # a bfloat16 module's outputs stay bfloat16
 
 
 class TorchSession(Session):
@@ -224,8 +243,7 @@ class TorchSession(Session):
         self.notes: list[str] = []
 
     def _tensor(self, name: str, value: np.ndarray) -> torch.Tensor:
-        # torch.tensor copies: golden arrays are read-only views of the .pb files.
-        tensor = torch.tensor(value, device=self.runtime.device)
+        tensor = as_tensor(value, self.runtime.device)
         return tensor.to(DTYPES[self.runtime.dtype]) if name in self.target.floats else tensor
 
     def arguments(self, feeds: Mapping[str, np.ndarray]) -> tuple[list, dict]:

@@ -117,10 +117,12 @@ class Tolerances:
             # The row's own reason describes tconform's Transformer, not the user's module.
             why = f"tconform's {precision} {TOLERANCE_CLASS} row, check's default"
             return replace(row, why=why)
+        # The row's atol keeps scaling to each output's RMS; an atol the user set is theirs.
         return Tolerance(
             row.atol if self.atol is None else self.atol,
             row.rtol if self.rtol is None else self.rtol,
             "set by the user",
+            atol_rms=row.atol_rms if self.atol is None else None,
         )
 
     def by_output(self, precision: str) -> dict[str, Tolerance]:
@@ -182,6 +184,7 @@ class ModuleSuite(Suite):
         self.sets: list[InputSet] = []
         self._exported: dict[Path, ModelUnderTest] = {}
         self.exported_with: str | None = None  # the exporter that ran (auto: which one)
+        self.exporter_reason = ""  # why it is not the one asked for ("" when it is)
         self.export_axes: dict[str, dict[int, str]] = {}  # the axes the export kept free
         # the given inputs' set is named after their file, as `--inputs` names it
         self.example = subject.inputs.name if subject.inputs is not None else EXAMPLE
@@ -209,11 +212,7 @@ class ModuleSuite(Suite):
         own = run_eagerly(
             self.module, inputs.converted(None, module_device(self.module)), self.where
         )
-        finite = {
-            n: np.isfinite(t.detach().cpu().to(torch.float64).numpy())
-            for n, t in own
-            if t.is_floating_point()
-        }
+        finite = {n: torch.isfinite(t).cpu().numpy() for n, t in own if t.is_floating_point()}
         names = [n for n, _ in own]
         del own
         progress(f"{self.where}: running its float64 copy ({set_name})")
@@ -225,7 +224,15 @@ class ModuleSuite(Suite):
     def _add_shapes(self, progress: Progress) -> None:
         """The shapes the example never had, where the module runs at them, and the batch
         consistency of the larger batch."""
+        size = _nbytes(self.inputs)
         for variant in variants(self.inputs, self.axes):
+            if size > LARGER_SHAPES_BUDGET and _nbytes(variant.inputs) > size:
+                self.notes.append(
+                    f"{variant.name}: not checked: the example's inputs hold {size / 2**20:.0f} "
+                    "MiB, and a larger shape would multiply the check's memory (the smaller "
+                    "shapes are checked)"
+                )
+                continue
             try:
                 self._add_set(variant.name, variant.inputs, progress)
             except (EndedByUserCode, KeyboardInterrupt):
@@ -330,7 +337,7 @@ class ModuleSuite(Suite):
         model = given_file(path, origin="exported")
         notes = tuple(n for n in (why,) if n)
         self._exported[path] = replace(model, notes=notes) if notes else model
-        self.exported_with = ran
+        self.exported_with, self.exporter_reason = ran, why
         return self._exported[path]
 
     def _plan(self, base: Path, precision: str, folder: Path, progress) -> PrecisionPlan:
@@ -469,6 +476,7 @@ class ModuleSuite(Suite):
             "outputs": self.output_names,
             "model": str(subject.model) if subject.model else str(self.export_dir),
             "exporter": self.exported_with,
+            "exporter_reason": self.exporter_reason,
             "exporter_asked": None if subject.model else list(self.request.axes.exporters),
             "opset": None if subject.model else list(self.request.axes.opsets),
             "dynamic": {n: {str(a): d for a, d in axes.items()} for n, axes in self.axes.items()},
@@ -484,6 +492,15 @@ class ModuleSuite(Suite):
             },
             "notes": self.notes,
         }
+
+
+# Shapes larger than the example's are checked while its inputs hold at most this: a check of a
+# large input stays within a small multiple of it (docs/check.md, "Large inputs").
+LARGER_SHAPES_BUDGET = 64 * 2**20
+
+
+def _nbytes(inputs: ModuleInputs) -> int:
+    return sum(t.element_size() * t.nelement() for t in inputs.tensors)
 
 
 def module_dtype(module: nn.Module) -> str:

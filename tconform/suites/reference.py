@@ -34,7 +34,7 @@ from tconform.export import (
 from tconform.files import sha256_file
 from tconform.folders import folder_lock
 from tconform.localise import Localisation
-from tconform.localise.cases import localise_case
+from tconform.localise.registry_case import localise_case
 from tconform.models import ModelUnderTest, given_model, held_model, model_from_record
 from tconform.module_check.convert import PLANNED
 from tconform.plan import Lane, Progress, Suite, matrix_cells

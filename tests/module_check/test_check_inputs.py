@@ -107,6 +107,9 @@ def test_default_tolerance_is_the_model_row_with_overrides():
     per_output = tols.by_output("float32")
     assert (per_output["a"].atol, per_output["a"].rtol) == (row.atol, 2e-4)
     assert (per_output["b"].atol, per_output["b"].rtol) == (1.0, 0.5)
+    # The row's atol keeps scaling to each output's RMS; an atol the user set is taken as given.
+    assert per_output["a"].atol_rms == row.atol_rms and per_output["b"].atol_rms is None
+    assert Tolerances(("a",), atol=1e-3).module("float32").atol_rms is None
     float16 = Tolerances(("a",)).module("float16")
     assert (float16.atol, float16.rtol) == (TOLERANCES[("float16", "model")].atol,) * 2
     assert float16.why == "tconform's float16 model row, check's default"
