@@ -227,7 +227,7 @@ def _planning(tmp_path, monkeypatch, rounds: list[list[Boundary]]):
         precision_plan, "localise", lambda *_, **__: SimpleNamespace(boundaries=next(scripted))
     )
     tree = ModuleTree({"": "pkg.Model", "a": "pkg.A", "a.x": "pkg.X", "b": "pkg.B"})
-    reference = Float64Copy({}, "float64", [], tree, None)
+    reference = Float64Copy({}, "float64", tree, None, capture=list)  # no calls: scripted
     (tmp_path / "cell").mkdir()
     plan = make_plan(
         tmp_path / "base.onnx", "int8", reference, {}, make_runtime("onnxruntime"),
