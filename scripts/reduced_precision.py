@@ -13,7 +13,7 @@ checkpoint's held-out sources:
   (float32, int8 and int4 on ONNX Runtime, bfloat16 on OpenVINO: ONNX Runtime's CPU provider has no
   bfloat16 MatMul), `--batch` sources a run (default: all at once, then one at a time; int8
   depends on it), scored against the oracle's tokens (tconform.quality.token_agreement) and
-  against the task's answers (tconform.checkpoints.score);
+  against the task's answers (tconform.studies.checkpoints.score);
 - each export's step log-probabilities under teacher forcing on the oracle's tokens: top-1
   agreement, KL(oracle || model) and SQNR over the oracle's decoded steps;
 - the whole `transformer` fed the answers (as in training): its logits' top-1 agreement, KL
@@ -39,16 +39,17 @@ from pathlib import Path
 
 import numpy as np
 
-from tconform import checkpoints, quality, registry
+from tconform import quality, registry
 from tconform.compare import tolerance_for
 from tconform.execution import Subject, open_subject
 from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs
 from tconform.generation.driver import Decoding, Generation, Strategy, generate, teacher_forced
 from tconform.generation.steppers import make_stepper
-from tconform.localise.cases import localise_case
+from tconform.localise.registry_case import localise_case
 from tconform.models import model_from_record
 from tconform.registry import GENERATION_CASES
 from tconform.runtimes import make_runtime
+from tconform.studies import checkpoints
 from tconform.versions import library_versions
 from tconform.weights import load_checkpoint, read_record
 

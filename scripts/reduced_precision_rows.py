@@ -35,7 +35,7 @@ from tconform.execution import Subject, execute
 from tconform.models import derived_file
 from tconform.results import Result, Status
 from tconform.runtimes import make_runtime
-from tconform.sensitivity import export_models, format_sqnr
+from tconform.studies.sensitivity import export_models, format_sqnr
 from tconform.versions import cpu_name, library_versions
 
 RUNTIMES = ("onnxruntime", "openvino")

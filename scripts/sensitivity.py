@@ -1,4 +1,5 @@
-"""How far past the tolerance line each fault of tconform.faults lands (docs/sensitivity.md).
+"""How far past the tolerance line each fault of tconform.studies.faults lands
+(docs/sensitivity.md).
 
     python scripts/sensitivity.py [--golden golden] [--fault NAME ...] [--keep DIR]
                                   [--dtype float32|int8|int4|bfloat16]
@@ -17,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from tconform.errors import TconformError
-from tconform.fault_catalogue import FAULTS, get_fault
-from tconform.sensitivity import format_used, markdown_table, measure
+from tconform.studies.fault_catalogue import FAULTS, get_fault
+from tconform.studies.sensitivity import format_used, markdown_table, measure
 
 
 def main() -> int:

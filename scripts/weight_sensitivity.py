@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
+from tconform.sensitivity import format_used
 from torch import nn
 
 from tconform.compare import Tolerance, compare_output, judge_outputs, tolerance_for
@@ -55,7 +56,6 @@ from tconform.module_check.inputs import as_inputs
 from tconform.results import Result
 from tconform.runtimes import make_runtime
 from tconform.runtimes.torch import flatten_outputs
-from tconform.sensitivity import format_used
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.zoo, from the checkout
 from tests.zoo import models as zoo

@@ -5,10 +5,11 @@ line refuses a folder before it starts the check's process. Inside an artifacts 
 `tconform verify` made artifacts/); everywhere else in a golden or artifacts folder is not.
 
 The folder is tconform check's own only as far as its `check.json` says: that record, with the
-tool's marker, holds the sha256 of each file check wrote (model.onnx, export.log). A file that is
-not recorded so, or changed since, is never replaced, and neither is a `check.json` that
-tconform check did not write (no marker, an unreadable record, hashes that are not sha256
-digests of its own files); nor is anything written into a golden or artifacts folder.
+tool's marker, holds the sha256 of each file check wrote (model.onnx, export.log, a precision
+plan's plan.json). A file that is not recorded so, or changed since, is never replaced, and
+neither is a `check.json` that tconform check did not write (no marker, an unreadable record,
+hashes that are not sha256 digests of its own files); nor is anything written into a golden or
+artifacts folder.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tconform.folders import (
 )
 
 OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
-OWN_FILES = ("model.onnx", "export.log")
+OWN_FILES = ("model.onnx", "export.log", "plan.json")
 TOOL = "tconform check"
 MAX_RECORD_BYTES = 2**20  # a record is a few hundred bytes
 

@@ -6,7 +6,8 @@ changes the others. Values are rounded to float32 first: the float64 oracle then
 exactly the weights a float32 model holds, so the golden is the exact answer for that model.
 
 Trained checkpoints (tconform/data/checkpoints/<name>.npz with <name>.json: config, task,
-training record, sha256; made by scripts/train_checkpoint.py, scored by tconform.checkpoints)
+training record, sha256; made by scripts/train_checkpoint.py, scored by
+tconform.studies.checkpoints)
 hold float32 arrays keyed by the Transformer's parameter names, which the generation models
 share: `checkpoint_params` gives any module whose names they cover its trained weights.
 """

@@ -1,7 +1,7 @@
 """The machine's limits, measured in the same run: the GEMM FLOP/s of each precision an engine
-computes in (float32, bfloat16, int8, int4), from a tiny probe per runtime that has the kernels,
-numpy's float32 GEMM for comparison, and memory copy bandwidth (for the memory-bound floor of
-batch-1 cases).
+computes in (float32, bfloat16, float16, int8, int4), from a tiny probe per runtime that has the
+kernels, numpy's float32 GEMM for comparison, and memory copy bandwidth (for the memory-bound
+floor of batch-1 cases).
 
 A precision's ceiling is the fastest of its probes: each runs one (size x size x size) product
 on the bench's provider and threads, through the kernels an engine of that precision runs:
@@ -9,6 +9,8 @@ on the bench's provider and threads, through the kernels an engine of that preci
   float32   ONNX Runtime MatMul; torch.mm
   bfloat16  OpenVINO's MatMul at its bf16 inference precision (where OpenVINO reads it back:
             AVX512-BF16 or AMX); torch.mm of bfloat16 tensors (what autocast runs)
+  float16   ONNX Runtime MatMul converted as a user's float16 model is; torch.mm of float16
+            tensors
   int8      ONNX Runtime on the MatMul quantised by the int8 dtype's own settings
             (DynamicQuantizeMatMul after fusion); torch's dynamic int8 Linear
   int4      ONNX Runtime on the MatMul quantised by the int4 dtype's own settings (MatMulNBits)
@@ -36,6 +38,7 @@ from tconform.errors import ProviderUnavailable
 from tconform.execution import Subject, open_subject
 from tconform.export import QUANTIZERS
 from tconform.models import derived_file
+from tconform.module_check.convert import convert
 from tconform.runtimes import Runtime
 from tconform.versions import cpu_name
 
@@ -83,8 +86,9 @@ def best_rate(run: Callable[[], object], work: float, warmup: int = 2) -> float:
 
 def onnx_gemm_gflops(runtime: Runtime, size: int | None = None, dtype: str = "float32") -> float:
     """GFLOP/s of the (size^3) MatMul model, quantised to `dtype` by that dtype's quantiser
-    where it is one (int8, int4), on `runtime`'s provider and threads (on a provider with device
-    memory with input and output bound there, so no host copies are timed)."""
+    where it is one (int8, int4) or converted to float16 (keep_io_types), on `runtime`'s
+    provider and threads (on a provider with device memory with input and output bound there,
+    so no host copies are timed)."""
     size = size or GEMM_SIZE  # read at call time, so tests can shrink it
     a = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,6 +96,9 @@ def onnx_gemm_gflops(runtime: Runtime, size: int | None = None, dtype: str = "fl
         path.write_bytes(matmul_model(size))
         if dtype in QUANTIZERS:
             QUANTIZERS[dtype](path, path.with_name(f"{dtype}.onnx"))
+            path = path.with_name(f"{dtype}.onnx")
+        elif dtype == "float16":  # as a user's model's float16 cell is made
+            convert(path, dtype, path.with_name(f"{dtype}.onnx"))
             path = path.with_name(f"{dtype}.onnx")
         with open_subject(runtime, Subject(derived_file(path))) as opened:
             call = opened.timed_call({"A": a}, io_binding=getattr(runtime, "device_memory", False))
@@ -103,8 +110,9 @@ def onnx_gemm_gflops(runtime: Runtime, size: int | None = None, dtype: str = "fl
 
 def torch_gemm_gflops(dtype: str) -> tuple[float, int]:
     """(GFLOP/s, size) of a (size^3) product through torch on the CPU, with torch's threads as
-    the bench set them: torch.mm in float32 or bfloat16; for int8 torch's dynamic int8 Linear
-    (what torch.ao.quantization.quantize_dynamic gives torch-int8), fed float32 activations.
+    the bench set them: torch.mm in float32, bfloat16 or float16; for int8 torch's dynamic int8
+    Linear (what torch.ao.quantization.quantize_dynamic gives torch-int8), fed float32
+    activations.
     Without native kernels a precision can be very slow (bfloat16 on an AVX2-only CPU: well
     under 1 GFLOP/s), so the size is the largest of GEMM_SIZE, GEMM_SIZE/2, ... whose product
     one timed run at 256^3 predicts to fit the probe's time budget (a smaller product is no
@@ -149,7 +157,7 @@ def _torch_product(dtype: str, size: int) -> Callable[[], object]:
         linear.set_weight_bias(torch.quantize_per_tensor(weight, scale, 0, torch.qint8), None)
         return lambda: linear(a)
     b = torch.randn(size, size, generator=generator)
-    typed = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    typed = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     a, b = a.to(typed), b.to(typed)
     return lambda: torch.mm(a, b)
 
@@ -193,6 +201,11 @@ PROBES = (
           _openvino_bf16),
     Probe("bfloat16", "torch", "torch.mm bfloat16 (what autocast runs)", ("cpu",),
           lambda runtime_for, ep: torch_gemm_gflops("bfloat16")),
+    Probe("float16", "onnxruntime",
+          "ONNX Runtime MatMul converted to float16 (onnxruntime.transformers.float16)",
+          ("cpu", "cuda"), _onnx_probe("float16")),
+    Probe("float16", "torch", "torch.mm float16", ("cpu",),
+          lambda runtime_for, ep: torch_gemm_gflops("float16")),
     Probe("int8", "onnxruntime",
           "ONNX Runtime MatMul quantised as --dtype int8 (DynamicQuantizeMatMul)", ("cpu",),
           _onnx_probe("int8")),

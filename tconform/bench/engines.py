@@ -1,10 +1,12 @@
 """The engines a bench run times: every runtime of tconform.runtimes.RUNTIMES that is a
 deployment target, opened through the execution layer. Graph variants (GRAPH_VARIANTS) are the
-engines that run one export on one runtime: ONNX Runtime on the plain, sdpa, optimizer-fused
-and int8 graphs (on CUDA the plain one also with IO binding), OpenVINO on the plain graph at
-its bfloat16 inference precision; the other ONNX runtimes (OpenVINO at float32) run the plain
-export; the module runtimes (PyTorch eager, torch.compile, torch's dynamic int8) the reference
-module. Each engine is opened once, gives back one call that runs a forward pass on fixed
+engines that run one export on one runtime: ONNX Runtime on the plain, sdpa, optimizer-fused,
+float16, bfloat16, int8 and int4 graphs (on CUDA the plain one also with IO binding), OpenVINO
+on the plain graph at its bfloat16 inference precision; the other ONNX runtimes (OpenVINO at
+float32) run the plain export; the module runtimes (PyTorch eager, torch.compile, torch's
+dynamic int8, bfloat16 autocast) the workload's module: tconform's reference module, or a
+user's own, as the user holds it. A user's model has the variants of its dtype cells only.
+Each engine is opened once, gives back one call that runs a forward pass on fixed
 inputs, and is closed before the next opens, so that its peak memory is its own."""
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import numpy as np
 
 from tconform.bench.fusions import fused_model, fused_op_counts
 from tconform.bench.weights import module_weight_bytes, onnx_weight_bytes
+from tconform.bench.workload import Workload
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
-from tconform.execution import NotRun, Opened, Subject, case_module, open_subject
+from tconform.execution import NotRun, Opened, Subject, open_subject
 from tconform.models import ModelUnderTest, derived_file
-from tconform.registry import Case
+from tconform.module_check.convert import DTYPES
 from tconform.runtimes import RUNTIMES, Runtime, TimedCall, runtime_class
 
 
@@ -53,8 +56,13 @@ GRAPH_VARIANTS = {
     "onnxruntime": GraphVariant(),
     "onnxruntime-sdpa": GraphVariant(attention="sdpa"),
     "onnxruntime-fused": GraphVariant(optimizer=True),
+    # the float16 and bfloat16 models: tconform's cases exported in that dtype (tconform
+    # export --dtype); a user's model converted by onnxruntime.transformers.float16
+    # (keep_io_types), or exported in bfloat16 (tconform.module_check.convert)
+    "onnxruntime-fp16": GraphVariant(dtype="float16"),
+    "onnxruntime-bf16": GraphVariant(dtype="bfloat16"),
     # onnxruntime.quantization.quantize_dynamic of the float32 export (tconform export --dtype
-    # int8): int8 weights, activations quantised per call
+    # int8, a user's model's int8 cell): int8 weights, activations quantised per call
     "onnxruntime-int8": GraphVariant(dtype="int8"),
     # onnxruntime.quantization's MatMulNBitsQuantizer of the float32 export (tconform export
     # --dtype int4): 4-bit weights in blocks of 32, what ONNX Runtime GenAI ships for the CPU
@@ -82,24 +90,48 @@ def timed_runtimes() -> tuple[str, ...]:
     )
 
 
-def engine_names() -> tuple[str, ...]:
-    return (*GRAPH_VARIANTS, *timed_runtimes())
+def engine_names(for_module: bool = False) -> tuple[str, ...]:
+    """Every engine, in canonical order; `for_module`: those that time a user's model."""
+    if not for_module:
+        return (*GRAPH_VARIANTS, *timed_runtimes())
+    return (*(e for e, v in GRAPH_VARIANTS.items() if _of_a_module(v)), *timed_runtimes())
+
+
+def _of_a_module(variant: GraphVariant) -> bool:
+    """Whether a user's model has the variant's graph: its dtype cells (the float32 export,
+    its float16 and int8 conversions, the bfloat16 export) do; tconform's sdpa export, the
+    optimizer's fusions (they need the model's shape: heads, width) and int4 are its own."""
+    return variant.attention == "plain" and not variant.optimizer and variant.dtype in DTYPES
 
 
 # onnxruntime-fused is opt-in: ONNX Runtime's own session-time fusions already do what the
 # optimizer adds on these graphs (docs/performance.md); OpenVINO is opt-in (an optional
-# package); the int8 engines are opt-in: they compute in another precision (their own
-# tolerance row), and the int8 export is one more export of every case.
+# package); the reduced-precision engines are opt-in: they compute in another precision
+# (their own tolerance row), and each is one more export of every case.
 DEFAULT_ENGINES = ("onnxruntime", "onnxruntime-sdpa", "torch", "torch-compile")
+# A user's model: its float32, float16 and int8 models against torch eager, torch.compile and
+# torch's dynamic int8 (bfloat16 is opt-in: ONNX Runtime's CPU provider has few bfloat16
+# kernels, and torch-bf16 needs a CPU with native bfloat16 to be worth timing).
+MODULE_ENGINES = (
+    "onnxruntime", "onnxruntime-fp16", "onnxruntime-int8", "torch", "torch-compile", "torch-int8",
+)  # fmt: skip
 
 
-def parse_engines(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """The requested engines in canonical order (the default engines when none is named)."""
-    known = engine_names()
+def parse_engines(names: tuple[str, ...] | list[str], for_module: bool = False) -> tuple[str, ...]:
+    """The requested engines in canonical order (the default engines when none is named);
+    `for_module`: of a user's model, which lacks tconform's own graph variants."""
+    known = engine_names(for_module)
     unknown = [n for n in names if n not in known]
+    if unknown and for_module and unknown[0] in engine_names():
+        raise UsageError(
+            f"engine {unknown[0]!r} times a graph only tconform's own cases have; a user's "
+            f"model's engines: {', '.join(known)}"
+        )
     if unknown:
         raise UsageError(f"unknown engine {unknown[0]!r}; choose from {', '.join(known)}")
-    return tuple(e for e in known if e in names) if names else DEFAULT_ENGINES
+    if not names:
+        return MODULE_ENGINES if for_module else DEFAULT_ENGINES
+    return tuple(e for e in known if e in names)
 
 
 Opener = Callable[[], TimedCall]
@@ -121,41 +153,64 @@ def expected_precision(engine: str, ep: str, runtime_for: RuntimeFor) -> str:
     return variant.precision or runtime_for(variant.runtime, ep).precision
 
 
-def engine_openers(
+def engine_rows(
     engines: tuple[str, ...],
     eps: tuple[str, ...],
-    case: Case,
-    cfg: ModelConfig,
-    params: dict[str, np.ndarray],
-    feeds: dict[str, np.ndarray],
-    models: dict[tuple[str, str], ModelUnderTest],
     runtime_for: RuntimeFor,
-) -> list[tuple[str, str, Opener]]:
-    """(engine, provider, opener) for each of `engines` on each of `eps`, in report order.
-    `models` maps an export (attention kernel, dtype) to `case`'s model exported so."""
-    openers: list[tuple[str, str, Opener]] = []
-    module = case_module(case, cfg, params)
+    module_ep: str | None = None,
+) -> list[tuple[str, str]]:
+    """(engine, provider) of every row, in report order: each of `engines` on each of `eps`
+    its runtime runs on (a module runtime only on `module_ep`, where given: a user's module
+    runs where the user put it), the baseline with IO binding after it on a provider with
+    device memory."""
+    rows = []
     for ep in eps:
         for engine in engines:
             variant = GRAPH_VARIANTS.get(engine)
-            name = variant.runtime if variant else engine
-            if ep not in runtime_class(name).eps:
+            runtime = variant.runtime if variant else engine
+            if ep not in runtime_class(runtime).eps:
                 continue
-            runtime = runtime_for(name, ep, **dict(variant.options if variant else ()))
-            model = models.get(variant.export if variant else PLAIN_EXPORT)
-            details = {"attention": variant.attention, "dtype": variant.dtype} if variant else {}
-            if variant is not None and variant.optimizer:
-                opener = partial(_open_fused, runtime, model, cfg, feeds)
-            else:
-                opener = partial(
-                    open_engine, runtime, Subject(model, module), feeds, details,
-                    precision=variant.precision if variant else None,
-                )  # fmt: skip
-            openers.append((engine, ep, opener))
-            if engine == BASELINE and getattr(runtime, "device_memory", False):
-                subject = Subject(model, module)
-                bound = partial(open_engine, runtime, subject, feeds, details, io_binding=True)
-                openers.append((IO_BINDING, ep, bound))
+            if _runs_module(runtime) and module_ep not in (None, ep):
+                continue
+            rows.append((engine, ep))
+            if engine == BASELINE and getattr(runtime_for(engine, ep), "device_memory", False):
+                rows.append((IO_BINDING, ep))
+    return rows
+
+
+def _runs_module(runtime: str) -> bool:
+    return runtime_class(runtime).consumes == "module"
+
+
+def engine_openers(
+    engines: tuple[str, ...],
+    eps: tuple[str, ...],
+    workload: Workload,
+    runtime_for: RuntimeFor,
+) -> list[tuple[str, str, Opener]]:
+    """(engine, provider, opener) for each row of `engine_rows` on `workload`: a graph
+    variant on the workload's model of its export, a module runtime on its module."""
+    openers: list[tuple[str, str, Opener]] = []
+    for engine, ep in engine_rows(engines, eps, runtime_for, workload.module_ep):
+        variant = GRAPH_VARIANTS.get(BASELINE if engine == IO_BINDING else engine)
+        name = variant.runtime if variant else engine
+        if variant is not None:
+            options = dict(variant.options)
+        else:  # a module runtime takes the module's own dtype and device
+            options = dict(workload.module_options) if _runs_module(name) else {}
+        runtime = runtime_for(name, ep, **options)
+        model = workload.models.get(variant.export if variant else PLAIN_EXPORT)
+        subject = Subject(model, workload.module)
+        details = {"attention": variant.attention, "dtype": variant.dtype} if variant else {}
+        if variant is not None and variant.optimizer:
+            opener = partial(_open_fused, runtime, model, workload.cfg, workload.feeds)
+        else:
+            opener = partial(
+                open_engine, runtime, subject, workload.feeds, details,
+                io_binding=engine == IO_BINDING,
+                precision=variant.precision if variant else None,
+            )  # fmt: skip
+        openers.append((engine, ep, opener))
     return openers
 
 
@@ -180,8 +235,8 @@ def open_engine(
 ) -> EngineCall:
     """`subject` open on `runtime`, prepared for timing; closing the call closes the session.
     A runtime that cannot run here raises, with the reason the row reports; so does one that
-    reads back another precision than `precision` (where given), before anything is opened;
-    `details` join the row's."""
+    reads back another precision than `precision` (where given), before anything is opened,
+    and one whose model fixes a dimension the feeds have otherwise; `details` join the row's."""
     if precision is not None and runtime.precision != precision:
         raise EngineUnavailable(
             f"not available: {runtime.name} computes {runtime.precision}, not {precision}, "
@@ -197,8 +252,9 @@ def open_engine(
     except BaseException:
         stack.close()
         raise
-    if opened.onnx_file:
+    if opened.onnx_file:  # the exact bytes the row ran
         call.details["model"] = str(subject.onnx.path)
+        call.details["sha256"] = subject.onnx.provenance.sha256
     call.details.update(details or {})
     stack.callback(call.close)
     return EngineCall(

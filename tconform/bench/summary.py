@@ -23,25 +23,32 @@ def _is_torch(engine: str) -> bool:
     return engine in RUNTIMES and runtime_class(engine).consumes == "module"
 
 
+def shape_label(row: dict) -> str:
+    """How a row names its shape: a user's model's input set, else BATCHxSEQ."""
+    return row.get("input_set") or f"{row['batch']}x{row['seq']}"
+
+
+def _key(row: dict) -> tuple:
+    return row["case"], row.get("input_set"), row["batch"], row["seq"], row["ep"]
+
+
 def best_variants(rows: list[dict]) -> list[dict]:
-    """One entry per (case, batch, seq, ep) where a graph variant ran: the fastest whose outputs
-    passed (else the fastest, and the entry says it is not verified)."""
+    """One entry per case, shape (or input set) and provider where a graph variant ran: the
+    fastest whose outputs passed (else the fastest, and the entry says it is not verified)."""
     passed = [r for r in rows if r.get("status") == Status.PASS]
-    keys = dict.fromkeys((r["case"], r["batch"], r["seq"], r["ep"]) for r in passed)
     summary = []
-    for key in keys:
-        of_key = {
-            r["engine"]: r for r in passed if (r["case"], r["batch"], r["seq"], r["ep"]) == key
-        }
+    for key in dict.fromkeys(_key(r) for r in passed):
+        of_key = {r["engine"]: r for r in passed if _key(r) == key}
         variants = [of_key[e] for e in GRAPH_VARIANTS if e in of_key]
         if not variants:
             continue
         best = min([v for v in variants if _verified(v)] or variants, key=lambda r: r["p50_ms"])
         entry: dict[str, object] = {
-            "case": key[0],
-            "batch": key[1],
-            "seq": key[2],
-            "ep": key[3],
+            "case": best["case"],
+            **({"input_set": best["input_set"]} if "input_set" in best else {}),
+            "batch": best["batch"],
+            "seq": best["seq"],
+            "ep": best["ep"],
             "best_engine": best["engine"],
             "attention": best["details"].get("attention"),
             # what ran: the precision it computed in, not the export's dtype (openvino-bf16
@@ -99,5 +106,5 @@ def summary_lines(summary: list[dict]) -> list[str]:
             parts.append(f"{s['vs_memory_floor']:.2f}x memory floor")
         if "outside_matmul_share" in s:
             parts.append(f"{100 * s['outside_matmul_share']:.0f}% outside matrix products")
-        lines.append(f"{s['case']} {s['batch']}x{s['seq']} {s['ep']}: " + ", ".join(parts))
+        lines.append(f"{s['case']} {shape_label(s)} {s['ep']}: " + ", ".join(parts))
     return lines

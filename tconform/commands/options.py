@@ -445,6 +445,14 @@ class RuntimeChoice:
     allow_missing_ep: bool = False
     strict_placement: bool = False
 
+    def request_fields(self) -> dict[str, object]:
+        """What a tconform.request.Request takes of the runtime group."""
+        return {
+            "runtimes": self.options(),
+            "allow_missing_ep": self.allow_missing_ep,
+            "strict_placement": self.strict_placement,
+        }
+
     def options(self):
         from tconform.runtimes import RuntimeOptions
         from tconform.runtimes.providers import parse_eps
@@ -583,23 +591,17 @@ def runtime_options(*names: str, ep: str = "cpu", threads: str | None = None):
 # --- the tolerance group -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ToleranceChoice:
-    """--atol, --rtol and --tolerance OUTPUT=ATOL,RTOL as given: every value finite and >= 0."""
-
-    atol: float | None = None
-    rtol: float | None = None
-    per_output: tuple[tuple[str, tuple[float, float]], ...] = ()
-
-
 def tolerance_options(default: str = "the float32 model row"):
-    """The tolerance group, received by the command as one `tolerance` (a ToleranceChoice).
+    """The tolerance group, received by the command as one `tolerance` (a
+    tconform.request.Tolerances).
     NaN, infinity and negative values are usage errors (exit 2) by type."""
 
     def decorate(command):
         @functools.wraps(command)
         def with_tolerance(*args, atol, rtol, per_output, **kwargs):
-            tolerance = ToleranceChoice(atol, rtol, tuple(per_output))
+            from tconform.request import Tolerances
+
+            tolerance = Tolerances(atol, rtol, tuple(per_output))
             return command(*args, tolerance=tolerance, **kwargs)
 
         for decl in reversed(
@@ -644,4 +646,119 @@ def shard_option():
         type=ShardType(),
         help="Check only shard K of N of the run's work units (CI machines: every unit lands "
         "in exactly one shard; merge the reports with `tconform report merge`).",
+    )
+
+
+# --- the matrix axes -------------------------------------------------------------------------
+
+
+def _export():
+    import tconform.export
+
+    return tconform.export
+
+
+def _planned():
+    """A user's model's dtypes made with a precision plan (check; not applicable to verify's
+    cases, which say why)."""
+    from tconform.module_check.convert import PLANNED
+
+    return PLANNED
+
+
+def _providers():
+    import tconform.runtimes.providers
+
+    return tconform.runtimes.providers
+
+
+# tconform.request.Axes field -> its comma-list type (the pytest plugin converts with them too)
+MATRIX_AXES = {
+    "exporters": CommaList(lambda: (*_export().EXPORTERS, "auto")),
+    "opsets": CommaList(lambda: _export().OPSETS, int),
+    "dtypes": CommaList(lambda: [*_export().DTYPES, *_planned()]),
+    "graph_opts": CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
+}
+# option -> (Axes field, what the axis is)
+AXIS_OPTIONS = {
+    "--exporter": ("exporters", "exporters"),
+    "--opset": ("opsets", "ONNX opsets"),
+    "--dtype": ("dtypes", "model dtypes"),
+    "--graph-opts": ("graph_opts", "ONNX Runtime graph-optimisation levels"),
+}
+
+
+@dataclass(frozen=True)
+class AxesChoice:
+    """--matrix and the axes as given (an axis not given: None)."""
+
+    matrix: bool = False
+    given: tuple[tuple[str, tuple], ...] = ()
+
+    def axes(self, runtime: RuntimeChoice, defaults: dict[str, tuple] | None = None):
+        """The request's Axes: the axes given, else `defaults`, else tconform's; one level of
+        --graph-opt stands for the graph-optimisation axis where --graph-opts is not given."""
+        from tconform.request import Axes
+
+        given = dict(self.given)
+        if "graph_opts" in given and runtime.graph_opt != "all":
+            raise click.UsageError(
+                "--graph-opt is one level, --graph-opts the matrix axis: not both"
+            )
+        values = {**(defaults or {}), **given}
+        values.setdefault("graph_opts", (runtime.graph_opt,))
+        return Axes(matrix=self.matrix, **values)
+
+    def single(self) -> None:
+        """Without --matrix, each axis holds one value (the run's one cell)."""
+        if self.matrix:
+            return
+        for flag, (name, _) in AXIS_OPTIONS.items():
+            if len(dict(self.given).get(name, ())) > 1:
+                raise click.UsageError(f"{flag} lists several values: add --matrix")
+
+
+def axes_options(help_default: str):
+    """--matrix and the axes (--exporter, --opset, --dtype, --graph-opts), received by the
+    command as one `axes` (an AxesChoice)."""
+
+    def decorate(command):
+        @functools.wraps(command)
+        def with_axes(*args, **kwargs):
+            matrix = kwargs.pop("matrix")
+            values = {name: kwargs.pop(name) for name, _ in AXIS_OPTIONS.values()}
+            given = tuple((name, value) for name, value in values.items() if value)
+            return command(*args, axes=AxesChoice(matrix, given), **kwargs)
+
+        for flag, (name, what) in reversed(AXIS_OPTIONS.items()):
+            with_axes = click.option(
+                flag,
+                name,
+                type=MATRIX_AXES[name],
+                help=f"Axis: {what}, a comma list [{help_default}].",
+            )(with_axes)
+        return click.option(
+            "--matrix",
+            is_flag=True,
+            help="Check every cell of the axes (exporter x opset x dtype x graph-optimisation "
+            "level), each export once, with a pivot of cases x cells; impossible cells are "
+            "listed as not applicable, with the reason.",
+        )(with_axes)
+
+    return decorate
+
+
+def localise_option(default: str, help_default: str):
+    """--localise [never|failure|always] (alone: failure), received as `localise`."""
+    return click.option(
+        "--localise",
+        "--localize",
+        "localise",
+        type=click.Choice(["never", "failure", "always"]),
+        is_flag=False,
+        flag_value="failure",
+        default=default,
+        show_default=True,
+        help="Name the first submodule whose output leaves tolerance (docs/check.md): on a "
+        f"failing result (--localise alone), always, or never [{help_default}].",
     )

@@ -19,7 +19,7 @@ import numpy as np
 from tconform import registry
 from tconform.compare import OutputComparison, judge_outputs, tolerance_for
 from tconform.config import ModelConfig
-from tconform.doc.cases import RuntimeCheck
+from tconform.doc.worked import RuntimeCheck
 from tconform.errors import TconformError
 from tconform.execution import NotRun, Opened, Subject, case_module, open_subject, run_judged
 from tconform.export import ExportJob, ExportRecord, ExportSettings, build_module, export_cases

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import onnx
@@ -55,16 +56,19 @@ def quiet_quantizer():
             logger.setLevel(level)
 
 
-def quantize_int8(source: Path, target: Path) -> None:
-    """`source` (a float32 ONNX file) quantised to int8 weights into `target`."""
+def quantize_int8(source: Path, target: Path, exclude: Sequence[str] = ()) -> None:
+    """`source` (a float32 ONNX file) quantised to int8 weights into `target`, but for the
+    nodes named in `exclude` (quantize_dynamic's nodes_to_exclude), which stay float32."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     settings = dict(INT8_QUANTIZATION)
     weight_type = getattr(QuantType, str(settings.pop("weight_type")))
     with quiet_quantizer():
-        quantize_dynamic(source, target, weight_type=weight_type, **settings)
+        quantize_dynamic(
+            source, target, weight_type=weight_type, nodes_to_exclude=list(exclude), **settings
+        )
     model = onnx.load(str(target))
-    restore_scopes(model.graph)
+    restore_scopes(model.graph, onnx.load(str(source), load_external_data=False).graph)
     onnx.save(model, str(target))
 
 
@@ -81,7 +85,7 @@ def quantize_int4(source: Path, target: Path) -> None:
         quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), algo_config=config)
         quantizer.process()
     model = quantizer.model.model
-    restore_scopes(model.graph)
+    restore_scopes(model.graph, onnx.load(str(source), load_external_data=False).graph)
     onnx.save(model, str(target))
 
 
@@ -92,13 +96,27 @@ QUANTIZERS = {"int8": quantize_int8, "int4": quantize_int4}
 NAMESPACE = "namespace"  # the dynamo exporter's record of a node's module scope
 
 
-def restore_scopes(graph: onnx.GraphProto) -> None:
-    """Give each node without a namespace the module scopes its consumers' namespaces share
-    (their common leading segments; the last segment is a node's own op, not a module). The
-    graph is in topological order, so walking it backwards settles consumers first: the rescale
-    Mul of a quantised Linear takes the scope of the Linear's bias Add, the Cast and
-    MatMulInteger before it the Mul's, and an activation's DynamicQuantizeLinear shared by
-    three projections the attention module around them."""
+def restore_scopes(graph: onnx.GraphProto, source: onnx.GraphProto | None = None) -> None:
+    """Give each node without a namespace the module scope of the `source` graph's node (the
+    graph before quantisation) that made the same tensor: the rescale Mul of a quantised
+    MatMul makes the MatMul's output, so it takes the MatMul's scope (a Linear without a bias,
+    as in Llama and T5, has no other node left to place its chain). Then each node still
+    without one takes the module scopes its consumers' namespaces share (their common leading
+    segments; the last segment is a node's own op, not a module). The graph is in topological
+    order, so walking it backwards settles consumers first: the rescale Mul of a quantised
+    Linear takes the scope of the Linear's bias Add, the Cast and MatMulInteger before it the
+    Mul's, and an activation's DynamicQuantizeLinear shared by three projections the attention
+    module around them."""
+    made_by = {
+        name: namespace
+        for node in (source.node if source is not None else ())
+        if (namespace := _namespace(node)) is not None
+        for name in node.output
+    }
+    for node in graph.node:
+        known = next((made_by[name] for name in node.output if name in made_by), None)
+        if known is not None and _namespace(node) is None:
+            _set_scope(node, known.split("/")[:-1])
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
@@ -120,8 +138,13 @@ def restore_scopes(graph: onnx.GraphProto) -> None:
                 break
             shared.append(segments[0])
         if shared:
-            prop = node.metadata_props.add()
-            prop.key, prop.value = NAMESPACE, "/".join([*shared, f"{node.name}: {node.op_type}"])
+            _set_scope(node, shared)
+
+
+def _set_scope(node: onnx.NodeProto, modules: list[str]) -> None:
+    """Record `modules` (namespace segments) as the node's scope, itself its last segment."""
+    prop = node.metadata_props.add()
+    prop.key, prop.value = NAMESPACE, "/".join([*modules, f"{node.name}: {node.op_type}"])
 
 
 def _namespace(node: onnx.NodeProto) -> str | None:

@@ -53,11 +53,11 @@ from tconform.localise.isolate import (
 )
 from tconform.localise.judge import (
     Boundary,
-    Plan,
+    Regions,
     first_divergence,
     inside,
     judge_call,
-    plan,
+    regions_of,
     share_used,
     worst_of,
 )
@@ -185,7 +185,7 @@ def _batches(calls: list[Call], budget: int) -> list[list[Call]]:
     return batches
 
 
-def _needed(batch: list[Call], planned: Plan, graph: Graph) -> list[str]:
+def _needed(batch: list[Call], regions: Regions, graph: Graph) -> list[str]:
     """The ONNX tensors judging `batch` reads."""
     names: dict[str, None] = {}
     for c in batch:
@@ -193,8 +193,8 @@ def _needed(batch: list[Call], planned: Plan, graph: Graph) -> list[str]:
             names.update(dict.fromkeys(graph.outputs))
             continue
         key = (c.path, c.call)
-        names.update(dict.fromkeys(planned.leaving.get(key, [])))
-        names.update(dict.fromkeys(planned.entering.get(key, [])))
+        names.update(dict.fromkeys(regions.leaving.get(key, [])))
+        names.update(dict.fromkeys(regions.entering.get(key, [])))
     return list(names)
 
 
@@ -221,7 +221,7 @@ def localise(
     the check compares only those (--padding-mask)."""
     structure = read_graph(model.path)
     graph = Graph.read(structure, set(tree.classes))
-    planned = plan(calls, graph, tree)
+    regions = regions_of(calls, graph, tree)
     whole_call = next(c for c in calls if c.path == "")
     plain = plain_run(model, runtime, feeds, graph.outputs)
     expected = _expected_outputs(whole_call, plain)
@@ -234,11 +234,11 @@ def localise(
         and fails_only_where_padded(plain, expected, tol, keep)
     )
     known = set(graph.inputs) | set(graph.outputs)
-    regions = [r for r in planned.regions.values() if r]
-    for_isolation = [n for r in regions for n in graph.entering(r, floats_only=False)]
-    extra = [n for n in dict.fromkeys([*planned.tensors, *for_isolation]) if n not in known]
+    cut_regions = [r for r in regions.nodes.values() if r]
+    for_isolation = [n for r in cut_regions for n in graph.entering(r, floats_only=False)]
+    extra = [n for n in dict.fromkeys([*regions.tensors, *for_isolation]) if n not in known]
     judged = _judge_all(
-        model, structure, graph, planned, calls, extra, feeds, runtime, tol, keep, budget, plain,
+        model, structure, graph, regions, calls, extra, feeds, runtime, tol, keep, budget, plain,
         expected, isolate_modules, padded,
     )  # fmt: skip
     trim()  # the boundary copy's session is gone
@@ -270,7 +270,7 @@ def localise(
                 return _fetch(opened, opened.feeds(feeds), names)
 
         named = _name(
-            found, judged, whole, graph, planned, calls, runtime, tol, plain, feeds, keep, refetch
+            found, judged, whole, graph, regions, calls, runtime, tol, plain, feeds, keep, refetch
         )
         del whole
         trim()
@@ -305,7 +305,7 @@ class _Judged:
 
 
 def _judge_all(
-    model, structure, graph, planned, calls, extra, feeds, runtime, tol, keep, budget, plain,
+    model, structure, graph, regions, calls, extra, feeds, runtime, tol, keep, budget, plain,
     expected, which, padded,
 ) -> _Judged:  # fmt: skip
     """Every call judged on the boundary copy, batch by batch (the whole module on the plain
@@ -323,7 +323,7 @@ def _judge_all(
     ):
         fed = opened.feeds(feeds)
         for batch in _batches(calls, budget):
-            values = _fetch(opened, fed, [*outputs, *_needed(batch, planned, graph)])
+            values = _fetch(opened, fed, [*outputs, *_needed(batch, regions, graph)])
             runs += 1
             if expected is not None:
                 seen = observer({n: values[n] for n in outputs}, plain, expected, tol, keep)
@@ -332,7 +332,7 @@ def _judge_all(
                 # the whole module is judged on the plain run: the run being judged
                 seen = {**values, **plain.outputs} if c.path == "" else values
                 boundaries[(c.path, c.call)] = judge_call(
-                    c, by_key, graph, planned, seen, tol, keep
+                    c, by_key, graph, regions, seen, tol, keep
                 )
             del values
         ordered = [boundaries[(c.path, c.call)] for c in calls]
@@ -377,21 +377,21 @@ def _candidates(ordered: list[Boundary], changed: bool, which: str, padded: bool
 
 
 def _name(
-    found: Localisation, judged: _Judged, whole, graph, planned, calls, runtime, tol, plain, feeds,
+    found: Localisation, judged: _Judged, whole, graph, regions, calls, runtime, tol, plain, feeds,
     keep, refetch,
 ) -> Isolation | None:  # fmt: skip
     """Cut out the candidates in order until one's isolated run proves it (it is `found.first`),
     every "all" target, and the named module's submodules not cut yet (with the ONNX tensors
     `refetch(names)` returns); the named module's isolation, for its bundle."""
     by_key = {(c.path, c.call): c for c in calls}
-    guests = {host: guest for guest, host in planned.fused.items()}
+    guests = {host: guest for guest, host in regions.fused.items()}
     cuts: dict[tuple[str, int], Isolation] = {}
 
     def cut(b: Boundary) -> Isolation:
         if b.path == "":  # the whole module: its isolated run is the plain run
             return isolate_whole(whole, b, feeds, by_key[b.key], plain, tol, keep)
         starts = by_key[(guests[b.path], b.call)] if b.path in guests else by_key[b.key]
-        ends = by_key[(planned.judged_by(b.path), b.call)]
+        ends = by_key[(regions.judged_by(b.path), b.call)]
         return isolate(whole, graph, b, starts, ends, judged.values, runtime, tol, keep)
 
     def record(b: Boundary, iso: Isolation) -> None:

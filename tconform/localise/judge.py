@@ -230,10 +230,10 @@ def inside(path: str, parent: str) -> bool:
 
 
 @dataclass
-class Plan:
+class Regions:
     """What to fetch: per call its region and the ONNX tensors crossing it."""
 
-    regions: dict[tuple[str, int], list[int]]  # (path, call) -> nodes
+    nodes: dict[tuple[str, int], list[int]]  # (path, call) -> its nodes (its region)
     leaving: dict[tuple[str, int], list[str]]
     entering: dict[tuple[str, int], list[str]]
     shared: dict[str, str]  # path -> why its calls share one region
@@ -260,11 +260,11 @@ class Plan:
         return list(found)
 
 
-def plan(calls: list[Call], graph: Graph, tree: ModuleTree) -> Plan:
+def regions_of(calls: list[Call], graph: Graph, tree: ModuleTree) -> Regions:
     by_path: dict[str, list[Call]] = defaultdict(list)
     for c in calls:
         by_path[c.path].append(c)
-    result = Plan({}, {}, {}, {}, {})
+    result = Regions({}, {}, {}, {}, {})
     if graph.scope_source == "none":
         return result
     for path, path_calls in by_path.items():
@@ -276,18 +276,18 @@ def plan(calls: list[Call], graph: Graph, tree: ModuleTree) -> Plan:
             regions = [graph.region(path)] * len(path_calls)
         for c, region in zip(path_calls, regions, strict=True):
             key = (path, c.call)
-            result.regions[key] = region
+            result.nodes[key] = region
             result.leaving[key] = graph.leaving(region)
             result.entering[key] = graph.entering(region)
     for path, path_calls in by_path.items():
-        if path and not result.regions.get((path, 0)) and tree.parameters.get(path):
-            host = _fused_host(path, result.regions, graph)
+        if path and not result.nodes.get((path, 0)) and tree.parameters.get(path):
+            host = _fused_host(path, result.nodes, graph)
             if host is not None and len(by_path[host]) == len(path_calls):
                 # the exporter fused `path` into `host`'s nodes only if `path` feeds `host` alone
                 if _feeds_only(path_calls, by_path[host], calls):
                     result.fused[path] = host
             elif host is None:
-                before = _folded_into(path_calls, by_path, result.regions, calls)
+                before = _folded_into(path_calls, by_path, result.nodes, calls)
                 if before is not None:
                     result.absorbed[before] = path
     return result
@@ -342,7 +342,7 @@ def judge_call(
     c: Call,
     calls: dict[tuple[str, int], Call],
     graph: Graph,
-    planned: Plan,
+    regions: Regions,
     values,
     tol,
     keep: np.ndarray | None = None,
@@ -354,17 +354,17 @@ def judge_call(
         b.region = graph.region("")
         b.ops, b.own_ops = graph.op_types(b.region), graph.op_types(b.region, "")
         return b
-    guest = next((g for g, host in planned.fused.items() if host == c.path), "")
+    guest = next((g for g, host in regions.fused.items() if host == c.path), "")
     # A fused unit starts at the folded module's inputs (the Conv's, read by the fused node),
     # and ends at the outputs of a module folded into this one's nodes (a BatchNorm's).
     inputs_of = calls[(guest, c.call)] if guest else c
-    judged = replace(c, outputs=calls[(planned.judged_by(c.path), c.call)].outputs)
-    region = planned.regions.get((c.path, c.call), [])
-    b = _judged(judged, inputs_of, region, planned, values, tol, keep)
+    judged = replace(c, outputs=calls[(regions.judged_by(c.path), c.call)].outputs)
+    region = regions.nodes.get((c.path, c.call), [])
+    b = _judged(judged, inputs_of, region, regions, values, tol, keep)
     b.ops, b.own_ops = graph.op_types(region), graph.op_types(region, c.path)
     b.fused_from = guest
-    b.absorbed = planned.absorbed.get(c.path, "")
-    folded_into = planned.folded_into(c.path)
+    b.absorbed = regions.absorbed.get(c.path, "")
+    folded_into = regions.folded_into(c.path)
     if folded_into is not None:
         b.status = "fused"
         b.reason = f"the exporter folded it into {folded_into}'s nodes"
@@ -372,8 +372,8 @@ def judge_call(
         b.reason = "the model records no module scopes"
     elif not region:
         b.reason = "no ONNX node carries its scope (the exporter removed or inlined it)"
-    elif c.path in planned.shared and b.status == "unmatched":
-        b.reason = "; ".join(filter(None, [b.reason, planned.shared[c.path]]))
+    elif c.path in regions.shared and b.status == "unmatched":
+        b.reason = "; ".join(filter(None, [b.reason, regions.shared[c.path]]))
     return b
 
 
@@ -404,10 +404,10 @@ def _whole_module(c: Call, graph: Graph, values, tol, keep) -> Boundary:
     return b
 
 
-def _judged(c: Call, inputs_of: Call, region, planned: Plan, values, tol, keep) -> Boundary:
+def _judged(c: Call, inputs_of: Call, region, regions: Regions, values, tol, keep) -> Boundary:
     key = (c.path, c.call)
-    out_pairs, out_why = pair_tensors(c.outputs, planned.leaving.get(key, []), values)
-    entering = planned.entering.get(key, [])
+    out_pairs, out_why = pair_tensors(c.outputs, regions.leaving.get(key, []), values)
+    entering = regions.entering.get(key, [])
     in_pairs, _ = pair_tensors(inputs_of.inputs, entering, values, by_size=True)
     outputs = [
         compare_boundary(f"{c.path} <- {p.onnx}", values[p.onnx], c.outputs[k], tol, keep=keep)

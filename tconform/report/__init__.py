@@ -23,6 +23,17 @@ class RunReport:
     environment: dict[str, object] = field(default_factory=dict)
     error: dict[str, object] | None = None  # {"message": ..., "exit_code": ...}
     details: dict[str, object] = field(default_factory=dict)  # a command's own payload
+    # tconform.localise.Localisation of each localised lane (the JSON's details hold them too)
+    localisations: list = field(default_factory=list, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+    def to_dict(self) -> dict[str, object]:
+        from tconform.report import json_report
+
+        return json_report.build(self)
 
     @property
     def exit_code(self) -> int:
@@ -34,7 +45,16 @@ class RunReport:
         """The terminal table of the results ('' when there are none)."""
         from tconform.report import table
 
-        return table.render(self.results) if self.results else ""
+        if not self.results:
+            return ""
+        from tconform.localise import render as render_localisation
+        from tconform.report.pivot import render_with_pivot
+
+        # a matrix run: its pivot of cases x cells too
+        rows = render_with_pivot(self.results) if self.settings.get("matrix") else None
+        return "\n\n".join(
+            [rows or table.render(self.results), *map(render_localisation, self.localisations)]
+        )
 
     def summary(self) -> str:
         """The last line a finished run prints (`145 results: 145 pass`)."""

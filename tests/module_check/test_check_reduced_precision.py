@@ -33,7 +33,9 @@ def test_a_reduced_precision_module_is_judged_by_its_own_row(dtype, tmp_path):
     assert ort.model.elem_type == dtype and ort.precision == dtype
     if dtype == "bfloat16":  # ONNX Runtime's CPU provider has no bfloat16 Gemm
         assert ort.status == "skip" and "no bfloat16 kernel" in ort.message
+        # the torch row checks the module, not its export: no ONNX lane ran, nothing checked
+        assert report.exit_code == 3 and "nothing checked" in report.error["message"]
     else:
         assert ort.status == "pass", ort.message
-    assert report.exit_code == 0
+        assert report.exit_code == 0
     assert module[0].weight.dtype == getattr(torch, dtype)  # the user's module is left as it was

@@ -165,6 +165,14 @@ def test_a_matrix_none_of_whose_onnx_cells_can_exist_checks_nothing_and_exits_3(
     assert not (small / "none").exists()
 
 
+def test_a_precision_plan_is_not_applicable_to_tconforms_own_cases(cli, small):
+    """int8-planned is a dtype of a user's model (check): verify's cells say why not."""
+    code, _, err = _matrix_of_norm(cli, small, "planned", "dynamo", "18", "--dtype", "int8-planned")
+    assert code == 3, err
+    assert "int8-planned: a precision plan is made for a user's module (tconform check)" in err
+    assert not (small / "planned").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -474,6 +474,88 @@ def inplace_mlp() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return model.eval(), (x,)
 
 
+# --- a model whose plain float16 and int8 conversions fail -------------------------------------
+
+
+class FeedForward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(HIDDEN, FFN)
+        self.act = nn.GELU()
+        self.down = nn.Linear(FFN, HIDDEN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.up(x)))
+
+
+class PreNormBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(HIDDEN)
+        self.mlp = FeedForward()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.norm(x))
+
+
+class FeedForwardLM(nn.Module):
+    """Token embedding, pre-norm feed-forward blocks with residuals, a final norm, logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.blocks = nn.ModuleList(PreNormBlock() for _ in range(LAYERS))
+        self.norm = nn.LayerNorm(HIDDEN)
+        self.head = nn.Linear(HIDDEN, VOCAB)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+MASSIVE = 1e5  # the massive activation: beyond float16's largest, 65504
+
+
+def massive_activation() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """FeedForwardLM whose first block has one hidden unit that fires at about 1e5 whatever the
+    token, read by the down projection through a weight of about 1e-5: in float32 an ordinary
+    bias, while its neighbours carry the signal. Large models grow such units ("massive
+    activations": a few hidden units orders of magnitude above the rest, nearly constant,
+    acting as biases); T5's feed-forward outputs overflow float16 the same way, which
+    transformers guards by clamping in float16. Both plain conversions fail here: float16 turns
+    the unit infinite (the logits NaN), and int8's per-call activation quantisation (one uint8
+    scale for the down projection's whole input) rounds every other unit to zero. The precision
+    plans (tests/zoo/test_precision_plans.py) keep those modules in float32 and pass."""
+    with _seeded():
+        model = _nudge(FeedForwardLM())
+        mlp = model.blocks[0].mlp
+        with torch.no_grad():
+            mlp.up.weight[0] = 0.0
+            mlp.up.bias[0] = MASSIVE
+            mlp.down.weight[:, 0] = torch.randn(HIDDEN) / MASSIVE
+        input_ids = _tokens()
+    return model.eval(), (input_ids,)
+
+
+def massive_residual() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """FeedForwardLM whose first block writes a massive activation into one channel of the
+    residual stream (its down projection's output there: 0.8e5 to 1.2e5, by token), which every
+    later block carries and the norms read, as the massive activations of large models sit in
+    the residual stream. The plain float16 conversion's logits are NaN; its precision plan
+    keeps the nodes that make and read the channel (the residual Adds, the norms, the down
+    projection) in float32, not the feed-forward layers between them."""
+    with _seeded():
+        model = _nudge(FeedForwardLM())
+        down = model.blocks[0].mlp.down
+        with torch.no_grad():
+            down.weight[0] *= MASSIVE / 2
+            down.bias[0] = MASSIVE
+        input_ids = _tokens()
+    return model.eval(), (input_ids,)
+
+
 ZOO: dict[str, Factory] = {
     "bert": bert,
     "gpt2": gpt2,

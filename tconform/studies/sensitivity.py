@@ -1,4 +1,5 @@
-"""Sensitivity: how far past the tolerance line each fault of `tconform.fault_catalogue` lands.
+"""Sensitivity: how far past the tolerance line each fault of
+`tconform.studies.fault_catalogue` lands.
 
 For each fault and case: export the case as the golden folder's config and seed describe, inject
 the fault, run the faulty file with ONNX Runtime (CPU) on every golden input set and compare each
@@ -26,13 +27,13 @@ from tconform import golden, registry
 from tconform.compare import judge_outputs, tolerance_for
 from tconform.execution import Subject, execute
 from tconform.export import QUANTIZERS, ExportJob, ExportSettings, export_jobs
-from tconform.fault_catalogue import DETECTABLE, FAULTS, MARGIN_FACTOR, MARGINAL, Fault
 from tconform.files import atomic_write_bytes
 from tconform.golden import InputSet
 from tconform.models import derived_file
 from tconform.registry import Case
 from tconform.results import Result, Status
 from tconform.runtimes import make_runtime
+from tconform.studies.fault_catalogue import DETECTABLE, FAULTS, MARGIN_FACTOR, MARGINAL, Fault
 
 # The runtime each dtype's models are checked on: ONNX Runtime's CPU provider, except where it
 # has no kernels for the graph's type.

@@ -1,0 +1,84 @@
+"""A user's model in a reduced precision, made with the field's own tools from its float32
+export, as a user of ONNX Runtime would make it:
+  float16   onnxruntime.transformers.float16.convert_float_to_float16, keep_io_types=True (the
+            inputs and outputs stay float32; Casts at the edges);
+  int8      onnxruntime.quantization.quantize_dynamic (tconform.export.quantize: int8 weights,
+            activations quantised per call);
+  bfloat16  not a conversion: the module itself exported in bfloat16 (tconform.suites.module);
+  float16-planned, int8-planned  the same converters, leaving in float32 the nodes of the
+            modules a precision plan names (tconform.module_check.precision_plan).
+Nodes a converter adds carry no module scope; each takes the scope its consumers share
+(tconform.export.quantize.restore_scopes), so localisation places them in their module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import onnx
+
+from tconform.errors import UsageError, first_line
+from tconform.export.quantize import quantize_int8, quiet_quantizer, restore_scopes
+from tconform.files import atomic_write_bytes
+
+CONVERTED = ("float16", "int8")  # made from the float32 export; the others exported
+# Converted with a precision plan (tconform.module_check.precision_plan): dtype -> its precision
+PLANNED = {"float16-planned": "float16", "int8-planned": "int8"}
+DTYPES = ("float32", "float16", "bfloat16", "int8", *PLANNED)  # a user's model's dtype axis
+
+
+def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> None:
+    """The float32 model `base` converted to `dtype` (one of CONVERTED), written to `target`;
+    the nodes named in `keep` stay float32 (the converter's node_block_list, the quantiser's
+    nodes_to_exclude: a precision plan's, tconform.module_check.precision_plan). A converter
+    that fails is one line naming it (ONNX Runtime's quantiser refuses some exports: its shape
+    inference disagrees with the shapes they record)."""
+    tool = "quantize_dynamic" if dtype == "int8" else "convert_float_to_float16"
+    try:
+        if dtype == "int8":
+            quantize_int8(base, target, exclude=keep)
+            return
+        with quiet_quantizer():  # the converter logs on the root logger too
+            model = _float16(onnx.load(str(base)), keep)
+    except Exception as exc:
+        raise UsageError(f"{base}: ONNX Runtime's {tool} failed: {first_line(exc)}") from None
+    restore_scopes(model.graph)
+    atomic_write_bytes(target, model.SerializeToString())
+
+
+def _float16(model: onnx.ModelProto, keep: Sequence[str]) -> onnx.ModelProto:
+    """`model` in float16 but for the nodes `keep`. The converter casts a kept node's inputs
+    and outputs through float16 even between two kept nodes (a value kept in float32 for its
+    range would turn infinite there: onnxruntime #21345), and casts a tensor once per kept
+    node that reads it, each Cast with the same name and output (a model ONNX Runtime refuses).
+    So, as ONNX Runtime's own mixed-precision path (OnnxModel.convert_float_to_float16) and its
+    maintainers' advice (onnxruntime #20346) do: the repeated Casts dropped, then each Cast
+    pair joined and each Cast to its own type removed. Last, the graph sorted: the converter
+    appends its Casts after the nodes that read them, which ONNX Runtime sorts out itself and
+    onnx's checker, which every model tconform runs passes, refuses (ViT's plain conversion)."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    converted = OnnxModel(
+        convert_float_to_float16(model, keep_io_types=True, node_block_list=list(keep))
+    )
+    if keep:
+        _drop_repeated_casts(converted.model.graph)
+        converted.remove_cascaded_cast_nodes()
+        converted.remove_useless_cast_nodes()
+    converted.topological_sort()
+    return converted.model
+
+
+def _drop_repeated_casts(graph: onnx.GraphProto) -> None:
+    """Keep one of each set of identical Cast nodes."""
+    seen: set[bytes] = set()
+    unique = []
+    for node in graph.node:
+        key = node.SerializeToString()
+        if node.op_type != "Cast" or key not in seen:
+            unique.append(node)
+        seen.add(key)
+    del graph.node[:]
+    graph.node.extend(unique)
