@@ -32,7 +32,10 @@ FATBIN_MAGIC = 0xBA55ED50
 CUDA_LIBRARY = "onnxruntime/capi/libonnxruntime_providers_cuda.so"
 # Libraries the Python binding never loads: the C API's own copy of the core (the binding,
 # onnxruntime_pybind11_state, links the core statically) and the TensorRT provider.
-UNUSED = ("onnxruntime/capi/libonnxruntime.so", "onnxruntime/capi/libonnxruntime_providers_tensorrt")
+UNUSED = (
+    "onnxruntime/capi/libonnxruntime.so",
+    "onnxruntime/capi/libonnxruntime_providers_tensorrt",
+)
 
 
 def sections(data: bytes | bytearray) -> dict[str, tuple[int, int]]:
@@ -88,7 +91,10 @@ def pack(wheel: Path, out: Path, arch: int, part_mb: float) -> list[Path]:
             info.size = len(content)
             info.mode = 0o755 if item.filename.endswith(".so") or ".so." in item.filename else 0o644
             tar.addfile(info, io.BytesIO(content))
-    filters = [{"id": lzma.FILTER_X86}, {"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME}]
+    filters = [
+        {"id": lzma.FILTER_X86},
+        {"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME},
+    ]
     packed = lzma.compress(buffer.getvalue(), format=lzma.FORMAT_XZ, filters=filters)
     out.mkdir(parents=True, exist_ok=True)
     name = wheel.name.removesuffix(".whl") + f".sm{arch}.tar.xz"
