@@ -86,25 +86,40 @@ def render(results: list[Result]) -> str:
         columns = (*COLUMNS[:2], "cell", *COLUMNS[2:])
         rows = [(*row[:2], r.cell or "-", *row[2:]) for row, r in zip(rows, results, strict=True)]
     lines = format_table(columns, rows).splitlines()
-    notes = [
-        f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}"
+    problems = [  # each failing result's message, then its outputs' worst elements under it
+        line
         for r in results
         if r.status != "pass" and r.message
-    ]
-    worst = [
-        f"      {o.name} worst: {w}"
-        for r in results
-        for o in r.outputs
-        if o.status == "fail"
-        for w in o.worst[:3]
+        for line in (
+            f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}",
+            *(
+                f"      {o.name} worst: {_worst(w)}"
+                for o in r.outputs
+                if o.status == "fail"
+                for w in o.worst[:3]
+            ),
+        )
     ]
     facts = dict.fromkeys(  # once per case and runtime, not per input set
         f"  {r.case} [{r.runtime}/{r.ep}]: {note}" for r in results for note in r.notes
     )
-    problems = ["", "problems:", *notes, *worst] if notes else []
+    problems = ["", "problems:", *problems] if problems else []
     legend = model_legend(results)
     models = ["", "models (sha256, origin, path):", *legend] if legend else []
     return "\n".join(lines + models + (["", "notes:", *facts] if facts else []) + problems)
+
+
+def _worst(element: dict[str, object]) -> str:
+    """One of an output's worst elements: `at [0, 6, 62]: -0.575 for -0.619 (|err| 0.0445)`
+    (a non-finite value as JSON holds it)."""
+
+    def number(x: object) -> str:
+        return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+    return (
+        f"at {element.get('index')}: {number(element.get('actual'))} for "
+        f"{number(element.get('golden'))} (|err| {number(element.get('abs_err'))})"
+    )
 
 
 def summary(results: list[Result]) -> str:

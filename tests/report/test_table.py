@@ -37,3 +37,24 @@ def test_the_pivot_has_one_order_whatever_order_the_results_come_in():
     forward, backward = pivot.build(results), pivot.build(results[::-1])
     assert forward.columns == backward.columns
     assert forward.columns[0].startswith("dynamo-opset18") and forward.columns[-1] == "torch"
+
+
+def test_each_failure_lists_its_worst_elements_under_its_own_message():
+    import numpy as np
+
+    from tconform.compare import Tolerance, compare_output
+
+    golden = np.linspace(-1, 1, 12).reshape(3, 4)
+    failed = []
+    for input_set, scale in (("test_data_set_0", 1.5), ("test_data_set_1", 2.0)):
+        result = _result("dynamo-opset18-float32-all")
+        result.input_set, result.status, result.message = input_set, "fail", f"off by {scale}"
+        result.outputs = [
+            compare_output("y", golden * scale, golden, Tolerance(1e-5, 1e-5, "test"))
+        ]
+        failed.append(result)
+    lines = table.render(failed).splitlines()
+    at = [i for i, line in enumerate(lines) if "off by" in line]
+    assert len(at) == 2 and lines[at[0] + 1].startswith("      y worst: at [")
+    assert all("worst" in line for line in lines[at[0] + 1 : at[1]])  # its own, before the next
+    assert "(|err| 0.5)" in lines[at[0] + 1] and "(|err| 1)" in lines[at[1] + 1]  # each its own
