@@ -14,6 +14,7 @@ import click
 
 from tconform.commands.options import (
     artifacts_option,
+    crash_folder_beside,
     quiet_option,
     report_options,
     runtime_options,
@@ -79,7 +80,7 @@ def doc(artifacts_dir, runtime, reports, quiet):
     from tconform.runtimes import runtime_class
 
     def run(report, progress) -> None:
-        options = runtime.options()
+        options = runtime.options(crash_folder_beside(*reports.values()))
         report.settings = {
             "artifacts": str(artifacts_dir),
             "eps": list(options.eps),

@@ -12,6 +12,7 @@ from tconform.commands.options import (
     artifacts_option,
     attention_option,
     case_option,
+    crash_folder_beside,
     generation_golden_option,
     quiet_option,
     report_options,
@@ -177,7 +178,7 @@ def verify(
         options = VerifyOptions(
             golden_dir=golden_dir,
             artifacts_dir=artifacts_dir,
-            runtimes=runtime.options(),
+            runtimes=runtime.options(crash_folder_beside(*reports.values())),
             cases=cases,
             allow_missing_ep=runtime.allow_missing_ep,
             strict_placement=runtime.strict_placement,

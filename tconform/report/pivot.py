@@ -119,7 +119,7 @@ def write_heatmap(path: Path, results: list[Result]) -> None:
     for (case, col), r in pivot.entries.items():
         if r.status in ("pass", "fail"):
             values[pivot.cases.index(case), pivot.columns.index(col)] = min(r.worst_used or 0, 2)
-        elif r.status == "error":
+        elif r.status in ("error", "crash"):
             values[pivot.cases.index(case), pivot.columns.index(col)] = 2.0
     colours = matplotlib.colormaps["RdYlGn_r"].with_extremes(bad="lightgrey")
     width = max(6.0, 0.9 * len(pivot.columns) + 3)

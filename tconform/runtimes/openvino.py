@@ -136,6 +136,7 @@ class OpenVinoRuntime:
     name: ClassVar[str] = "openvino"
     consumes: ClassVar[str] = "onnx"
     eps: ClassVar[tuple[str, ...]] = ("cpu",)
+    package: ClassVar[str] = "openvino"  # on the package index (`--runtime openvino==X`)
 
     ep: str = "cpu"  # the OpenVINO device, lower case ("cpu" is OpenVINO's "CPU")
     bf16: bool = False  # ask for INFERENCE_PRECISION_HINT bf16 (what is used is read back)
