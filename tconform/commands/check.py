@@ -206,7 +206,10 @@ def check(
         texts.extend(found["texts"])
 
     def render(report) -> str:
-        return "\n\n".join([table.render(report.results), *texts]) if report.results else ""
+        if not report.results:
+            return ""
+        parts = [table.render(report.results), *texts, report.versions_text()]
+        return "\n\n".join(part for part in parts if part)
 
     run_and_report(RunReport("check"), run, quiet, reports, render=render)
 

@@ -21,7 +21,14 @@ from tconform.commands.options import (
 )
 from tconform.commands.run import run_and_report, writes_report
 
-SHORT = {"pass": "pass", "fail": "FAIL", "unavailable": "n/a", "error": "ERROR", "skip": "skip"}
+SHORT = {
+    "pass": "pass",
+    "fail": "FAIL",
+    "unavailable": "n/a",
+    "error": "ERROR",
+    "crash": "CRASH",
+    "skip": "skip",
+}
 
 
 def format_doc_table(report) -> str:

@@ -203,6 +203,9 @@ def verify(
         from tconform.report.pivot import render_with_pivot
 
         def render(report) -> str:
-            return render_with_pivot(report.results) if report.results else ""
+            if not report.results:
+                return ""
+            parts = [render_with_pivot(report.results), report.versions_text()]
+            return "\n\n".join(part for part in parts if part)
 
     run_and_report(RunReport("verify"), run, quiet, reports, render=render)

@@ -31,10 +31,23 @@ class RunReport:
         return exit_code(r.status for r in self.results)
 
     def render(self) -> str:
-        """The terminal table of the results ('' when there are none)."""
+        """The terminal table of the results ('' when there are none), and the comparison of
+        a runtime's versions where the run has two or more."""
         from tconform.report import table
 
-        return table.render(self.results) if self.results else ""
+        parts = [table.render(self.results) if self.results else "", self.versions_text()]
+        return "\n\n".join(part for part in parts if part)
+
+    def version_groups(self) -> list:
+        """tconform.report.versions' groups: a runtime run under two or more specs."""
+        from tconform.report.versions import version_groups
+
+        return version_groups(self.results, self.settings)
+
+    def versions_text(self) -> str:
+        from tconform.report.versions import render
+
+        return render(self.version_groups())
 
     def summary(self) -> str:
         """The last line a finished run prints (`145 results: 145 pass`)."""

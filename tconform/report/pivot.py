@@ -15,8 +15,14 @@ from tconform.runtimes.labels import runtime_label
 from tconform.units import MODULE
 
 # Worse verdicts win an entry; among equal ones, the larger share of tolerance used.
-_RANK = {"pass": 0, "skip": 1, "unavailable": 2, "fail": 3, "error": 4}
-_SHOWN = {"skip": "n.a.", "unavailable": "unavail.", "fail": "FAIL", "error": "ERROR"}
+_RANK = {"pass": 0, "skip": 1, "unavailable": 2, "fail": 3, "error": 4, "crash": 5}
+_SHOWN = {
+    "skip": "n.a.",
+    "unavailable": "unavail.",
+    "fail": "FAIL",
+    "error": "ERROR",
+    "crash": "CRASH",
+}
 
 
 @dataclass

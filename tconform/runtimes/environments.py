@@ -307,7 +307,8 @@ def _import_failure(python: Path, module: str) -> str:
 # What installers print when the index cannot be reached.
 _NO_NETWORK = re.compile(
     r"failed to fetch|error sending request|dns error|name resolution|network is unreachable|"
-    r"connection refused|max retries exceeded|connecttimeout|timed out|offline",
+    r"connection refused|max retries exceeded|connecttimeout|timed out|offline|"
+    r"network was disabled",
     re.IGNORECASE,
 )
 # ... and when the release has no build for this Python.
@@ -335,9 +336,7 @@ def _run(spec: RuntimeSpec, command: list[str]) -> None:
     if done.returncode == 0:
         return
     text = done.stderr + done.stdout
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    cause = next((ln for ln in lines if "because" in ln.lower() or "error" in ln.lower()), "")
-    cause = re.sub(r"^(error|ERROR|cause):\s*", "", cause or (lines[-1] if lines else ""))
+    cause = _cause([line.strip() for line in text.splitlines() if line.strip()])
     name = spec.name
     if _NO_NETWORK.search(text):
         raise UsageError(
@@ -354,6 +353,16 @@ def _run(spec: RuntimeSpec, command: list[str]) -> None:
         f"runtime spec {spec.text}: cannot be installed ({cause}); way on: name a release the "
         f"package index has (pip index versions {_package_hint(command)})"
     )
+
+
+def _cause(lines: list[str]) -> str:
+    """The line of an installer's output that says why (uv's "Because ...", pip's "Could not
+    find a version ...", else the innermost "cause:"), without its prefix, at most 240 chars."""
+    keys = ("because", "could not find a version", "no matching distribution")
+    found = next((ln for key in keys for ln in lines if key in ln.lower()), None)
+    causes = [ln for ln in lines if ln.lower().startswith("cause:")]
+    line = found or (causes[-1] if causes else lines[-1] if lines else "no output")
+    return re.sub(r"^(error|cause|hint)\s*:\s*", "", line, flags=re.IGNORECASE)[:240]
 
 
 def _package_hint(command: list[str]) -> str:

@@ -499,8 +499,8 @@ class RemoteSession(Session):
         number = reply["call"]
         worker = self.worker
 
-        def call(op: str, doing: str, seconds: float | None = None, **header) -> dict:
-            return worker.request(op, {"call": number, **header}, None, doing, seconds)[0]
+        def call(op: str, doing: str, budget: float | None = None, **header) -> dict:
+            return worker.request(op, {"call": number, **header}, None, doing, budget)[0]
 
         def times(warmup: int, runs: int | None, seconds: float | None) -> list[float]:
             budget = (seconds or 0.0) if runs is None else worker.timeout * (warmup + runs)
