@@ -21,6 +21,7 @@ import click
 from tconform.commands.options import (
     FolderPath,
     RegularFile,
+    crash_folder_beside,
     quiet_option,
     report_options,
     require_reports_apart,
@@ -177,6 +178,7 @@ def check(
             "input_set": inputs_path.name if inputs_path else "example",
             "isolate": isolate,
             "repro": repro_dir,
+            "crash_folder": crash_folder_beside(repro_dir, *reports.values()),
             "padding_mask": padding_mask,
             "command": shlex.join(["tconform", *sys.argv[1:]]),
         }
@@ -253,6 +255,7 @@ def check_in_child(
         "results": checked.results,
         "texts": [
             *(render(loc) for loc in checked.localisations),
+            *(f"versions: {parting.verdict}" for parting in checked.partings),
             _provenance(checked.results, checked.settings),
         ],
     }

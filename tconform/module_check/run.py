@@ -10,6 +10,7 @@ rule.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +31,7 @@ from tconform.golden import InputSet
 from tconform.heap import trim
 from tconform.localise import ISOLATE, Localisation
 from tconform.localise import localise as localise_model
+from tconform.localise.versions import Parting, add_version_runs, version_partings
 from tconform.models import ModelUnderTest, given_file
 from tconform.module_check.exporting import (
     DEFAULT_OPSET,
@@ -75,6 +77,7 @@ class Report(RunReport):
 
     command: str = "check"
     localisations: list[Localisation] = field(default_factory=list)
+    partings: list[Parting] = field(default_factory=list)  # where versions of a runtime part
 
     @property
     def passed(self) -> bool:
@@ -277,6 +280,7 @@ def check(
     repro: str | Path | None = None,
     padding_mask: str | None = None,
     command: str = "",
+    crash_folder: str | Path | None = None,
     progress: Progress = lambda _: None,
 ) -> Report:
     """Check `module` called with `example_inputs` (a tensor, a tuple of tensors, or a dict of
@@ -293,7 +297,9 @@ def check(
     False never. isolate: "first" (default) cuts the first divergent module out of the model and
     runs it on the reference's inputs, "all" every module, "none" none; repro: a folder for the
     first divergence's bundle (the cut, its inputs and expected outputs, a README); command: how
-    this check was run, for the bundle's README. padding_mask: an input holding a (batch,
+    this check was run, for the bundle's README. crash_folder: where a runtime in a worker process
+    (a spec with a release or an interpreter) that crashes writes its repro bundle, a new folder
+    named after it each time (None: nowhere). padding_mask: an input holding a (batch,
     sequence) mask, 1 for a real token and 0 for padding (transformers' attention_mask): outputs
     whose leading axes are its shape are compared only at the real positions, and the report
     says how many elements were left out. tf32 / bf16: allow those precisions where a runtime
@@ -306,6 +312,7 @@ def check(
         tuple(parse_eps(eps if isinstance(eps, str) else ",".join(eps))),
         tf32=tf32,
         bf16=bf16,
+        crash_folder=Path(crash_folder) if crash_folder is not None else None,
     )
     chosen = _runtimes(options, module)
     if not chosen:
@@ -366,6 +373,7 @@ def check(
     row = Result.about(name, component, notes=list(float64_copy.notes), reference=float64_copy.kind)
     results: list[Result] = []
     localisations: list[Localisation] = []
+    located: list[tuple[str, str, Localisation]] = []
     for runtime in chosen:
         what = model.path if runtime.consumes == "onnx" else "the module"
         progress(f"{name}: running {what} on {label(runtime)}")
@@ -387,6 +395,13 @@ def check(
                 result, model, float64_copy, feeds, runtime, tol, isolate, repro_path, command, keep
             )
             localisations += [loc] if loc else []
+            located += [(runtime.name, runtime.ep, loc)] if loc else []
+    partings = version_partings(located)
+    bundles = {loc.repro for loc in localisations if loc.repro}
+    if partings and bundles:  # the bundle runs on each version the check compared
+        interpreters = {label(r): str(_interpreter(r)) for r in chosen if r.consumes == "onnx"}
+        for bundle in bundles:
+            add_version_runs(Path(bundle), interpreters)
 
     settings = {
         "module": name,
@@ -418,9 +433,19 @@ def check(
     }
     if allow_missing_ep:
         allow_missing(results)
+    details: dict[str, object] = {"localisation": [loc.to_dict() for loc in localisations]}
+    if partings:
+        details["version_partings"] = [p.to_dict() for p in partings]
     return Report(
         results=results,
         settings=settings,
         localisations=localisations,
-        details={"localisation": [loc.to_dict() for loc in localisations]},
+        partings=partings,
+        details=details,
     )
+
+
+def _interpreter(runtime: Runtime) -> str:
+    """The Python a runtime runs in: its worker's environment, or this one."""
+    environment = getattr(runtime, "environment", None)
+    return str(environment.python) if environment is not None else sys.executable
