@@ -19,11 +19,20 @@ import numpy as np
 from tconform.bench.fusions import fused_model, fused_op_counts
 from tconform.bench.weights import module_weight_bytes, onnx_weight_bytes
 from tconform.config import ModelConfig
-from tconform.errors import UsageError
-from tconform.execution import NotRun, Opened, Subject, case_module, open_subject
+from tconform.errors import UsageError, WorkerCrashed
+from tconform.execution import (
+    NotRun,
+    Opened,
+    Subject,
+    case_module,
+    crash_message,
+    open_subject,
+)
 from tconform.models import ModelUnderTest, derived_file
 from tconform.registry import Case
+from tconform.results import Status
 from tconform.runtimes import RUNTIMES, Runtime, TimedCall, runtime_class
+from tconform.runtimes.specs import base_name, parse_spec, spec_suffix
 
 
 @dataclass(frozen=True)
@@ -91,12 +100,31 @@ DEFAULT_ENGINES = ("onnxruntime", "onnxruntime-sdpa", "torch", "torch-compile")
 
 
 def parse_engines(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """The requested engines in canonical order (the default engines when none is named)."""
+    """The requested engines in canonical order (the default engines when none is named). An
+    engine may name a release or an interpreter of its runtime as a runtime spec does
+    (onnxruntime==1.20.1, onnxruntime-sdpa==1.20.1, openvino@/opt/py/bin/python): it runs in a
+    worker (tconform.runtimes.remote), after the engine it is a version of."""
     known = engine_names()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise UsageError(f"unknown engine {unknown[0]!r}; choose from {', '.join(known)}")
-    return tuple(e for e in known if e in names) if names else DEFAULT_ENGINES
+    for name in names:
+        try:
+            spec = parse_spec(name)
+        except ValueError as exc:
+            raise UsageError(f"engine {exc}") from None
+        if spec.name not in known:
+            raise UsageError(f"unknown engine {spec.name!r}; choose from {', '.join(known)}")
+    given = [parse_spec(name).text for name in names]
+    return (
+        tuple(e for base in known for e in dict.fromkeys(given) if base_name(e) == base)
+        if names
+        else DEFAULT_ENGINES
+    )
+
+
+def engine_runtime(engine: str) -> str:
+    """The runtime (a name or spec) an engine runs on: its graph variant's, else its own
+    (onnxruntime-sdpa==1.20.1 -> onnxruntime==1.20.1)."""
+    variant = GRAPH_VARIANTS.get(base_name(engine))
+    return (variant.runtime if variant else base_name(engine)) + spec_suffix(engine)
 
 
 Opener = Callable[[], TimedCall]
@@ -121,8 +149,8 @@ def engine_openers(
     module = case_module(case, cfg, params)
     for ep in eps:
         for engine in engines:
-            variant = GRAPH_VARIANTS.get(engine)
-            name = variant.runtime if variant else engine
+            variant = GRAPH_VARIANTS.get(base_name(engine))
+            name = engine_runtime(engine)
             if ep not in runtime_class(name).eps:
                 continue
             runtime = runtime_for(name, ep, **dict(variant.options if variant else ()))
@@ -136,10 +164,10 @@ def engine_openers(
                     precision=variant.precision if variant else None,
                 )  # fmt: skip
             openers.append((engine, ep, opener))
-            if engine == BASELINE and getattr(runtime, "device_memory", False):
+            if base_name(engine) == BASELINE and getattr(runtime, "device_memory", False):
                 subject = Subject(model, module)
                 bound = partial(open_engine, runtime, subject, feeds, details, io_binding=True)
-                openers.append((IO_BINDING, ep, bound))
+                openers.append((IO_BINDING + spec_suffix(engine), ep, bound))
     return openers
 
 
@@ -152,6 +180,8 @@ class EngineCall(TimedCall):
     precision: str = "float32"
     outputs: Callable[[], dict[str, np.ndarray]] = dict
     weight_bytes: Callable[[int], int] | None = None
+    # A crash of its worker while timing, as one line naming its repro bundle
+    crashed: Callable[[WorkerCrashed], str] = str
 
 
 def open_engine(
@@ -177,12 +207,17 @@ def open_engine(
         call = opened.timed_call(feeds, io_binding)
     except NotRun as why:
         stack.close()
+        if why.status == Status.CRASH:  # its worker died opening it: a crash, not a skip
+            raise WorkerCrashed(str(why)) from None
         raise RuntimeError(str(why)) from None
     except BaseException:
         stack.close()
         raise
     if opened.onnx_file:
         call.details["model"] = str(subject.onnx.path)
+    versions = getattr(runtime, "versions", None)  # a runtime in a worker: its exact packages
+    if versions is not None:
+        call.details["versions"] = versions()
     call.details.update(details or {})
     stack.callback(call.close)
     return EngineCall(
@@ -190,9 +225,12 @@ def open_engine(
         stack.close,
         call.device_memory_mb,
         call.details,
+        times=call.times,
+        memory=call.memory,
         precision=opened.precision,
         outputs=lambda: dict(zip(opened.outputs, opened.run(feeds), strict=True)),
         weight_bytes=_weight_bytes(opened),
+        crashed=lambda exc: crash_message(runtime, subject, opened.feeds(feeds), exc),
     )
 
 

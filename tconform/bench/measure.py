@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from tconform.bench.timing import (
     timed_runs,
 )
 from tconform.config import ModelConfig
+from tconform.errors import WorkerCrashed
 from tconform.registry import Case, Shape
 from tconform.results import Status
 from tconform.runtimes import TimedCall
@@ -37,7 +39,8 @@ def measure(
     timing: dict,
     golden: Callable[[], Mapping[str, np.ndarray]] | None = None,
 ) -> dict:
-    """The row of `engine` on `ep` at batch x seq: `pass` with its figures, or `skip` with the
+    """The row of `engine` on `ep` at batch x seq: `pass` with its figures, `crash` where its
+    worker process died (the reason names how, and its repro bundle), or `skip` with the
     reason it could not run (torch.compile without a compiler, a reduced precision this CPU
     lacks, ...). `timing` holds warmup, runs and seconds; `ceiling` is the provider's measured
     ceiling; `golden` gives the float64 oracle's outputs by name, against which one more run's
@@ -52,9 +55,14 @@ def measure(
     gc.collect()
     rss_before = current_rss_mb()
     peak_is_own = reset_peak_rss()
+    opened = None
     try:
         opened = opener()
-        times = timed_runs(opened.run, timing["warmup"], timing["runs"], timing["seconds"])
+        loop = opened.times or partial(timed_runs, opened.run)  # a worker times its own runs
+        times = loop(timing["warmup"], timing["runs"], timing["seconds"])
+    except WorkerCrashed as exc:  # the engine's process died: a verdict, the run goes on
+        reason = opened.crashed(exc) if opened is not None else str(exc)
+        return {**row, "status": Status.CRASH.value, "reason": reason}
     except Exception as exc:  # torch.compile, torch without CUDA, ...: say why, keep timing
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         return {**row, "status": Status.SKIP.value, "reason": reason}
@@ -73,9 +81,17 @@ def measure(
         gflop=round_sig(flop / 1e9),
         gflops=round_sig(gflops),
         peak_fraction=round(gflops / ceiling["gemm_gflops"], 3) if flop else None,
-        peak_mem_mb=round(peak_rss_mb(), 1),
-        peak_mem_delta_mb=round(peak_rss_mb() - rss_before, 1),
-        peak_mem_method="VmHWM reset per engine" if peak_is_own else "process lifetime maxrss",
+        **(
+            opened.memory()  # the worker's own peak, where the engine ran in one
+            if opened.memory
+            else {
+                "peak_mem_mb": round(peak_rss_mb(), 1),
+                "peak_mem_delta_mb": round(peak_rss_mb() - rss_before, 1),
+                "peak_mem_method": "VmHWM reset per engine"
+                if peak_is_own
+                else "process lifetime maxrss",
+            }
+        ),
         device_mem_mb=opened.device_memory_mb(),
         details=opened.details,
     )

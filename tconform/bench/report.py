@@ -18,6 +18,7 @@ from tconform.files import atomic_write_bytes, atomic_write_json, read_json_obje
 from tconform.report.formats import Writer
 from tconform.report.text import format_table
 from tconform.results import Status
+from tconform.runtimes.specs import base_name
 
 TOOL = "tconform bench"
 SCHEMA = "tconform-bench/3"  # (tconform.bench.runner writes it; kept here for reports without)
@@ -118,7 +119,9 @@ def table(report: dict) -> str:
     lines = [format_table([HEADERS.get(k, k) for k in COLUMNS], rows, right)]
     for row in report["results"]:
         if row.get("status") != Status.PASS:
-            lines.append(f"  {row['case']} {row['engine']}/{row['ep']}: skip: {row.get('reason')}")
+            lines.append(
+                f"  {row['case']} {row['engine']}/{row['ep']}: {row['status']}: {row.get('reason')}"
+            )
         for op, share in list(row.get("profile", {}).items())[:8]:
             lines.append(
                 f"    {row['case']} {row['batch']}x{row['seq']} {row['engine']}/{row['ep']} "
@@ -156,9 +159,35 @@ def ratio_lines(report: dict) -> list[str]:
     return lines
 
 
+def version_lines(report: dict) -> list[str]:
+    """Versions of one engine in one run (onnxruntime==1.20.1 beside onnxruntime): each one's
+    p50 against the first named, per case, shape and provider."""
+    rows = [r for r in report["results"] if r.get("status") == Status.PASS]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = (r["case"], r["batch"], r["seq"], r["ep"], base_name(r["engine"]))
+        groups.setdefault(key, []).append(r)
+    lines = []
+    for (case, batch, seq, ep, engine), found in groups.items():
+        if len(found) < 2:
+            continue
+        first = found[0]
+        speeds = ", ".join(
+            f"{r['engine']} {r['p50_ms']} ms ({r['p50_ms'] / first['p50_ms']:.2f}x)" for r in found
+        )
+        lines.append(f"{case} {batch}x{seq} {ep}: versions of {engine}, p50: {speeds}")
+    return lines
+
+
 def summary_lines(report: dict) -> list[str]:
-    """What the terminal shows after the table: ceilings, ratios to torch, the best variants."""
-    return ceiling_lines(report) + ratio_lines(report) + best_lines(report.get("best", []))
+    """What the terminal shows after the table: ceilings, ratios to torch, the versions of an
+    engine, the best variants."""
+    return (
+        ceiling_lines(report)
+        + ratio_lines(report)
+        + version_lines(report)
+        + best_lines(report.get("best", []))
+    )
 
 
 def markdown(report: dict) -> str:
@@ -183,7 +212,7 @@ def markdown(report: dict) -> str:
     out.write("|" + "---|" * len(keys) + "\n")
     for row in report["results"]:
         out.write("| " + " | ".join(_cell(row, k) for k in keys) + " |\n")
-    lines = ratio_lines(report) + best_lines(report.get("best", []))
+    lines = ratio_lines(report) + version_lines(report) + best_lines(report.get("best", []))
     if lines:
         out.write("\n" + "".join(f"- {line}\n" for line in lines))
     return out.getvalue()

@@ -22,6 +22,7 @@ from tconform.bench.engines import (
     GRAPH_VARIANTS,
     PLAIN_EXPORT,
     engine_openers,
+    engine_runtime,
     parse_engines,
 )
 from tconform.bench.measure import measure
@@ -37,6 +38,7 @@ from tconform.results import Status
 from tconform.runtimes import RUNTIMES, Runtime, make_runtime, runtime_class
 from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO
 from tconform.runtimes.providers import parse_eps, unavailable_reason
+from tconform.runtimes.specs import base_name
 
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
 DEFAULT_SHAPES = ((1, 32), (8, 128))
@@ -85,7 +87,7 @@ def check_shape(shape: tuple[int, int], cases: tuple[Case, ...], cfg: ModelConfi
 def bench_settings(
     preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
     artifacts, profile=False, spinning=False, skip_layer_norm_fusion=False,
-    flush_denormals=True,
+    flush_denormals=True, crash_folder=None,
 ) -> BenchSettings:  # fmt: skip
     """Validate every option before anything slow starts."""
     cfg = get_preset(preset)
@@ -109,6 +111,7 @@ def bench_settings(
         spinning=spinning,
         skip_layer_norm_fusion=skip_layer_norm_fusion,
         flush_denormals=flush_denormals,
+        crash_folder=crash_folder,
     )
 
 
@@ -130,12 +133,14 @@ class BenchSettings:
     spinning: bool = False
     skip_layer_norm_fusion: bool = False
     flush_denormals: bool = True
+    crash_folder: Path | None = None  # where an engine in a worker that crashes leaves a bundle
 
     @property
     def exports(self) -> tuple[tuple[str, str], ...]:
         """The exports, (attention kernel, dtype), that the chosen engines run: each graph
         variant's, and the plain one for the runtimes that run it (or when nothing else is)."""
-        used = [v.export for e, v in GRAPH_VARIANTS.items() if e in self.engines]
+        bases = {base_name(e) for e in self.engines}
+        used = [v.export for e, v in GRAPH_VARIANTS.items() if e in bases]
         if not used or any(_runs_plain_export(e) for e in self.engines):
             used.append(PLAIN_EXPORT)
         return tuple(dict.fromkeys(used))
@@ -169,6 +174,7 @@ class BenchSettings:
             disabled_optimizers=(SKIP_LAYER_NORM_FUSION,)
             if ep == "cpu" and not self.skip_layer_norm_fusion
             else (),
+            crash_folder=self.crash_folder,
         )
 
     def record(self) -> dict[str, object]:
@@ -338,13 +344,13 @@ def _row_name(row: dict) -> str:
 
 def _runs_on(engine: str) -> str:
     """The runtime an engine runs on (a graph variant's, else the engine's own name)."""
-    variant = GRAPH_VARIANTS.get(engine)
-    return variant.runtime if variant else engine
+    return base_name(engine_runtime(engine))
 
 
 def _runs_plain_export(engine: str) -> bool:
     """Whether an engine that is no graph variant runs the plain export (OpenVINO does; the
     module runtimes run no export)."""
+    engine = base_name(engine)
     if engine in GRAPH_VARIANTS or engine not in RUNTIMES:
         return False
     return runtime_class(engine).consumes == "onnx"
@@ -358,6 +364,6 @@ def _profile(settings: BenchSettings, row: dict, feeds: dict[str, np.ndarray], l
     """ONNX Runtime's per-op profile of the row's graph, and its share outside matrix products."""
     log(f"  profiling {row['case']} {row['batch']}x{row['seq']} {row['engine']}/{row['ep']} ...")
     model = derived_file(Path(row["details"]["model"]))
-    runtime = settings.runtime(BASELINE, row["ep"])
+    runtime = settings.runtime(engine_runtime(row["engine"]), row["ep"])
     row["profile"] = op_profile(runtime, model, feeds)
     row["outside_matmul_share"] = outside_matmul_share(row["profile"])

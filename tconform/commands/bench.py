@@ -20,12 +20,13 @@ from tconform.commands.options import (
     RegularFile,
     ShapeType,
     case_option,
+    crash_folder_beside,
     preset_option,
     report_options,
     runtime_options,
 )
 from tconform.commands.run import run_and_report, writes_report
-from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
+from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
 
 
 @writes_report("bench", kind="tconform.bench.report:BenchReport")
@@ -49,7 +50,9 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     "export through the onnxruntime.transformers optimizer), onnxruntime-int8 (the --dtype "
     "int8 export), openvino and openvino-bf16 (its bfloat16 inference precision; not "
     "available on a CPU without native bfloat16), torch-int8 (torch's dynamic int8 Linear "
-    "layers). The report names the fastest graph variant per case and shape.",
+    "layers). The report names the fastest graph variant per case and shape. ENGINE==VERSION "
+    "or ENGINE@PYTHON times that release of the engine's runtime in a worker process (e.g. "
+    "onnxruntime==1.20.1 beside onnxruntime compares two releases' speed; docs/versions.md).",
 )
 @runtime_options(
     "ep", "allow_missing_ep", "threads", "graph_opt", ep="all", threads="one per physical core"
@@ -182,12 +185,12 @@ def bench(
 
     def run(report, progress) -> None:
         from tconform.bench.run import bench_settings, run_bench
-        from tconform.results import nothing_checked
+        from tconform.results import Status, nothing_checked
 
         settings = bench_settings(
             preset, cases, shapes, engines, runtime.ep_spec, runtime.threads,
             runtime.graph_opt, warmup, runs, seconds, artifacts, profile, spinning,
-            skip_layer_norm_fusion, flush_denormals,
+            skip_layer_norm_fusion, flush_denormals, crash_folder_beside(*reports.values()),
         )  # fmt: skip
         stderr = click.get_text_stream("stderr")
         run_bench(
@@ -203,6 +206,11 @@ def bench(
                 f"provider {unavailable[0]['ep']} could not run "
                 "(--allow-missing-ep reports it as skipped)",
                 EXIT_EP_UNAVAILABLE,
+            )
+        crashed = [row for row in report.data["results"] if row["status"] == Status.CRASH]
+        if crashed:  # the run went on past it; its rows and reports are all there
+            raise TconformError.with_code(
+                f"{len(crashed)} engine run(s) crashed: {crashed[0]['reason']}", EXIT_FAILURE
             )
         if nothing_checked(row["status"] for row in report.data["results"]):
             raise TconformError.with_code(
