@@ -177,7 +177,7 @@ def bench(
         run = generate_run(
             preset, generate_tokens,
             Strategy(strategy, beam_width, length_penalty, top_k, top_p, sample_seed),
-            end_token, engines, runtime, artifacts,
+            end_token, engines, runtime, artifacts, crash_folder_beside(*reports.values()),
         )  # fmt: skip
         run_and_report(GenerateReport(), run, False, reports)
         return

@@ -20,11 +20,13 @@ from pathlib import Path
 import click
 
 from tconform.errors import (
+    EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     EXIT_USAGE,
     TconformError,
     Terminated,
+    WorkerCrashed,
 )
 from tconform.files import resolved
 from tconform.results import nothing_checked
@@ -82,6 +84,8 @@ def run_and_report(
         report.error = {"message": exc.format_message(), "exit_code": exc.exit_code}
     except OSError as exc:  # a file that cannot be read or written: named, exit 2
         report.error = {"message": describe_os_error(exc), "exit_code": EXIT_USAGE}
+    except WorkerCrashed as exc:  # a runtime's worker died where no row could take it: exit 1
+        report.error = {"message": str(exc), "exit_code": EXIT_FAILURE}
     except MemoryError:
         message = "out of memory (try a smaller shape or preset)"
         report.error = {"message": message, "exit_code": EXIT_USAGE}

@@ -23,6 +23,7 @@ import numpy as np
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
 from tconform.bench.timing import round_sig, timed_runs
 from tconform.config import ModelConfig
+from tconform.errors import WorkerCrashed
 from tconform.execution import NotRun, Subject, case_module, open_subject
 from tconform.export import ExportSettings, export_cases
 from tconform.files import atomic_write_bytes, atomic_write_json
@@ -32,7 +33,9 @@ from tconform.models import ModelUnderTest
 from tconform.reference import Transformer
 from tconform.registry import ENCODER, GENERATION_CASES, STEP, Shape
 from tconform.report.formats import Writer
+from tconform.results import Status
 from tconform.runtimes import label, make_runtime
+from tconform.runtimes.specs import base_name
 from tconform.weights import DEFAULT_SEED, make_params
 
 
@@ -76,6 +79,7 @@ class GenerateSettings:
     src_len: int = 32
     repeats: int = 3
     artifacts: Path = Path("artifacts/bench/base/generation")
+    crash_folder: Path | None = None  # where an engine in a worker that crashes leaves a bundle
 
 
 def _decode_times(stepper, inputs, settings: GenerateSettings) -> list[list[float]]:
@@ -159,8 +163,11 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
             "unavailable": unavailable,
         }
     )
+    crashed = report.setdefault("crashed", [])
     for runtime_name, ep in settings.engines:
-        runtime = make_runtime(runtime_name, ep, threads=settings.threads)
+        runtime = make_runtime(
+            runtime_name, ep, threads=settings.threads, crash_folder=settings.crash_folder
+        )
         log(f"{label(runtime)}: decoding {settings.new_tokens} tokens with and without the cache")
         with ExitStack() as stack:
             try:
@@ -172,10 +179,12 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
                     )
                     for case in GENERATION_CASES
                 }
+                rows.append(_decode_row(runtime, sessions, cfg, settings, feeds, floor_ms, ep))
             except NotRun as why:
-                unavailable.append({"engine": runtime_name, "ep": ep, "reason": str(why)})
-                continue
-            rows.append(_decode_row(runtime, sessions, cfg, settings, feeds, floor_ms, ep))
+                where = crashed if why.status == Status.CRASH else unavailable
+                where.append({"engine": runtime_name, "ep": ep, "reason": str(why)})
+            except WorkerCrashed as exc:  # its worker died decoding: a verdict, the run goes on
+                crashed.append({"engine": runtime_name, "ep": ep, "reason": str(exc)})
     return report
 
 
@@ -331,6 +340,7 @@ def generate_run(
     engines: tuple[str, ...],
     runtime,
     artifacts: Path | None,
+    crash_folder: Path | None = None,
 ):
     """The run (for tconform.commands.run.run_and_report) of `bench --generate`: validate the
     request (UsageError: one line, exit 2), measure into the report, and exit 3 where a
@@ -339,11 +349,11 @@ def generate_run(
     def run(report: GenerateReport, progress) -> None:
         from tconform.bench.run import default_threads
         from tconform.config import get_preset
-        from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError, UsageError
+        from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError, UsageError
         from tconform.runtimes.providers import parse_eps
 
         cfg = get_preset(preset)
-        unknown = [e for e in engines if e not in GENERATE_ENGINES]
+        unknown = [e for e in engines if base_name(e) not in GENERATE_ENGINES]
         if unknown:
             raise UsageError(
                 f"engine {unknown[0]!r} does not decode; choose from {', '.join(GENERATE_ENGINES)}"
@@ -353,7 +363,7 @@ def generate_run(
             (name, ep)
             for name in engines or GENERATE_ENGINES
             for ep in eps
-            if ep in ("cpu", "cuda") or name == "onnxruntime"
+            if ep in ("cpu", "cuda") or base_name(name) == "onnxruntime"
         ]
         settings = GenerateSettings(
             cfg,
@@ -364,9 +374,15 @@ def generate_run(
             tuple(chosen),
             runtime.threads or default_threads(),
             artifacts=artifacts or Path("artifacts/bench") / preset / "generation",
+            crash_folder=crash_folder,
         )
         check_request(cfg, settings.decoding, strategy)
         run_generate_bench(settings, progress, into=report.data)
+        if report.data["crashed"]:
+            first = report.data["crashed"][0]
+            raise TconformError.with_code(
+                f"{first['engine']}/{first['ep']} crashed decoding: {first['reason']}", EXIT_FAILURE
+            )
         unavailable = report.data["unavailable"]
         if unavailable and not runtime.allow_missing_ep:
             raise TconformError.with_code(
