@@ -349,9 +349,10 @@ def _run(spec: RuntimeSpec, command: list[str]) -> None:
             f"runtime spec {spec.text}: no build of that release for this Python ({cause}); "
             f"way on: --runtime {name}=={spec.version}@PYTHON with an interpreter it supports"
         )
-    raise UsageError(
+    raise UsageError(  # pip says the same where its index cannot be reached
         f"runtime spec {spec.text}: cannot be installed ({cause}); way on: name a release the "
-        f"package index has (pip index versions {_package_hint(command)})"
+        f"package index has (pip index versions {_package_hint(command)}), or without network "
+        f"--runtime {name}@PYTHON with an interpreter that has it"
     )
 
 

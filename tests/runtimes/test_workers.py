@@ -150,7 +150,9 @@ def test_a_crashing_runtime_is_a_verdict_and_the_run_goes_on(cli, workspace, tmp
     # one bundle per input set that crashed, beside the report: the model and its inputs
     bundles = sorted(report.parent.glob("verify.crash-*"))
     assert len(bundles) == len(crashed)
-    for bundle, result in zip(bundles, sorted(crashed, key=lambda r: r["message"]), strict=True):
+    named = sorted(Path(r["message"].split("repro bundle: ")[1]) for r in crashed)
+    assert named == bundles  # each row names its own
+    for bundle in bundles:
         assert (bundle / "model.onnx").is_file() and (bundle / "test_data_set_0").is_dir()
         about = json.loads((bundle / "bundle.json").read_text())
         assert about["runtime"] == f"onnxruntime@{python}" and "SIGABRT" in about["message"]
