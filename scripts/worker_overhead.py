@@ -3,8 +3,8 @@ installed ONNX Runtime in tconform's process (`onnxruntime`) and in a worker of 
 interpreter (`onnxruntime@<this python>`), measured in turns so that load on the machine falls
 on both alike.
 
-    python scripts/worker_overhead.py --preset tiny --out results/versions/overhead-tiny.json
-    python scripts/worker_overhead.py --preset base --shape 1x32 --out results/versions/overhead-base.json
+    python scripts/worker_overhead.py --preset tiny --shape 2x8 --out OUT.json
+    python scripts/worker_overhead.py --preset base --shape 1x32 --out OUT.json
 
 Per runtime: the first start (for the worker: the interpreter starting and importing ONNX
 Runtime, numpy and onnx), each session open (median), and each run (median over --runs) of the
@@ -57,8 +57,7 @@ def main() -> None:
     for where, spec in specs.items():
         started = time.perf_counter()
         runtime = make_runtime(spec, "cpu", threads=args.threads)
-        runtime.precision  # a worker starts here (the interpreter and its imports)
-        first = runtime.open(model)
+        first = runtime.open(model)  # a worker starts here (the interpreter and its imports)
         found[where] = {"first start and open s": round(time.perf_counter() - started, 3)}
         first.close()
         opens = []

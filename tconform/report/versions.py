@@ -53,7 +53,8 @@ def release_of(spec: str, ep: str, precision: str, settings: dict) -> str:
     own = runtimes.get(runtime_label(spec, ep, precision)) if isinstance(runtimes, dict) else None
     key = VERSION_KEYS.get(base_name(spec))
     if isinstance(own, dict) and key and isinstance(own.get(key), str):
-        return own[key]
+        number = re.match(r"[0-9]+(\.[0-9]+)*", own[key])  # OpenVINO adds its build number
+        return number.group(0) if number else own[key]
     found = re.search(r"==([^@]+)", spec)
     return found.group(1) if found else spec
 

@@ -236,6 +236,9 @@ def installer() -> list[str] | None:
 def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path, say) -> None:
     """Make the environment in a temporary folder beside `folder` and rename it into place."""
     folder.parent.mkdir(parents=True, exist_ok=True)
+    for stale in folder.parent.glob(f".{folder.name}.*"):  # a maker that was killed mid-way
+        if stale.is_dir() and not stale.is_symlink():  # (the lock is ours: no one else's)
+            shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     uv = installer()
     tool = f"uv {_uv_version(uv)}" if uv else "venv + pip"
@@ -255,12 +258,14 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
         )
         _run(spec, [*install, *requirements])
         failure = _import_failure(python, module)
-        if failure and "numpy" in failure.lower():  # built against NumPy 1
+        if re.search(r"compiled using numpy 1\.x", failure, re.IGNORECASE):  # built for NumPy 1
             _run(spec, [*install, *requirements[:1], "numpy<2", "onnx"])
             failure = _import_failure(python, module)
         if failure:
+            lines = [ln.strip() for ln in failure.splitlines() if "Error" in ln]
             raise UsageError(
-                f"runtime spec {spec.text}: installed, but `import {module}` fails: {failure}"
+                f"runtime spec {spec.text}: installed, but `import {module}` fails: "
+                + (lines[-1] if lines else failure.strip().splitlines()[-1])
             )
         python_version, modules = probe(python, (module, *SUPPORT))
         record = {
@@ -294,14 +299,13 @@ def _uv_version(uv: list[str] | None) -> str:
 
 
 def _import_failure(python: Path, module: str) -> str:
-    """'' where `module` imports in `python`, else the last line it printed."""
+    """'' where `module` imports in `python`, else what it printed."""
     done = subprocess.run(
         [str(python), "-E", "-c", f"import {module}"], capture_output=True, text=True
     )
     if done.returncode == 0:
         return ""
-    lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-    return lines[-1] if lines else f"exit status {done.returncode}"
+    return (done.stderr + done.stdout).strip() or f"exit status {done.returncode}"
 
 
 # What installers print when the index cannot be reached.

@@ -50,6 +50,7 @@ from tconform.errors import (
     TconformError,
     UsageError,
     WorkerCrashed,
+    first_line,
     how_it_ended,
 )
 from tconform.runtimes.base import Session, TensorInfo, TimedCall
@@ -327,11 +328,19 @@ class RemoteRuntime:
             return self._started
         worker = worker_for(self.environment, self.spec.text)
         options = {k: list(v) if isinstance(v, tuple) else v for k, v in self.options.items()}
-        reply, _ = worker.request(
-            "start",
-            {"runtime": self.spec.name, "ep": self.ep, "options": options},
-            doing=f"starting {self.spec.name}",
-        )
+        try:
+            reply, _ = worker.request(
+                "start",
+                {"runtime": self.spec.name, "ep": self.ep, "options": options},
+                doing=f"starting {self.spec.name}",
+            )
+        except (TconformError, WorkerCrashed):
+            raise
+        except Exception as exc:  # the release and tconform's runtime module do not agree
+            raise UsageError(
+                f"runtime spec {self.spec.text}: tconform cannot start {self.spec.name} in "
+                f"{self.environment.python}: {first_line(exc)}"
+            ) from None
         self._started = (worker, int(reply.pop("runtime")), reply)
         return self._started
 

@@ -1,0 +1,162 @@
+"""The scoreboard of runtime releases (docs/versions.md): which releases of ONNX Runtime and
+OpenVINO load tconform's exports, and how far each one's outputs lie from the exact goldens, on
+the tiny goldens (float32, float16 and int8 exports, every graph-optimisation level), on the
+whole model at the base preset (1x32 and 8x128), and on the zoo models of tests/zoo.
+
+    python scripts/versions_scoreboard.py                   # correctness: every step
+    python scripts/versions_scoreboard.py --steps base --timing   # p50s, on a quiet machine
+    python scripts/versions_scoreboard.py --steps summary   # results/versions/scoreboard.md
+
+Each step is one tconform command over every release at once (`--runtime onnxruntime==X` for
+each), its JSON report kept in results/versions/; `summary` reads them back into tables.
+Environments are made on first use (tconform.runtimes.environments; uv makes each in seconds).
+Without --timing the base step times one run per engine (its outputs are judged all the same):
+latencies measured on a shared machine are no finding. Run from the repository root, with the
+tiny goldens (golden/) and their exports (artifacts/; `tconform verify` makes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+OUT = Path("results/versions")
+ORT = "onnxruntime"
+OV = "openvino"
+# From the oldest release that loads the exports to the newest (1.17.3: IR version 10 is beyond
+# it); the installed one (tconform's own) joins as plain `onnxruntime`.
+ORT_RELEASES = (
+    "1.17.3", "1.18.1", "1.19.2", "1.20.1", "1.21.0", "1.22.1", "1.23.2", "1.24.4", "1.28.0",
+    "1.32.0",
+)  # fmt: skip
+OV_RELEASES = ("2024.6.0", "2025.4.0")  # and the installed one, the newest (2026.4)
+ZOO = (
+    "bert", "gpt2", "bart", "t5", "vit", "llama", "torch_encoder", "resnet", "inplace_mlp",
+)  # fmt: skip
+STEPS = ("loads", "tiny", "reduced", "graph_opts", "base", "zoo", "summary")
+
+
+def tconform(*args: str) -> tuple[int, str]:
+    """Run `python -m tconform ARGS`; (exit code, its last line on stderr)."""
+    print("$ tconform " + " ".join(args), flush=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "tconform", *args], stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return done.returncode, lines[-1] if lines else ""
+
+
+def specs(runtime: str, releases: tuple[str, ...]) -> list[str]:
+    return [f"{runtime}=={r}" for r in releases] + [runtime]
+
+
+def loading(runtime: str) -> list[str]:
+    """The specs of `runtime` whose release loads the exports (the loads step's record)."""
+    record = json.loads((OUT / "loads.json").read_text())
+    return [s for s, found in record.items() if found["loads"] and s.startswith(runtime)]
+
+
+def _load_verdict(code: int, why: str, report: Path) -> dict[str, object]:
+    """Whether a release loaded the whole tiny model, and what became of it: it ran (exit 0
+    or 1), it loaded but lacks a kernel (every row a skip naming it), or it did not load (exit
+    2, the runtime's own reason)."""
+    results = json.loads(report.read_text())["results"] if report.is_file() else []
+    lacks = sorted({r["message"] for r in results if r["status"] == "skip"})
+    return {
+        "loads": code in (0, 1) or bool(lacks),
+        "runs": code in (0, 1),
+        "exit_code": code,
+        "why": "; ".join(lacks)
+        if lacks
+        else ("" if code < 2 else why.removeprefix("tconform: error: ")),
+    }
+
+
+def runtime_args(chosen: list[str], flag: str = "--runtime") -> list[str]:
+    return [part for spec in chosen for part in (flag, spec)]
+
+
+def step_loads() -> None:
+    """Each release on the whole tiny model alone: does it load the export, and if not, why."""
+    record = {}
+    for spec in specs(ORT, ORT_RELEASES) + specs(OV, OV_RELEASES):
+        report = OUT / "loads" / f"{spec.replace('==', '-')}.json"
+        report.parent.mkdir(parents=True, exist_ok=True)
+        code, last = tconform(
+            "verify", "--no-doc", "--no-export", "--case", "transformer", "--runtime", spec,
+            "--json", str(report),
+        )  # fmt: skip
+        record[spec] = _load_verdict(code, last, report)
+    (OUT / "loads.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def step_tiny() -> None:
+    for runtime in (ORT, OV):
+        tconform(
+            "verify", "--no-doc", "--no-export", *runtime_args(loading(runtime)),
+            "--json", str(OUT / f"tiny-{runtime}.json"),
+        )  # fmt: skip
+
+
+def step_reduced() -> None:
+    """float16 and int8 exports (tconform export --dtype), every case, every release."""
+    tconform(
+        "verify", "--no-doc", "--matrix", "--dtypes", "float16,int8", *runtime_args(loading(ORT)),
+        "--json", str(OUT / "tiny-reduced-onnxruntime.json"),
+    )  # fmt: skip
+
+
+def step_graph_opts() -> None:
+    """The float32 exports at ONNX Runtime's other graph-optimisation levels."""
+    tconform(
+        "verify", "--no-doc", "--matrix", "--graph-opts", "disable,basic,extended",
+        *runtime_args(loading(ORT)), "--json", str(OUT / "tiny-graph-opts-onnxruntime.json"),
+    )  # fmt: skip
+
+
+def step_base(timing: bool) -> None:
+    """The whole model at the base preset, 1x32 and 8x128: bench's accuracy judgement (the
+    float64 oracle) per release, and with --timing its p50s."""
+    how = ["--seconds", "10"] if timing else ["--runs", "1", "--warmup", "0"]
+    suffix = "" if timing else "-accuracy"
+    for runtime in (ORT, OV):
+        tconform(
+            "bench", "--preset", "base", "--case", "transformer", "--shape", "1x32",
+            "--shape", "8x128", "--ep", "cpu", *how, *runtime_args(loading(runtime), "--engine"),
+            "--json", str(OUT / f"base-{runtime}{suffix}.json"),
+        )  # fmt: skip
+
+
+def step_zoo() -> None:
+    for name in ZOO:
+        (OUT / "zoo").mkdir(parents=True, exist_ok=True)
+        tconform(
+            "check", f"tests.zoo.models:{name}", *runtime_args(loading(ORT)), "--localise",
+            "--out", str(Path("artifacts/check/versions") / name),
+            "--json", str(OUT / "zoo" / f"{name}.json"), "-q",
+        )  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", default=",".join(STEPS), help=f"from {', '.join(STEPS)}")
+    parser.add_argument("--timing", action="store_true", help="base: p50s (a quiet machine)")
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    for step in args.steps.split(","):
+        if step == "base":
+            step_base(args.timing)
+        elif step == "summary":
+            from scoreboard_summary import write_summary  # beside this script
+
+            write_summary(OUT)
+        else:
+            globals()[f"step_{step}"]()
+
+
+if __name__ == "__main__":
+    main()
