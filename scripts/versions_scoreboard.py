@@ -141,6 +141,177 @@ def step_zoo() -> None:
         )  # fmt: skip
 
 
+# --- the summary: results/versions/scoreboard.md from the reports above --------------------------
+
+
+def _release(spec: str, settings: dict) -> str:
+    """A spec's release number, as the run's settings record it (the installed one's too)."""
+    for label, own in settings.get("runtimes", {}).items():
+        if label.split(" ")[0] in (spec.replace(ORT, "ort-cpu"), spec):
+            number = str(own.get(ORT) or own.get(OV) or "")
+            return number.split("-")[0] or spec
+    return spec.partition("==")[2] or spec
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def _worst(results: list[dict], spec: str, case: str, output: str | None = None) -> str:
+    """The worst max abs error of `spec` on `case` over its input sets (and cells), or the
+    worst status where nothing was compared."""
+    mine = [r for r in results if r["runtime"] == spec and r["case"] == case]
+    errors = [
+        o["max_abs_err"]
+        for r in mine
+        for o in r["outputs"]
+        if (output is None or o["name"] == output) and o["max_abs_err"] is not None
+    ]
+    failing = {r["status"] for r in mine} - {"pass", "tie"}
+    mark = f" **{'/'.join(sorted(failing)).upper()}**" if failing else ""
+    if errors:
+        return f"{max(errors):.2e}{mark}"
+    return "/".join(sorted({r["status"] for r in mine})) or "-"
+
+
+def _identical(results: list[dict], specs: list[str], names: dict[str, str]) -> list[str]:
+    """Releases whose error figures coincide on every output of every input set: one line per
+    group (equal figures on every statistic: the same outputs but for a coincidence)."""
+
+    def figures(spec: str) -> tuple:
+        return tuple(
+            (r["case"], r["cell"], r["input_set"], o["name"], o["max_abs_err"], o["mean_abs_err"])
+            for r in sorted(
+                (r for r in results if r["runtime"] == spec),
+                key=lambda r: (r["case"], r["cell"], r["input_set"]),
+            )
+            for o in r["outputs"]
+        )
+
+    groups: dict[tuple, list[str]] = {}
+    for spec in specs:
+        groups.setdefault(figures(spec), []).append(names[spec])
+    return [", ".join(group) for group in groups.values()]
+
+
+def _run_section(title: str, path: Path, intro: str) -> list[str]:
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    results = data["results"]
+    specs = list(dict.fromkeys(r["runtime"] for r in results))
+    names = {s: _release(s, data["settings"]) for s in specs}
+    cases = list(dict.fromkeys(r["case"] for r in results if not r["case"].startswith("doc:")))
+    lines = [f"### {title}", "", intro, ""]
+    rows = [[case, *(_worst(results, s, case) for s in specs)] for case in cases]
+    verdicts = []
+    for s in specs:
+        mine = [r for r in results if r["runtime"] == s]
+        passed = sum(r["status"] == "pass" for r in mine)
+        verdicts.append(f"{passed}/{len(mine)} pass")
+    rows.append(["**verdicts**", *verdicts])
+    lines += _table(["case", *(names[s] for s in specs)], rows)
+    lines += ["", "Identical figures (every output, input set and cell): "]
+    lines += [f"- {group}" for group in _identical(results, specs, names)]
+    changes = [
+        f"- {row['case']} {row['cell']} {row['input_set']} {row['output']}: {row['change']}"
+        for group in data.get("versions", [])
+        for row in group["rows"]
+        if row["change"]
+    ]
+    lines += ["", "Regressions and fixes: " + ("none" if not changes else ""), *changes, ""]
+    return lines
+
+
+def write_summary() -> None:
+    """results/versions/scoreboard.md: one table per step, from the reports on disk."""
+    lines = ["# Runtime releases against the exact goldens", ""]
+    loads = OUT / "loads.json"
+    if loads.is_file():
+        record = json.loads(loads.read_text())
+        rows = [
+            [spec, "yes" if r["loads"] else "no", "yes" if r["runs"] else "no", r["why"] or "-"]
+            for spec, r in record.items()
+        ]
+        lines += ["### Loads the exports (the whole tiny model)", ""]
+        lines += [*_table(["release", "loads", "runs", "why not"], rows), ""]
+    for runtime in (ORT, OV):
+        lines += _run_section(
+            f"{runtime}: tiny goldens, float32",
+            OUT / f"tiny-{runtime}.json",
+            "Worst max abs error over the three input sets of each case (every output); "
+            "**FAIL** where a set is outside the float32 row.",
+        )
+    lines += _run_section(
+        "onnxruntime: float16 and int8 exports",
+        OUT / "tiny-reduced-onnxruntime.json",
+        "Worst over both dtypes and the input sets; each dtype judged by its own row.",
+    )
+    lines += _run_section(
+        "onnxruntime: graph-optimisation levels disable, basic, extended",
+        OUT / "tiny-graph-opts-onnxruntime.json",
+        "Worst over the three levels and the input sets (the float32 export).",
+    )
+    lines += _base_section()
+    lines += _zoo_section()
+    (OUT / "scoreboard.md").write_text("\n".join(lines) + "\n")
+
+
+def _base_section() -> list[str]:
+    lines = []
+    for runtime in (ORT, OV):
+        for suffix, what in (("-accuracy", "accuracy"), ("", "p50")):
+            path = OUT / f"base-{runtime}{suffix}.json"
+            if not path.is_file():
+                continue
+            rows_by = json.loads(path.read_text())["results"]
+            lines += [f"### {runtime}: the whole model at base ({what})", ""]
+            rows = []
+            for r in rows_by:
+                accuracy = r.get("accuracy", {})
+                worst = max(
+                    (o["max_abs_err"] for o in accuracy.get("outputs", []) if o["max_abs_err"]),
+                    default=None,
+                )
+                rows.append(
+                    [
+                        r["engine"],
+                        f"{r['batch']}x{r['seq']}",
+                        r["status"],
+                        f"{worst:.2e}" if worst is not None else "-",
+                        str(accuracy.get("status", "-")),
+                        str(r.get("p50_ms", "-")) if what == "p50" else "(not timed)",
+                    ]
+                )
+            header = ["engine", "shape", "ran", "max abs err", "verdict", "p50 ms"]
+            lines += [*_table(header, rows), ""]
+    return lines
+
+
+def _zoo_section() -> list[str]:
+    folder = OUT / "zoo"
+    if not folder.is_dir():
+        return []
+    lines = ["### Zoo models (tconform check, float64 copy as the reference)", ""]
+    rows, header = [], None
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        results = data["results"]
+        specs = list(dict.fromkeys(r["runtime"] for r in results))
+        names = {s: _release(s, data["settings"]) for s in specs}
+        header = header or ["model", *(names[s] for s in specs), "where the releases part"]
+        partings = data.get("details", {}).get("version_partings", [])
+        parted = "; ".join(
+            f"{p['runtimes'][0]} / {p['runtimes'][1]}: {p['module'] or 'nowhere'}" for p in partings
+        )
+        rows.append([path.stem, *(_worst(results, s, results[0]["case"]) for s in specs), parted])
+    return lines + _table(header or ["model"], rows) + [""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", default=",".join(STEPS), help=f"from {', '.join(STEPS)}")
@@ -151,9 +322,7 @@ def main() -> None:
         if step == "base":
             step_base(args.timing)
         elif step == "summary":
-            from scoreboard_summary import write_summary  # beside this script
-
-            write_summary(OUT)
+            write_summary()
         else:
             globals()[f"step_{step}"]()
 
