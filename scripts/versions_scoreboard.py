@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -153,6 +154,18 @@ def _release(spec: str, settings: dict) -> str:
     return spec.partition("==")[2] or spec
 
 
+def _order(release: str) -> tuple:
+    """A release as a sort key (1.9 < 1.10; a name that is no number last)."""
+    parts = release.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (1 << 30,)
+
+
+def _short(why: str) -> str:
+    """A load failure's cause without ONNX Runtime's source location."""
+    found = re.search(r"(Unsupported model IR version[^|]*)", why)
+    return found.group(1).strip() if found else why
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [
         "| " + " | ".join(header) + " |",
@@ -203,8 +216,8 @@ def _run_section(title: str, path: Path, intro: str) -> list[str]:
         return []
     data = json.loads(path.read_text())
     results = data["results"]
-    specs = list(dict.fromkeys(r["runtime"] for r in results))
-    names = {s: _release(s, data["settings"]) for s in specs}
+    names = {s: _release(s, data["settings"]) for s in {r["runtime"] for r in results}}
+    specs = sorted(names, key=lambda s: _order(names[s]))
     cases = list(dict.fromkeys(r["case"] for r in results if not r["case"].startswith("doc:")))
     lines = [f"### {title}", "", intro, ""]
     rows = [[case, *(_worst(results, s, case) for s in specs)] for case in cases]
@@ -234,7 +247,12 @@ def write_summary() -> None:
     if loads.is_file():
         record = json.loads(loads.read_text())
         rows = [
-            [spec, "yes" if r["loads"] else "no", "yes" if r["runs"] else "no", r["why"] or "-"]
+            [
+                spec,
+                "yes" if r["loads"] else "no",
+                "yes" if r["runs"] else "no",
+                _short(r["why"]) or "-",
+            ]
             for spec, r in record.items()
         ]
         lines += ["### Loads the exports (the whole tiny model)", ""]
@@ -301,8 +319,8 @@ def _zoo_section() -> list[str]:
     for path in sorted(folder.glob("*.json")):
         data = json.loads(path.read_text())
         results = data["results"]
-        specs = list(dict.fromkeys(r["runtime"] for r in results))
-        names = {s: _release(s, data["settings"]) for s in specs}
+        names = {s: _release(s, data["settings"]) for s in {r["runtime"] for r in results}}
+        specs = sorted(names, key=lambda s: _order(names[s]))
         header = header or ["model", *(names[s] for s in specs), "where the releases part"]
         partings = data.get("details", {}).get("version_partings", [])
         parted = "; ".join(
