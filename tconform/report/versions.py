@@ -65,11 +65,12 @@ def _order(version: str) -> tuple:
     return tuple(int(n) for n in numbers.group(0).split(".")) if numbers else (float("inf"),)
 
 
-def _outcomes(r: Result) -> dict[str, tuple[str, float | None]]:
+def _outcomes(r: Result, names: list[str]) -> dict[str, tuple[str, float | None]]:
     """{output: (status, max abs err)} of one result; a result without judged outputs (an
-    error, a crash) is one '*' row with its own status."""
+    error, a crash) has its own status on each output the others judged (`names`; '*' where
+    none did)."""
     if not r.outputs:
-        return {"*": (r.status, None)}
+        return {name: (r.status, None) for name in names or ["*"]}
     return {o.name: (o.status, o.max_abs_err) for o in r.outputs}
 
 
@@ -93,10 +94,13 @@ def version_groups(results: list[Result], settings: dict) -> list[VersionGroup]:
 
 def _rows(results: list[Result], group: VersionGroup) -> list[dict]:
     table: dict[tuple[str, str, str, str], dict[str, tuple[str, float | None]]] = {}
-    for r in results:
-        if r.ep != group.ep or r.runtime not in group.specs:
-            continue
-        for output, outcome in _outcomes(r).items():
+    mine = [r for r in results if r.ep == group.ep and r.runtime in group.specs]
+    judged: dict[tuple[str, str, str], list[str]] = {}
+    for r in mine:
+        names = judged.setdefault((r.case, r.cell, r.input_set), [])
+        names += [o.name for o in r.outputs if o.name not in names]
+    for r in mine:
+        for output, outcome in _outcomes(r, judged[(r.case, r.cell, r.input_set)]).items():
             table.setdefault((r.case, r.cell, r.input_set, output), {})[r.runtime] = outcome
     rows = []
     for (case, cell, input_set, output), by_spec in table.items():
