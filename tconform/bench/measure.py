@@ -38,6 +38,7 @@ def measure(
     ceiling: dict,
     timing: dict,
     golden: Callable[[], Mapping[str, np.ndarray]] | None = None,
+    preset: str | None = None,
 ) -> dict:
     """The row of `engine` on `ep` at batch x seq: `pass` with its figures, `crash` where its
     worker process died (the reason names how, and its repro bundle), or `skip` with the
@@ -101,7 +102,7 @@ def measure(
     outputs = getattr(opened, "outputs", None)
     if golden is not None and outputs is not None:
         precision = getattr(opened, "precision", "float32")
-        row["accuracy"] = judge_outputs(outputs(), golden(), precision, case.tolerance)
+        row["accuracy"] = judge_outputs(outputs(), golden(), precision, case.tolerance, preset)
     opened.close()
     del opened
     return row

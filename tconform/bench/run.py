@@ -253,7 +253,7 @@ def _measure_all(
                 for engine, ep, opener in openers:
                     row = measure(
                         case, settings.cfg, batch, seq, engine, ep, opener, ceilings[ep], timing,
-                        golden,
+                        golden, settings.preset,
                     )  # fmt: skip
                     row.update(threads=settings.threads, graph_opt=_graph_opt(settings, engine))
                     rows.append(row)

@@ -19,14 +19,20 @@ from tconform.runtimes import Runtime, label
 from tconform.units import unit_id
 
 
-def judge_case(case: Case):
+def judge_case(case: Case, preset: str | None = None):
     """The goldens of `case`, each output under the case's tolerance row at the run's
-    precision."""
-    return judge_outputs(lambda precision, _: tolerance_for(precision, case.tolerance))
+    precision (the goldens' preset's own row, where one was measured for it)."""
+    return judge_outputs(lambda precision, _: tolerance_for(precision, case.tolerance, preset))
 
 
 def localise_failures(
-    runtime: Runtime, model: ModelUnderTest, results: list[Result], sets, cfg, seed
+    runtime: Runtime,
+    model: ModelUnderTest,
+    results: list[Result],
+    sets,
+    cfg,
+    seed,
+    preset: str | None = None,
 ) -> list[Localisation]:
     """Localise the case's first failing input set on one ONNX Runtime provider (tconform
     check's machinery, against the case's float64 reference module); the verdict joins each
@@ -36,7 +42,7 @@ def localise_failures(
         return []
     first = failing[0]
     input_set = next(s for s in sets if s.name == first.input_set)
-    tol = tolerance_for(first.precision, model.case.tolerance)
+    tol = tolerance_for(first.precision, model.case.tolerance, preset)
     try:
         found = localise_case(
             model.case.name, model, dict(input_set.inputs), cfg, seed, runtime, tol
@@ -52,8 +58,11 @@ def localise_failures(
     return [found]
 
 
-def lane_results(lane: Lane, models, params, cfg: ModelConfig, sets, options) -> list[Result]:
-    """The lane's results on `sets`, each stamped with its cell and unit."""
+def lane_results(
+    lane: Lane, models, params, cfg: ModelConfig, sets, options, preset: str | None = None
+) -> list[Result]:
+    """The lane's results on `sets`, each stamped with its cell and unit; judged by the rows of
+    the goldens' `preset`."""
     case, runtime = lane.case, lane.runtime
     if lane.not_applicable:
         # Named at the precision the cell would have run at, like its neighbours in the pivot.
@@ -77,7 +86,8 @@ def lane_results(lane: Lane, models, params, cfg: ModelConfig, sets, options) ->
         model = models[lane.model_key] if runtime.consumes == "onnx" else None
         subject = Subject(model, case_module(case, cfg, params))
         row = Result.about(case.name, case.component)
-        results = execute(runtime, subject, sets, judge_case(case), row, options.strict_placement)
+        judge = judge_case(case, preset)
+        results = execute(runtime, subject, sets, judge, row, options.strict_placement)
     for r in results:
         r.cell = lane.cell
         r.unit = unit_id(case.name, lane.cell, label(runtime), r.input_set)

@@ -93,10 +93,13 @@ def _verify_locked(
                 for s in sets
                 if unit_id(case.name, lane.cell, label(lane.runtime), s.name) in mine_ids
             ]
-            results = lane_results(lane, models, params, cfg, lane_sets, options)
+            preset = planned.manifest.get("preset")  # the goldens' (a row measured for it)
+            results = lane_results(lane, models, params, cfg, lane_sets, options, preset)
             if options.localise and lane.runtime.consumes == "onnx" and not lane.not_applicable:
                 model = models[lane.model_key]
-                localisations += localise_failures(lane.runtime, model, results, sets, cfg, seed)
+                localisations += localise_failures(
+                    lane.runtime, model, results, sets, cfg, seed, preset
+                )
             report.results += results
     if localisations:
         report.details["localisation"] = [found.to_dict() for found in localisations]
