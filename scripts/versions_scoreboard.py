@@ -106,7 +106,7 @@ def step_tiny() -> None:
 def step_reduced() -> None:
     """float16 and int8 exports (tconform export --dtype), every case, every release."""
     tconform(
-        "verify", "--no-doc", "--matrix", "--dtypes", "float16,int8", *runtime_args(loading(ORT)),
+        "verify", "--no-doc", "--matrix", "--dtype", "float16,int8", *runtime_args(loading(ORT)),
         "--json", str(OUT / "tiny-reduced-onnxruntime.json"),
     )  # fmt: skip
 
@@ -291,10 +291,8 @@ def _base_section() -> list[str]:
             rows = []
             for r in rows_by:
                 accuracy = r.get("accuracy", {})
-                worst = max(
-                    (o["max_abs_err"] for o in accuracy.get("outputs", []) if o["max_abs_err"]),
-                    default=None,
-                )
+                worst = accuracy.get("max_abs_err")
+                evidence = r.get("details", {}).get("node_precisions")
                 rows.append(
                     [
                         r["engine"],
@@ -303,9 +301,18 @@ def _base_section() -> list[str]:
                         f"{worst:.2e}" if worst is not None else "-",
                         str(accuracy.get("status", "-")),
                         str(r.get("p50_ms", "-")) if what == "p50" else "(not timed)",
+                        ", ".join(f"{p} {n}" for p, n in (evidence or {}).items()) or "-",
                     ]
                 )
-            header = ["engine", "shape", "ran", "max abs err", "verdict", "p50 ms"]
+            header = [
+                "engine",
+                "shape",
+                "ran",
+                "max abs err",
+                "verdict",
+                "p50 ms",
+                "nodes by precision",
+            ]
             lines += [*_table(header, rows), ""]
     return lines
 

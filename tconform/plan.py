@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 from tconform import golden, registry
@@ -26,7 +25,7 @@ from tconform.export import (
     folder_settings,
 )
 from tconform.registry import Case
-from tconform.runtimes import Runtime, RuntimeOptions, label, make_runtimes
+from tconform.runtimes import Runtime, RuntimeOptions, label, make_runtimes, takes_option
 from tconform.units import (
     GIVEN,
     MODULE,
@@ -200,7 +199,7 @@ def _cell_lanes(case: Case, cell: Cell, by_level, cfg: ModelConfig, seed: int) -
         if runtime.consumes != "onnx":
             continue
         why = reason
-        levels = "graph_opt" in {f.name for f in dataclass_fields(runtime)}
+        levels = takes_option(runtime, "graph_opt")
         if not why and not levels and cell.graph_opt != default_level:
             why = f"{label(runtime)} has no graph-optimisation levels (it runs at {default_level})"
         lanes.append(Lane(case, cell.key, runtime, cell, why))

@@ -23,6 +23,7 @@ from tconform.runtimes.specs import base_name
 # The settings key each runtime reports its own version under (its package's name).
 VERSION_KEYS = {"onnxruntime": "onnxruntime", "openvino": "openvino", "onnx-reference": "onnx"}
 PASSING = ("pass", "tie")
+FAILING = ("fail", "error", "crash")  # a skip or an unavailable provider checked nothing
 
 
 @dataclass
@@ -121,7 +122,7 @@ def _rows(results: list[Result], group: VersionGroup) -> list[dict]:
 def _change(group: VersionGroup, by_spec: dict[str, tuple[str, float | None]]) -> str:
     """'regression A -> B' where A (older) passes and B (newer) does not, 'fix A -> B' the
     other way round (the first such pair, oldest first); '' where they agree."""
-    ran = [s for s in group.specs if s in by_spec]
+    ran = [s for s in group.specs if by_spec.get(s, ("",))[0] in (*PASSING, *FAILING)]
     for older, newer in itertools.pairwise(ran):
         before, after = by_spec[older][0] in PASSING, by_spec[newer][0] in PASSING
         arrow = f"{group.versions[older]} -> {group.versions[newer]}"

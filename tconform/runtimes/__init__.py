@@ -33,6 +33,7 @@ __all__ = [
     "make_runtime",
     "make_runtimes",
     "runtime_class",
+    "takes_option",
 ]
 
 # name -> "module:class", imported on first use so that the command line starts fast.
@@ -77,6 +78,12 @@ def runtime_class(name: str) -> type:
         raise UsageError(f"unknown runtime {name!r}; choose from {', '.join(RUNTIMES)}")
     module, cls = RUNTIMES[name].split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def takes_option(runtime: Runtime, option: str) -> bool:
+    """Whether `runtime` (in tconform's process or in a worker) takes `option`, a field of its
+    runtime class (ONNX Runtime's graph_opt, OpenVINO's bf16)."""
+    return option in {f.name for f in dataclasses.fields(runtime_class(runtime.name))}
 
 
 def spec_of(text: str) -> RuntimeSpec:
