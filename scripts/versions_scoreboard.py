@@ -8,7 +8,9 @@ whole model at the base preset (1x32 and 8x128), and on the zoo models of tests/
     python scripts/versions_scoreboard.py --steps summary   # results/versions/scoreboard.md
 
 Each step is one tconform command over every release at once (`--runtime onnxruntime==X` for
-each), its JSON report kept in results/versions/; `summary` reads them back into tables.
+each), its JSON report kept in artifacts/versions/; `summary` reads them back into the tables of
+results/versions/scoreboard.md and keeps beside it a compact copy of each report (what the
+tables read: statuses, errors, versions; no machine's paths).
 Environments are made on first use (tconform.runtimes.environments; uv makes each in seconds).
 Without --timing the base step times one run per engine (its outputs are judged all the same):
 latencies measured on a shared machine are no finding. Run from the repository root, with the
@@ -24,7 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-OUT = Path("results/versions")
+REPORTS = Path("artifacts/versions")  # the commands' own reports
+OUT = Path("results/versions")  # the scoreboard and the compact copies it is made from
 ORT = "onnxruntime"
 OV = "openvino"
 # From the oldest release that loads the exports to the newest (1.17.3: IR version 10 is beyond
@@ -85,7 +88,7 @@ def step_loads() -> None:
     """Each release on the whole tiny model alone: does it load the export, and if not, why."""
     record = {}
     for spec in specs(ORT, ORT_RELEASES) + specs(OV, OV_RELEASES):
-        report = OUT / "loads" / f"{spec.replace('==', '-')}.json"
+        report = REPORTS / "loads" / f"{spec.replace('==', '-')}.json"
         report.parent.mkdir(parents=True, exist_ok=True)
         code, last = tconform(
             "verify", "--no-doc", "--no-export", "--case", "transformer", "--runtime", spec,
@@ -99,7 +102,7 @@ def step_tiny() -> None:
     for runtime in (ORT, OV):
         tconform(
             "verify", "--no-doc", "--no-export", *runtime_args(loading(runtime)),
-            "--json", str(OUT / f"tiny-{runtime}.json"),
+            "--json", str(REPORTS / f"tiny-{runtime}.json"),
         )  # fmt: skip
 
 
@@ -107,7 +110,7 @@ def step_reduced() -> None:
     """float16 and int8 exports (tconform export --dtype), every case, every release."""
     tconform(
         "verify", "--no-doc", "--matrix", "--dtype", "float16,int8", *runtime_args(loading(ORT)),
-        "--json", str(OUT / "tiny-reduced-onnxruntime.json"),
+        "--json", str(REPORTS / "tiny-reduced-onnxruntime.json"),
     )  # fmt: skip
 
 
@@ -115,7 +118,7 @@ def step_graph_opts() -> None:
     """The float32 exports at ONNX Runtime's other graph-optimisation levels."""
     tconform(
         "verify", "--no-doc", "--matrix", "--graph-opts", "disable,basic,extended",
-        *runtime_args(loading(ORT)), "--json", str(OUT / "tiny-graph-opts-onnxruntime.json"),
+        *runtime_args(loading(ORT)), "--json", str(REPORTS / "tiny-graph-opts-onnxruntime.json"),
     )  # fmt: skip
 
 
@@ -128,17 +131,17 @@ def step_base(timing: bool) -> None:
         tconform(
             "bench", "--preset", "base", "--case", "transformer", "--shape", "1x32",
             "--shape", "8x128", "--ep", "cpu", *how, *runtime_args(loading(runtime), "--engine"),
-            "--json", str(OUT / f"base-{runtime}{suffix}.json"),
+            "--json", str(REPORTS / f"base-{runtime}{suffix}.json"),
         )  # fmt: skip
 
 
 def step_zoo() -> None:
     for name in ZOO:
-        (OUT / "zoo").mkdir(parents=True, exist_ok=True)
+        (REPORTS / "zoo").mkdir(parents=True, exist_ok=True)
         tconform(
             "check", f"tests.zoo.models:{name}", *runtime_args(loading(ORT)), "--localise",
             "--out", str(Path("artifacts/check/versions") / name),
-            "--json", str(OUT / "zoo" / f"{name}.json"), "-q",
+            "--json", str(REPORTS / "zoo" / f"{name}.json"), "-q",
         )  # fmt: skip
 
 
@@ -240,8 +243,87 @@ def _run_section(title: str, path: Path, intro: str) -> list[str]:
     return lines
 
 
+def _scrubbed(text: str) -> str:
+    """A report's text without this machine's paths: the environments' folder, this checkout,
+    the interpreter's prefix and the home folder become names."""
+    from tconform.runtimes.environments import cache_root
+
+    for path, name in (
+        (str(cache_root()), "$TCONFORM_RUNTIME_CACHE"),
+        (str(Path.cwd()) + "/", ""),
+        (sys.prefix, "$PYTHON_PREFIX"),
+        (str(Path.home()), "~"),
+    ):
+        text = text.replace(path, name)
+    return text
+
+
+def _compact(data: dict) -> dict:
+    """What the tables read of a report: per result its status, message and each output's
+    errors; the runtimes' versions; the changed rows of the versions comparison; partings."""
+    keep_output = ("name", "status", "max_abs_err", "mean_abs_err", "tolerance_used")
+    if data.get("tool") == "tconform bench":
+        rows = [
+            {
+                **{k: r.get(k) for k in ("case", "engine", "ep", "batch", "seq", "status")},
+                **({"reason": r["reason"]} if "reason" in r else {}),
+                "p50_ms": r.get("p50_ms"),
+                "accuracy": {
+                    k: r.get("accuracy", {}).get(k) for k in ("status", "max_abs_err", "atol")
+                },
+                "details": {
+                    k: v
+                    for k, v in r.get("details", {}).items()
+                    if k in ("precision", "node_precisions", "layer_precisions", "versions")
+                },
+            }
+            for r in data["results"]
+        ]
+        return {"tool": data["tool"], "settings": data.get("settings"), "results": rows}
+    runtimes = {
+        label: {k: v for k, v in own.items() if k in (ORT, OV, "spec", "worker")}
+        for label, own in data.get("settings", {}).get("runtimes", {}).items()
+    }
+    results = [
+        {
+            **{k: r[k] for k in ("case", "cell", "input_set", "runtime", "ep", "status")},
+            "message": r["message"][:300],
+            "outputs": [{k: o.get(k) for k in keep_output} for o in r["outputs"]],
+        }
+        for r in data["results"]
+    ]
+    versions = [
+        {**group, "rows": [row for row in group["rows"] if row["change"]]}
+        for group in data.get("versions", [])
+    ]
+    partings = data.get("details", {}).get("version_partings")
+    return {
+        "tool": data.get("tool"),
+        "command": data.get("command"),
+        "exit_code": data.get("exit_code"),
+        "error": data.get("error"),
+        "settings": {"runtimes": runtimes},
+        "results": results,
+        "versions": versions,
+        **({"details": {"version_partings": partings}} if partings else {}),
+    }
+
+
+def _compact_all() -> None:
+    """A compact, path-free copy in results/versions/ of each report of artifacts/versions/."""
+    for path in sorted(REPORTS.rglob("*.json")):
+        target = OUT / path.relative_to(REPORTS)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = _compact(json.loads(path.read_text()))
+        target.write_text(_scrubbed(json.dumps(data, indent=1)) + "\n")
+    loads = OUT / "loads.json"
+    if loads.is_file():
+        loads.write_text(_scrubbed(loads.read_text()))
+
+
 def write_summary() -> None:
-    """results/versions/scoreboard.md: one table per step, from the reports on disk."""
+    """results/versions/scoreboard.md: one table per step, from the compact reports."""
+    _compact_all()
     lines = ["# Runtime releases against the exact goldens", ""]
     loads = OUT / "loads.json"
     if loads.is_file():
@@ -317,6 +399,11 @@ def _base_section() -> list[str]:
     return lines
 
 
+def _pair(parting: dict) -> str:
+    older, newer = (label.partition("==")[2] or "installed" for label in parting["runtimes"])
+    return f"{older} -> {newer}"
+
+
 def _zoo_section() -> list[str]:
     folder = OUT / "zoo"
     if not folder.is_dir():
@@ -328,10 +415,16 @@ def _zoo_section() -> list[str]:
         results = data["results"]
         names = {s: _release(s, data["settings"]) for s in {r["runtime"] for r in results}}
         specs = sorted(names, key=lambda s: _order(names[s]))
-        header = header or ["model", *(names[s] for s in specs), "where the releases part"]
+        header = header or [
+            "model",
+            *(names[s] for s in specs),
+            "where consecutive releases part (localisation runs; elsewhere identical)",
+        ]
         partings = data.get("details", {}).get("version_partings", [])
         parted = "; ".join(
-            f"{p['runtimes'][0]} / {p['runtimes'][1]}: {p['module'] or 'nowhere'}" for p in partings
+            f"{_pair(p)}: `{p['module']}`" + (f" ({p['nearer']} nearer)" if p["nearer"] else "")
+            for p in partings
+            if p["module"]
         )
         rows.append([path.stem, *(_worst(results, s, results[0]["case"]) for s in specs), parted])
     return lines + _table(header or ["model"], rows) + [""]
@@ -343,6 +436,7 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="base: p50s (a quiet machine)")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    REPORTS.mkdir(parents=True, exist_ok=True)
     for step in args.steps.split(","):
         if step == "base":
             step_base(args.timing)
