@@ -1,18 +1,19 @@
-"""How often int8 and bfloat16 decode what the float64 oracle decodes, on a trained checkpoint
-(docs/reduced-precision.md).
+"""How often int8, int4 and bfloat16 decode what the float64 oracle decodes, on a trained
+checkpoint (docs/reduced-precision.md).
 
     python scripts/reduced_precision.py [--checkpoint reverse] [--count 512] [--seed S]
-                                        [--batch N ...] [--artifacts DIR]
+                                        [--batch N ...] [--artifacts DIR] [--dtype D ...]
                                         [--out results/reduced-precision] [--no-localise]
 
 Exports the generation models and the whole `transformer` with the checkpoint's weights at
-float32, int8 and bfloat16 (tconform.export), then on the checkpoint's held-out sources:
+float32, int8, bfloat16 and int4 (tconform.export; --dtype: only those), then on the
+checkpoint's held-out sources:
 
 - greedy decoding (key/value cache) by the float64 oracle and by each export on its runtime
-  (float32 and int8 on ONNX Runtime, bfloat16 on OpenVINO: ONNX Runtime's CPU provider has no
+  (float32, int8 and int4 on ONNX Runtime, bfloat16 on OpenVINO: ONNX Runtime's CPU provider has no
   bfloat16 MatMul), `--batch` sources a run (default: all at once, then one at a time; int8
   depends on it), scored against the oracle's tokens (tconform.quality.token_agreement) and
-  against the task's answers (tconform.checkpoints.score);
+  against the task's answers (tconform.studies.checkpoints.score);
 - each export's step log-probabilities under teacher forcing on the oracle's tokens: top-1
   agreement, KL(oracle || model) and SQNR over the oracle's decoded steps;
 - the whole `transformer` fed the answers (as in training): its logits' top-1 agreement, KL
@@ -38,22 +39,28 @@ from pathlib import Path
 
 import numpy as np
 
-from tconform import checkpoints, quality, registry
+from tconform import quality, registry
 from tconform.compare import tolerance_for
 from tconform.execution import Subject, open_subject
 from tconform.export import ExportJob, ExportRecord, ExportSettings, export_jobs
-from tconform.generation.driver import BOS, Decoding, Generation, Strategy, generate
-from tconform.generation.steppers import Stepper, make_stepper
-from tconform.localise.cases import localise_case
+from tconform.generation.driver import Decoding, Generation, Strategy, generate, teacher_forced
+from tconform.generation.steppers import make_stepper
+from tconform.localise.registry_case import localise_case
 from tconform.models import model_from_record
 from tconform.registry import GENERATION_CASES
 from tconform.runtimes import make_runtime
+from tconform.studies import checkpoints
 from tconform.versions import library_versions
 from tconform.weights import load_checkpoint, read_record
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each dtype on the runtime that runs it on a CPU (see the module docstring).
-LANES = {"float32": "onnxruntime", "int8": "onnxruntime", "bfloat16": "openvino"}
+LANES = {
+    "float32": "onnxruntime",
+    "int8": "onnxruntime",
+    "bfloat16": "openvino",
+    "int4": "onnxruntime",
+}
 WHOLE = registry.get_case("transformer")
 TARGET_TOKEN_AGREEMENT = 0.99  # issue 22: int8 greedy decoding agrees on >= 99 % of tokens
 
@@ -62,11 +69,13 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def export_all(cfg, checkpoint: str, artifacts: Path) -> dict[tuple[str, str], ExportRecord]:
+def export_all(
+    cfg, checkpoint: str, artifacts: Path, dtypes
+) -> dict[tuple[str, str], ExportRecord]:
     """Every model of every dtype, one folder per dtype, in one export pool."""
     jobs = [
         ExportJob(case, ExportSettings(cfg, dtype=dtype, checkpoint=checkpoint), artifacts / dtype)
-        for dtype in LANES
+        for dtype in dtypes
         for case in (*GENERATION_CASES, WHOLE)
     ]
     records = export_jobs(
@@ -81,20 +90,6 @@ def export_all(cfg, checkpoint: str, artifacts: Path) -> dict[tuple[str, str], E
 def exported(records, dtype: str, case: registry.Case) -> Subject:
     """The export of `case` at `dtype`, as the execution layer opens it."""
     return Subject(model_from_record(case, records[dtype, case.name]))
-
-
-def teacher_forced(
-    stepper: Stepper, src_ids: np.ndarray, src_keep: np.ndarray, tokens: np.ndarray
-) -> np.ndarray:
-    """(B, T, V): the stepper's log-probabilities at each step, fed the begin token and then
-    `tokens` (the oracle's), whatever it would have chosen itself. Steps past a sequence's end
-    are fed its padding and are not meant to be scored."""
-    stepper.start(src_ids, src_keep)
-    keep = np.ones(len(src_ids), dtype=bool)
-    steps = [stepper.step(np.full(len(src_ids), BOS), keep)]
-    for column in tokens.T[:-1]:
-        steps.append(stepper.step(column, keep))
-    return np.stack(steps, axis=1)
 
 
 def distribution_figures(oracle: np.ndarray, model: np.ndarray, where: np.ndarray) -> dict:
@@ -333,6 +328,12 @@ def main() -> int:
         help="sources per run (repeatable; default: all of them at once, then one at a time)",
     )
     parser.add_argument("--no-localise", action="store_true", help="skip per-module SQNR")
+    parser.add_argument(
+        "--dtype",
+        action="append",
+        choices=tuple(LANES),
+        help="dtypes to measure (repeatable; default: all; the int8 localisation needs int8)",
+    )
     args = parser.parse_args()
 
     record = read_record(args.checkpoint)
@@ -342,8 +343,9 @@ def main() -> int:
     seed = record["held_out"]["seed"] if args.seed is None else args.seed
     src_ids, src_keep = checkpoints.held_out_batch(cfg, count, seed)
 
-    progress(f"exporting {', '.join(LANES)} with checkpoint {args.checkpoint!r}")
-    records = export_all(cfg, args.checkpoint, args.artifacts)
+    dtypes = [d for d in LANES if d in (args.dtype or LANES)]
+    progress(f"exporting {', '.join(dtypes)} with checkpoint {args.checkpoint!r}")
+    records = export_all(cfg, args.checkpoint, args.artifacts, dtypes)
 
     progress("float64 oracle: greedy decoding")
     oracle = checkpoints.oracle_greedy(cfg, params, src_ids, src_keep)
@@ -351,7 +353,7 @@ def main() -> int:
     decoding = [
         decode_lane(dtype, batch, records, cfg, task, src_ids, src_keep, oracle)
         for batch in sizes
-        for dtype in LANES
+        for dtype in dtypes
     ]
 
     targets = checkpoints.answers(task, src_ids, src_keep)
@@ -359,7 +361,7 @@ def main() -> int:
     feeds = {"src_ids": src_ids, "src_keep": src_keep, "tgt_ids": tgt_ids, "tgt_keep": tgt_keep}
     progress("whole transformer: float64 oracle and each dtype, fed the answers")
     expected = registry.run_oracle(WHOLE, cfg, params, feeds)[0]
-    whole = [whole_model_lane(d, b, records, feeds, expected) for b in sizes for d in LANES]
+    whole = [whole_model_lane(d, b, records, feeds, expected) for b in sizes for d in dtypes]
 
     report = {
         "command": shlex.join(["python", "scripts/reduced_precision.py", *sys.argv[1:]]),
@@ -375,7 +377,7 @@ def main() -> int:
         "whole_model": whole,
         "target_token_agreement": TARGET_TOKEN_AGREEMENT,
     }
-    if not args.no_localise:
+    if not args.no_localise and "int8" in dtypes:
         progress("int8 transformer: per-module SQNR (localisation)")
         report["int8_modules"] = module_sqnr(
             records["int8", WHOLE.name], cfg, args.checkpoint, feeds

@@ -1,6 +1,7 @@
 """The measurement behind the int8 and bfloat16 tolerance rows (docs/tolerances.md).
 
-    python scripts/reduced_precision_rows.py [--golden golden] [--dtype int8 --dtype bfloat16]
+    python scripts/reduced_precision_rows.py [--golden golden] [--dtype int8 --dtype bfloat16
+                                             --dtype int4]
                                              [--out results/reduced-precision/rows]
 
 Exports every golden case at each dtype with the golden folder's config and seed (as
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 from collections import defaultdict
@@ -28,17 +30,18 @@ from importlib import metadata
 from pathlib import Path
 
 from tconform import golden, registry
-from tconform.compare import Tolerance, judge_outputs, tolerance_for
+from tconform.compare import ROW_OUTPUT_RMS, TOLERANCES, Tolerance, judge_outputs, tolerance_for
 from tconform.execution import Subject, execute
 from tconform.models import derived_file
 from tconform.results import Result, Status
 from tconform.runtimes import make_runtime
-from tconform.sensitivity import export_models, format_sqnr
+from tconform.studies.sensitivity import export_models, format_sqnr
 from tconform.versions import cpu_name, library_versions
 
 RUNTIMES = ("onnxruntime", "openvino")
-# Tolerance(1, 1): the share of it an output uses is the t of the row it would just pass.
-UNIT = Tolerance(1.0, 1.0, "the needed t is this row's share used")
+# Tolerance(1, 1), its atol scaled to each output's RMS as a row's is: the share of it an
+# output uses is the t of the row it would just pass.
+UNIT = Tolerance(1.0, 1.0, "the needed t is this row's share used", atol_rms=ROW_OUTPUT_RMS)
 
 
 def measure(golden_dir: Path, dtype: str, work: Path) -> list[dict]:
@@ -102,6 +105,12 @@ def markdown(worst: dict[tuple[str, str], dict]) -> str:
         "|---|---|---|---:|---:|---|---:|---:|",
     ]
     for (precision, klass), entry in sorted(worst.items()):
+        if (precision, klass) not in TOLERANCES:  # a precision being measured for its first row
+            lines.append(
+                f"| {precision} | {klass} | {entry['needed']:.3g} ({entry['needed_at']}) | "
+                f"no row yet | - | {format_sqnr(entry['sqnr_db'])} ({entry['sqnr_at']}) | - | - |"
+            )
+            continue
         row = tolerance_for(precision, klass)
         floor = row.min_sqnr_db
         margin = (
@@ -121,19 +130,19 @@ def markdown(worst: dict[tuple[str, str], dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--golden", type=Path, default=Path("golden"))
-    parser.add_argument("--dtype", action="append", choices=("int8", "bfloat16"))
+    parser.add_argument("--dtype", action="append", choices=("int8", "bfloat16", "int4"))
     parser.add_argument("--out", type=Path, default=Path("results/reduced-precision/rows"))
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for dtype in args.dtype or ("int8", "bfloat16"):
+        for dtype in args.dtype or ("int8", "bfloat16", "int4"):
             rows += measure(args.golden, dtype, Path(tmp))
     worst = by_class(rows)
     table = markdown(worst)
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     about = {
-        "command": "python scripts/reduced_precision_rows.py",
+        "command": shlex.join(["python", "scripts/reduced_precision_rows.py", *sys.argv[1:]]),
         "cpu": cpu_name(),
         "versions": {**library_versions(), "openvino": metadata.version("openvino")},
     }

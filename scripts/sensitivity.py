@@ -1,7 +1,8 @@
-"""How far past the tolerance line each fault of tconform.faults lands (docs/sensitivity.md).
+"""How far past the tolerance line each fault of tconform.studies.faults lands
+(docs/sensitivity.md).
 
     python scripts/sensitivity.py [--golden golden] [--fault NAME ...] [--keep DIR]
-                                  [--dtype float32|int8|bfloat16]
+                                  [--dtype float32|int8|int4|bfloat16]
 
 Exports the cases the faults apply to with the golden folder's config and seed, injects each
 fault, runs the faulty model with ONNX Runtime (CPU) on every golden input set and prints a
@@ -17,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from tconform.errors import TconformError
-from tconform.fault_catalogue import FAULTS, get_fault
-from tconform.sensitivity import format_used, markdown_table, measure
+from tconform.studies.fault_catalogue import FAULTS, get_fault
+from tconform.studies.sensitivity import format_used, markdown_table, measure
 
 
 def main() -> int:
@@ -29,8 +30,8 @@ def main() -> int:
     parser.add_argument(
         "--dtype",
         default="float32",
-        choices=("float32", "int8", "bfloat16"),
-        help="the models' dtype, judged by its own row (int8: faults injected before "
+        choices=("float32", "int8", "int4", "bfloat16"),
+        help="the models' dtype, judged by its own row (int8, int4: faults injected before "
         "quantisation; bfloat16: run on OpenVINO)",
     )
     args = parser.parse_args()

@@ -1,4 +1,5 @@
-"""Train the reference Transformer on a synthetic task; write a checkpoint (tconform.checkpoints).
+"""Train the reference Transformer on a synthetic task; write a checkpoint
+(tconform.studies.checkpoints).
 
     python scripts/train_checkpoint.py                 # reverse, the tiny preset, 3000 steps
     python scripts/train_checkpoint.py --steps 20 --out ck   # a short run elsewhere
@@ -24,10 +25,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from tconform import checkpoints
 from tconform.config import PRESETS, ModelConfig
 from tconform.files import sha256_bytes
 from tconform.reference import Transformer
+from tconform.studies import checkpoints
 from tconform.weights import load_params, make_params
 
 PRESET = "tiny"  # its dimensions learn reverse in a few thousand steps

@@ -139,8 +139,8 @@ def step_zoo() -> None:
     for name in ZOO:
         (REPORTS / "zoo").mkdir(parents=True, exist_ok=True)
         tconform(
-            "check", f"tests.zoo.models:{name}", *runtime_args(loading(ORT)), "--localise",
-            "--out", str(Path("artifacts/check/versions") / name),
+            "check", f"tests.zoo.models:{name}", *runtime_args(loading(ORT)),
+            "--localise", "always", "--out", str(Path("artifacts/check/versions") / name),
             "--json", str(REPORTS / "zoo" / f"{name}.json"), "-q",
         )  # fmt: skip
 

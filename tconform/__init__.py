@@ -3,7 +3,8 @@ runtimes (ONNX Runtime on each execution provider, OpenVINO, ONNX's reference ev
 PyTorch) against exact float64 goldens, and measure it.
 
 Importing the package is cheap: torch, onnx and onnxruntime load only when a stage needs them.
-`tconform.check(module, example_inputs, ...)` checks your own module (see the README).
+`tconform.check(module, example_inputs, ...)` checks your own module, `tconform.verify(...)`
+tconform's own cases (tconform.api; see the README).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ except metadata.PackageNotFoundError:  # a source tree that was never installed
 
 
 def __getattr__(name: str):
-    if name == "check":  # the public API of `tconform check`, loaded on first use
-        from tconform.module_check import check
+    if name in ("check", "verify"):  # the Python API (tconform.api), loaded on first use
+        from tconform import api
 
-        return check
+        return getattr(api, name)
     raise AttributeError(f"module 'tconform' has no attribute {name!r}")

@@ -13,26 +13,48 @@ digests of its own files); nor is anything written into a golden or artifacts fo
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from tconform.errors import UsageError
-from tconform.files import atomic_write_json, read_json_object, resolved, sha256_file
-from tconform.folders import ARTIFACTS, MANIFEST, managed_folder, manifest_kind
+from tconform.errors import Refused, UsageError
+from tconform.files import SHA256_DIGEST, atomic_write_json, read_json_object, resolved, sha256_file
+from tconform.folders import (
+    ARTIFACTS,
+    BUNDLE_MARKER,
+    BUNDLE_TOOL,
+    MANIFEST,
+    managed_folder,
+    manifest_kind,
+    require_new_or_written_whole,
+)
 
 OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
 OWN_FILES = ("model.onnx", "export.log")
 TOOL = "tconform check"
 MAX_RECORD_BYTES = 2**20  # a record is a few hundred bytes
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 CHECK_AREA = "check"  # an artifacts folder's subfolder for tconform check's exports
 
 
+def require_target(target: str) -> str:
+    """`target` if it is PACKAGE.MODULE:FACTORY, dotted Python names and one name (it is
+    imported, and names the default export folder): checked before anything runs."""
+    module, sep, factory = target.partition(":")
+    if not (sep and factory.isidentifier() and all(p.isidentifier() for p in module.split("."))):
+        raise UsageError(
+            f"{target!r:.120}: expected PACKAGE.MODULE:FACTORY, each a Python name (e.g. "
+            "examples.gpt:make)"
+        )
+    return target
+
+
 def default_export_dir(name: str) -> Path:
-    """Where `tconform check` exports a module named `name` unless told otherwise."""
-    return Path("artifacts") / CHECK_AREA / name.replace(":", ".")
+    """Where `tconform check` exports a module named `name` unless told otherwise: a folder of
+    the check area named after it, never a path of its own (`../x` is refused)."""
+    folder = name.replace(":", ".")
+    if Path(folder).name != folder or folder in ("", ".", ".."):
+        raise UsageError(f"{name!r:.120}: not a plain name for the export folder; give --out")
+    return Path("artifacts") / CHECK_AREA / folder
 
 
 def _recorded(folder: Path) -> dict[str, str]:
@@ -41,8 +63,8 @@ def _recorded(folder: Path) -> dict[str, str]:
     record = folder / OWN_RECORD
     if not record.exists() and not record.is_symlink():
         return {}
-    refused = UsageError(
-        f"{record}: not written by tconform check (or changed since); choose another --out"
+    refused = Refused(
+        f"{record}: not written by tconform check (or changed since); choose another --out", folder
     )
     if record.is_symlink() or not record.is_file():
         raise refused
@@ -55,7 +77,7 @@ def _recorded(folder: Path) -> dict[str, str]:
         data.get("tool") != TOOL
         or not isinstance(hashes, dict)
         or not set(hashes) <= set(OWN_FILES)
-        or not all(isinstance(h, str) and _SHA256.fullmatch(h) for h in hashes.values())
+        or not all(isinstance(h, str) and SHA256_DIGEST.fullmatch(h) for h in hashes.values())
     ):
         raise refused
     return hashes
@@ -77,12 +99,13 @@ def require_own_export_folder(folder: Path) -> None:
     folder, never a golden or artifacts folder (but for an artifacts folder's check/ area),
     never over a file it did not write."""
     if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{folder}: exists and is not a folder")
+        raise Refused(f"{folder}: exists and is not a folder", folder)
     managed = managed_folder(folder, itself=True)
     if (folder / MANIFEST).exists() or (managed is not None and not in_check_area(folder, managed)):
-        raise UsageError(
+        raise Refused(
             f"{folder} is or lies in a golden or artifacts folder ({managed or folder}); "
-            "check --out needs a folder of its own"
+            "check --out needs a folder of its own",
+            folder,
         )
     recorded = _recorded(folder)
     for name in OWN_FILES:
@@ -92,9 +115,27 @@ def require_own_export_folder(folder: Path) -> None:
             path.is_symlink() or not path.is_file() or sha256_file(path) != recorded.get(name)
         ):
             ways = f"check it as it is with --model {path}, or " if name == "model.onnx" else ""
-            raise UsageError(
+            raise Refused(
                 f"{path}: not written by tconform check (or changed since); {ways}choose "
-                "another --out"
+                "another --out",
+                folder,
+            )
+
+
+def require_repro_folder(folder: Path, others: list[Path]) -> None:
+    """--repro's folder, before anything runs: new, or a bundle tconform wrote and that is as it
+    wrote it (folders.require_new_or_written_whole), and apart from every file or folder the
+    check reads or writes (`others`: the model, the inputs, the export folder, the reports),
+    which replacing the bundle would take with it, or which would land in the bundle."""
+    require_new_or_written_whole(folder, BUNDLE_MARKER, BUNDLE_TOOL, "--repro")
+    target = resolved(folder)
+    for other in others:
+        theirs = resolved(other)
+        if theirs.is_relative_to(target) or target.is_relative_to(theirs):
+            raise Refused(
+                f"{folder}: holds or lies in {other}, which this check reads or writes; --repro "
+                "needs a folder of its own",
+                folder,
             )
 
 

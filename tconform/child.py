@@ -14,7 +14,9 @@ the kernel's out-of-memory killer. The child:
   left behind;
 - dies with its parent (prctl PR_SET_PDEATHSIG on Linux, and a thread that polls the parent
   where that is missing);
-- sends what `send(message)` is given to `on_message` in the parent as it goes (progress lines).
+- sends what `send(message)` is given to `on_message` in the parent as it goes (progress lines);
+- imports this tconform, whatever the current folder holds, and what it spawns in turn does not
+  run tconform's entry script again (tconform.spawning).
 
 On Ctrl-C or SIGTERM in the parent, and on any error there, the child is terminated (SIGTERM,
 then SIGKILL after a grace period) before the exception goes on.
@@ -40,6 +42,7 @@ from tconform.errors import (
     first_line,
     how_it_ended,
 )
+from tconform.spawning import children_import_this_tconform, forget_entry_script
 
 GRACE_SECONDS = 5.0  # for a terminated child to unwind before it is killed
 POLL_SECONDS = 0.2
@@ -70,7 +73,7 @@ def run_in_child(
         process = context.Process(
             target=_child_main, args=(send, os.getpid(), what, function, tuple(args))
         )
-        with _main_file_that_exists():
+        with _main_file_that_exists(), children_import_this_tconform():
             process.start()
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -174,6 +177,7 @@ def _child_main(
     send, parent_pid: int, what: str, function: Callable[..., Any], args: tuple
 ) -> None:
     """The child's whole life: signals set up, `function` run, its outcome sent."""
+    forget_entry_script()  # what the user's code spawns from here imports no tconform
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.SIG_IGN)

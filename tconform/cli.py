@@ -29,7 +29,9 @@ from tconform.errors import (
     EXIT_USAGE,
     TconformError,
     Terminated,
+    one_line,
 )
+from tconform.variables import check_environment
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,6 +39,7 @@ from tconform.errors import (
 def cli() -> None:
     """Export a reference Transformer to ONNX, verify it on ONNX Runtime against exact
     goldens, and measure its latency; check your own PyTorch module the same way."""
+    check_environment()  # before any command starts: a bad TCONFORM_* is one line, exit 2
 
 
 for command in (export, golden, verify, report, doc, bench, check):
@@ -105,13 +108,13 @@ def main(argv: list[str] | None = None) -> None:
     # decided the code and the reports, and the process is ending anyway.
     ending = frame.ignore_signals if argv is None else lambda: None
 
-    def fail(message: str, code: int, line: str | None = None):
+    def fail(message: str, code: int, line: str | None = None, error: BaseException | None = None):
         """One line and the exit code; the reports the command line asked for, where the run
-        frame did not write them (an error before it started)."""
+        frame did not write them (an error before it started), none where `error` refused."""
         ending()
         if not frame.reports_written:
-            write_error_reports(cli, args, message, code)
-        click.echo(line or f"tconform: error: {message}", err=True)
+            write_error_reports(cli, args, message, code, error)
+        click.echo(line or f"tconform: error: {one_line(message)}", err=True)
         sys.exit(code)
 
     try:
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:  # usage errors: one line naming the option, exit 2
         fail(exc.format_message(), exc.exit_code)
     except TconformError as exc:
-        fail(str(exc), exc.exit_code)
+        fail(str(exc), exc.exit_code, error=exc)
     except OSError as exc:  # a file that cannot be read or written: name it, no traceback
         fail(frame.describe_os_error(exc), EXIT_USAGE)
     except MemoryError:
@@ -134,6 +137,6 @@ def main(argv: list[str] | None = None) -> None:
     lost = sys.stdout.error
     ending()
     if lost is not None:  # the run and its reports are done; what it printed is lost
-        click.echo(f"tconform: error: {lost.filename}: {lost.strerror}", err=True)
+        click.echo(f"tconform: error: {lost.filename}: {one_line(str(lost.strerror))}", err=True)
         sys.exit(code or EXIT_USAGE)
     sys.exit(code or 0)

@@ -26,8 +26,8 @@ DecoderInput = Literal["target", "source"]
 AttentionKernel = Literal["plain", "sdpa"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 # A model's dtype, an export setting (tconform.export.settings.DTYPES says how each is made):
-# float16 and bfloat16 trace the module in that type, int8 quantises the float32 export.
-ModelDtype = Literal["float32", "float16", "bfloat16", "int8"]
+# float16 and bfloat16 trace the module in that type, int8 and int4 quantise the float32 export.
+ModelDtype = Literal["float32", "float16", "bfloat16", "int8", "int4"]
 MODEL_DTYPES: tuple[str, ...] = get_args(ModelDtype)
 
 # Where each variant option comes from in the documents: the record behind the README's table of
@@ -217,6 +217,20 @@ PRESETS: dict[str, ModelConfig] = {
 DEFAULT_PRESET = "tiny"
 DEFAULT_SEED = 20240601  # the seed of the committed goldens
 MAX_SEED = 2**32 - 1
+
+
+SIZES = ("src_vocab", "tgt_vocab", "d_model", "n_heads", "n_layers", "max_seq_len", "ffn_mult")
+
+
+def beyond_presets(cfg: ModelConfig) -> str | None:
+    """What of `cfg` is larger than every preset's (None: nothing). A config read from a manifest
+    sizes what a run allocates, so it stays within the presets tconform makes goldens for: a
+    crafted d_model of 2**20 is refused, not grown into until memory runs out."""
+    for name in SIZES:
+        largest = max(getattr(preset, name) for preset in PRESETS.values())
+        if getattr(cfg, name) > largest:
+            return f"{name} {getattr(cfg, name)} is larger than any preset's ({largest})"
+    return None
 
 
 def get_preset(name: str) -> ModelConfig:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # a conformance failure: some output is outside tolerance
@@ -28,6 +30,16 @@ class TconformError(Exception):
 
 class UsageError(TconformError):
     """Bad arguments, bad files or a broken environment."""
+
+
+class Refused(UsageError):
+    """A usage error that refuses to write at `path` (a folder or file that is not tconform's
+    to replace, or one the run reads): no report is written at or below it either, not even
+    the one that says why."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class ProviderUnavailable(TconformError):
@@ -110,3 +122,13 @@ def how_it_ended(exitcode: int | None) -> str:
     if -exitcode == signal.SIGABRT:
         return f"crashed ({name}: native code called abort)"
     return f"was killed by {name}"
+
+
+# Control characters and what str.splitlines() breaks at (a file or case name can hold them).
+_LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """`text` as one line: each control or line-breaking character written as its escape
+    (a newline in a file's name is `\\n`), so that an error stays the one line it is."""
+    return _LINE_BREAKING.sub(lambda found: found.group().encode("unicode_escape").decode(), text)

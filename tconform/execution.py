@@ -24,6 +24,7 @@ promises (in the spirit of Polygraphy's `Comparator.run` over its runners).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from tconform.errors import (
     WorkerCrashed,
     first_line,
 )
+from tconform.fp16 import float16_notes
 from tconform.models import ModelUnderTest
 from tconform.provenance import ModelProvenance
 from tconform.registry import Case
@@ -80,6 +82,37 @@ class InputSet(Protocol):
 
 # (outputs by name, the input set, the precision it ran in) -> one comparison per judged output
 Judge = Callable[[dict[str, np.ndarray], InputSet, str], list[OutputComparison]]
+
+
+@dataclass(frozen=True)
+class BatchRows:
+    """Batch consistency: an input set run whole and then row by row, each row of the whole
+    run's outputs judged against the run of that row alone (the runtime is its own reference:
+    "row i of a batch equals the run on row i alone"). `rows`: the batch size; an input without
+    an axis in `batch_axes` is shared by every row. Outputs whose leading axis is not the batch
+    are not judged."""
+
+    name: str
+    inputs: Mapping[str, np.ndarray]
+    batch_axes: Mapping[str, int]
+    rows: int
+    outputs: Mapping[str, np.ndarray] = field(default_factory=dict)  # filled by the runs
+
+    def row(self, k: int) -> dict[str, np.ndarray]:
+        return {
+            name: np.take(value, [k], axis=self.batch_axes[name])
+            if name in self.batch_axes
+            else value
+            for name, value in self.inputs.items()
+        }
+
+
+class FixedDimension(Exception):
+    """An input set whose shape the model cannot take: the export fixed a dimension."""
+
+
+class OutputsMismatch(UsageError):
+    """A session returned another number of outputs than it declares."""
 
 
 class NotRun(Exception):
@@ -132,10 +165,22 @@ class Opened:
     def device(self) -> tuple[str, int]:
         return self.session.device
 
+    @functools.cached_property
+    def _precision_notes(self) -> list[str]:
+        """What a float16 run must be read with (tconform.fp16): mask fills half precision
+        turned into -inf, and on ONNX Runtime's CPU provider the ops it ran in float32."""
+        if not self.onnx_file or self.precision != "float16":
+            return []
+        ep = self.runtime.ep if self.runtime.name == "onnxruntime" else ""
+        return float16_notes(self.subject.onnx.path, ep)
+
     @property
     def notes(self) -> list[str]:
         notes = list(self.subject.onnx.notes) if self.onnx_file else []
+        notes += self._precision_notes
         model = self.subject.onnx
+        if self.onnx_file and model.provenance.compute_note:
+            notes.append(model.provenance.compute_note)
         if self.onnx_file and model.precision != model.io_type:
             notes.append(
                 f"{model.provenance.compute_elem_type} computation with {model.io_type} inputs "
@@ -168,7 +213,11 @@ class Opened:
         return self.session.take(value, rows, axis)
 
     def timed_call(self, inputs: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
-        return self.session.timed_call(self.feeds(inputs), io_binding)
+        """One prepared forward pass on `inputs`; FixedDimension where the model fixes a
+        dimension they have otherwise (named as such, not left to the runtime's first error)."""
+        feeds = self.feeds(inputs)
+        require_free_dimensions(self.session.inputs, feeds)
+        return self.session.timed_call(feeds, io_binding)
 
     def op_profile(self, inputs: Mapping[str, np.ndarray]) -> dict[str, float] | None:
         """Kernel milliseconds per op type, where the runtime profiles (None elsewhere)."""
@@ -294,11 +343,18 @@ def match_feeds(
 
 def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     """`result`'s verdict from its comparisons: fail if any fails; nothing compared (no output
-    holding an element) is `skip`, never a pass, and so is each output that compared nothing."""
+    holding an element) is `skip`, never a pass, and so is each output that compared nothing.
+    What a comparison notes of its tolerance (an atol scaled to the output, or one above it)
+    joins the result's notes."""
     for comparison in comparisons:
         if comparison.status == "pass" and not comparison.compared:
             comparison.status, comparison.message = "skip", "no element compared"
     result.outputs = comparisons
+    result.notes += [c.note for c in comparisons if c.note and c.note not in result.notes]
+    left_out = sum(c.excluded for c in comparisons)
+    if left_out:  # the padding mask's zeros (check --padding-mask)
+        total = sum(c.compared + c.excluded for c in comparisons)
+        result.notes.append(f"{left_out} of {total} output elements left out (padded positions)")
     failed = [c for c in comparisons if c.status == "fail"]
     if failed:
         result.status = str(Status.FAIL)
@@ -315,14 +371,58 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     return result
 
 
+def require_free_dimensions(declared: Sequence[TensorInfo], feeds: Mapping[str, np.ndarray]):
+    """FixedDimension where a feed's size differs from one the model fixes (an export made at
+    one shape, asked to run at another)."""
+    for info in declared:
+        value = feeds.get(info.name)
+        if info.fixed is None or value is None or value.ndim != len(info.fixed):
+            continue
+        for axis, (fixed, size) in enumerate(zip(info.fixed, value.shape, strict=True)):
+            if fixed is not None and fixed != size:
+                raise FixedDimension(
+                    f"the model fixes input {info.name!r} axis {axis} at {fixed} and this input "
+                    f"set has {size}: the export kept that dimension static (tconform check "
+                    f"--dynamic {info.name}={axis}:NAME exports it free)"
+                )
+
+
+def _outputs(opened: Opened, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    outputs = opened.session.run(feeds)
+    if len(outputs) != len(opened.outputs):
+        raise OutputsMismatch(
+            f"{label(opened.runtime)}: returned {len(outputs)} outputs; it declares "
+            f"{len(opened.outputs)} ({', '.join(opened.outputs)})"
+        )
+    return dict(zip(opened.outputs, outputs, strict=True))
+
+
+def rows_run_alone(opened: Opened, batched: BatchRows, whole: Mapping[str, np.ndarray]):
+    """`batched` with its expected outputs: each batch-led output of the whole run (`whole`)
+    rebuilt from the runs of one row at a time."""
+    runs = [_outputs(opened, opened.feeds(batched.row(k))) for k in range(batched.rows)]
+    expected = {
+        name: np.concatenate([run[name] for run in runs], axis=0)
+        for name, value in whole.items()
+        if np.ndim(value) and np.shape(value)[0] == batched.rows
+    }
+    return replace(batched, outputs=expected)
+
+
 def run_judged(opened: Opened, input_set: InputSet, judge: Judge, row: Result) -> Result:
-    """One input set through an opened subject, judged: pass, fail, error or skip."""
+    """One input set through an opened subject, judged: pass, fail, error or skip (a shape the
+    model cannot take is a skip naming the fixed dimension, never a pass)."""
     result = opened.stamp(replace(row, input_set=input_set.name))
     feeds = opened.feeds(input_set.inputs)  # a signature mismatch is a usage error, raised
     started = time.perf_counter()
     try:
-        outputs = opened.session.run(feeds)
-    except (KeyboardInterrupt, Terminated):
+        require_free_dimensions(opened.session.inputs, feeds)
+        outputs = _outputs(opened, feeds)
+        if isinstance(input_set, BatchRows):
+            input_set = rows_run_alone(opened, input_set, outputs)
+    except FixedDimension as exc:
+        result.status, result.message = str(Status.SKIP), str(exc)
+    except (KeyboardInterrupt, Terminated, OutputsMismatch):
         raise
     except WorkerCrashed as exc:  # the runtime's process died on valid input: its verdict
         result.status = str(Status.CRASH)
@@ -330,13 +430,7 @@ def run_judged(opened: Opened, input_set: InputSet, judge: Judge, row: Result) -
     except BaseException as exc:  # a runtime (or a user's forward) failing on valid input
         result.status, result.message = str(Status.ERROR), first_line(exc)
     else:
-        if len(outputs) != len(opened.outputs):
-            raise UsageError(
-                f"{label(opened.runtime)}: returned {len(outputs)} outputs; it declares "
-                f"{len(opened.outputs)} ({', '.join(opened.outputs)})"
-            )
-        named = dict(zip(opened.outputs, outputs, strict=True))
-        settle(result, judge(named, input_set, result.precision))
+        settle(result, judge(outputs, input_set, result.precision))
     result.seconds = time.perf_counter() - started
     return result
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -47,6 +48,9 @@ def atomic_write_json(path: Path, data: object) -> None:
     atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
+SHA256_DIGEST = re.compile(r"[0-9a-f]{64}")  # a sha256 as tconform records it
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -84,12 +88,67 @@ def require_utf8_name(path: Path) -> Path:
     return path
 
 
+# What tconform adds to a name when it writes beside it: atomic_write_bytes' temporary file
+# (".NAME.XXXXXXXX.tmp", 14 more), a folder's lock (".NAME.lock"), its staging and retired
+# copies (".NAME.staging-XXXXXXXX", 18 more, the longest). A name this much below the file
+# system's limit can be written; a longer one would pass every check and then lose the file.
+NAME_ROOM = 18
+
+
+def shown(path: Path | str, limit: int = 120) -> str:
+    """A path for a one-line message, its middle left out when it is long."""
+    text = os.fsdecode(path)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
+
+
+def _limits(path: Path) -> tuple[int, int]:
+    """(NAME_MAX, PATH_MAX) of the file system `path` would be on (its nearest existing folder's;
+    Linux's 255 and 4096 where that cannot be asked)."""
+    folder = Path(os.path.abspath(path))
+    while not os.path.isdir(folder) and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX"), os.pathconf(folder, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 255, 4096
+
+
+def require_name_fits(path: Path, room: int = NAME_ROOM) -> Path:
+    """`path`, if the file system can hold it and what tconform writes beside it: every name in
+    it at most NAME_MAX bytes, its own name `room` bytes less (see NAME_ROOM), the whole path
+    below PATH_MAX; else one UsageError line, before anything opens it (the system's own
+    refusal comes as an OSError from whichever call meets it first)."""
+    name_max, path_max = _limits(path)
+    absolute = os.fsencode(os.path.abspath(path))
+    if len(absolute) + room >= path_max:
+        beside = f", and tconform needs {room} more for what it writes beside it" if room else ""
+        raise UsageError(
+            f"{shown(path)}: a path of {len(absolute)} bytes; the file system takes paths below "
+            f"{path_max} bytes{beside}"
+        )
+    parts = [os.fsencode(part) for part in Path(path).parts]
+    for part in parts:
+        if len(part) > name_max:
+            raise UsageError(
+                f"{shown(path)}: a name of {len(part)} bytes ({shown(os.fsdecode(part), 40)}); "
+                f"the file system takes at most {name_max}"
+            )
+    if parts and len(parts[-1]) + room > name_max:
+        raise UsageError(
+            f"{shown(path)}: a name of {len(parts[-1])} bytes; tconform writes a temporary file "
+            f"beside it first, so names it writes are at most {name_max - room} bytes"
+        )
+    return path
+
+
 def require_inside(root: Path, path: Path) -> Path:
     """`path`, if it resolves inside `root`. A symlink (the file's, or a folder's on the way)
     that leads out of the folder is refused: tconform reads nothing outside the folders it is
     given."""
     if not resolved(path).is_relative_to(resolved(root)):
-        raise UsageError(f"{path}: a symlink that leads outside {root}; tconform reads only inside")
+        raise UsageError(
+            f"{path}: a symlink that leads outside {root}; tconform reads and writes only inside"
+        )
     return path
 
 

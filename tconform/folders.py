@@ -4,26 +4,41 @@ writes one kind of file into the other kind of folder.
 Each folder tconform writes holds a `manifest.json` that says what it is (`"kind"`; manifests
 written before that field existed are recognised by their keys). A folder without a manifest is
 nobody's: tconform writes into it only when it is empty or missing.
+
+A folder tconform writes whole (a repro bundle) holds a marker file that names the tool and
+lists every other file with its sha256: it is replaced only while it is exactly that, and goes
+nowhere a golden or artifacts folder is (replace_whole).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import shutil
+import stat
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
 
-from tconform.errors import UsageError
-from tconform.files import files_under, read_json_object, resolved
+from tconform.errors import Refused, UsageError
+from tconform.files import (
+    SHA256_DIGEST,
+    atomic_write_json,
+    files_under,
+    read_json_object,
+    resolved,
+    sha256_file,
+)
+from tconform.variables import value
 
 MANIFEST = "manifest.json"
 GOLDEN = "tconform-golden"
 ARTIFACTS = "tconform-artifacts"
 MAX_MANIFEST_BYTES = 64 * 2**20  # far above any real manifest; refuse before reading a huge file
-LOCK_WAIT_S = float(os.environ.get("TCONFORM_LOCK_TIMEOUT", "900"))  # then give up, exit 2
 
 
 def read_json_manifest(path: Path) -> dict:
@@ -83,6 +98,11 @@ def require_replaceable_golden_folder(folder: Path) -> None:
             f"{folder} lies in {outer}, a tconform golden or artifacts folder; goldens go into a "
             "folder of their own"
         )
+    if folder.is_symlink():  # replaced by renaming, the link would become a folder
+        raise UsageError(
+            f"{folder}: a symbolic link; goldens are written into a folder of their own (name "
+            "the folder it leads to)"
+        )
     if not folder.exists():
         return
     if not folder.is_dir():
@@ -113,10 +133,157 @@ def files_not_listed(folder: Path) -> list[str]:
     return sorted(files_under(folder) - listed)
 
 
+# --- folders tconform writes whole --------------------------------------------------------------
+
+MAX_MARKER_BYTES = 2**20  # a marker lists a few files
+BUNDLE_MARKER = "bundle.json"  # a repro bundle's marker (tconform.localise.isolate writes it)
+BUNDLE_TOOL = "tconform localise --repro"
+
+
+def _listed_files(folder: Path, marker: str, tool: str) -> dict[str, str] | None:
+    """What `folder`'s marker lists (relative path -> sha256), or None where the marker is not
+    tconform's: not a regular file, not JSON, another tool's, or listing anything but plain
+    relative paths below the folder with sha256 digests."""
+    path = folder / marker
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        data = read_json_object(path, MAX_MARKER_BYTES, what="marker")
+    except UsageError:
+        return None
+    files = data.get("files")
+    if data.get("tool") != tool or not isinstance(files, dict):
+        return None
+    for rel, digest in files.items():
+        name = PurePosixPath(rel)
+        if (
+            not (isinstance(digest, str) and SHA256_DIGEST.fullmatch(digest))
+            or name.is_absolute()
+            or name.as_posix() != rel
+            or {"..", "."} & set(name.parts)
+            or rel == marker
+        ):
+            return None
+    return files
+
+
+def not_written_whole(folder: Path, marker: str, tool: str) -> str | None:
+    """What keeps `folder` from being as `tool` wrote it (None: nothing): its marker must list
+    every other file it holds, each with the sha256 it has; no symlink, no other kind of file,
+    nothing added or changed."""
+    listed = _listed_files(folder, marker, tool)
+    if listed is None:
+        return f"{folder / marker}: missing, or not written by {tool}"
+    found, parents = set(), {p.as_posix() for rel in listed for p in PurePosixPath(rel).parents}
+    for top, folders, names in os.walk(folder):
+        for name in (*folders, *names):
+            path = Path(top) / name
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                return f"{path}: a symbolic link or special file, which {tool} never writes"
+        found |= {(Path(top) / name).relative_to(folder).as_posix() for name in names}
+        for name in folders:
+            if (Path(top) / name).relative_to(folder).as_posix() not in parents:
+                return f"{Path(top) / name}: a folder {tool} did not write there"
+    unlisted = sorted(found - {*listed, marker})
+    if unlisted:
+        return f"{folder / unlisted[0]}: not a file {tool} wrote there"
+    for rel, digest in listed.items():
+        if rel not in found or sha256_file(folder / rel) != digest:
+            return f"{folder / rel}: missing or changed since {tool} wrote it"
+    return None
+
+
+def require_new_or_written_whole(folder: Path, marker: str, tool: str, option: str) -> None:
+    """A folder written whole goes only where it loses nothing: a new or empty folder, or one
+    `tool` wrote and that is as it was written (not_written_whole). Never a symlink (it would
+    become a folder), never in a golden or artifacts folder, never the current folder or one
+    above it. A Refused line naming `option` otherwise."""
+    if folder.is_symlink():
+        raise Refused(f"{folder}: a symbolic link; {option} writes a folder of its own", folder)
+    if folder.exists() and not folder.is_dir():
+        raise Refused(f"{folder}: exists and is not a folder ({option})", folder)
+    if Path.cwd().is_relative_to(resolved(folder)):  # not Refused: reports may go below it
+        raise UsageError(
+            f"{folder}: the current folder, or one above it; {option} needs a folder of its own"
+        )
+    managed = managed_folder(folder, itself=True)
+    if managed is not None:
+        raise Refused(
+            f"{folder} is or lies in a golden or artifacts folder ({managed}); {option} needs a "
+            "folder of its own",
+            folder,
+        )
+    problem = not_written_whole(folder, marker, tool) if folder.is_dir() else None
+    if problem is not None and any(folder.iterdir()):
+        raise Refused(
+            f"{problem}; {option} replaces only a folder tconform wrote, as it wrote it (name a "
+            "new folder, or move this one away)",
+            folder,
+        )
+
+
+def replace_whole(
+    folder: Path, marker: str, record: dict, write: Callable[[Path], None], option: str
+) -> Path:
+    """Write a folder whole: `write(staging)` fills a new folder beside `folder`, the marker is
+    added (`record`, which names the tool, and every file's sha256), and the new folder takes
+    `folder`'s place once require_new_or_written_whole has allowed it again (the run that made
+    its contents took a while). Nothing is left half written, and an earlier folder is removed
+    only once the new one is in its place."""
+    given, folder = folder, Path(os.path.abspath(folder))  # abspath: `.name` of "a/.." is ".."
+    require_new_or_written_whole(folder, marker, record["tool"], option)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        write(staging)
+        files = {rel: sha256_file(staging / rel) for rel in sorted(files_under(staging))}
+        atomic_write_json(staging / marker, {**record, "files": files})
+        require_new_or_written_whole(folder, marker, record["tool"], option)
+        if not folder.exists():
+            os.replace(staging, folder)
+            return given
+        retired = Path(tempfile.mkdtemp(prefix=f".{folder.name}.retired-", dir=folder.parent))
+        try:
+            os.replace(folder, retired / folder.name)
+            try:
+                os.replace(staging, folder)
+            except OSError:
+                os.replace(retired / folder.name, folder)  # the earlier folder, back
+                raise
+        finally:
+            shutil.rmtree(retired, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return given
+
+
 def lock_path(folder: Path) -> Path:
     """The lock of a folder: a file beside it (`.NAME.lock`), since a golden folder is replaced
     as a whole by renaming and a file inside it would go with it."""
     return folder.parent / f".{folder.name}.lock"
+
+
+def _open_lock(path: Path, shared: bool) -> int | None:
+    """The lock file's descriptor, created if missing, never through a symlink (O_NOFOLLOW: a
+    link planted at the lock's name would make tconform create or open its target, anywhere)
+    and only if it is a regular file. None: a shared lock that cannot be created (a folder
+    whose parent cannot be written, or is missing, is read without one)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(
+                f"{path}: the lock's name is a symbolic link; tconform follows no link it did not "
+                "make (remove it)"
+            ) from None
+        if shared:  # a folder whose parent cannot be written, or that is missing: read as it is
+            return None
+        raise UsageError(f"{path}: cannot create the lock ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{path}: the lock's name is not a regular file; remove it")
+    return fd
 
 
 @contextlib.contextmanager
@@ -125,27 +292,25 @@ def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
     folder wait for each other (saying so), and give up after TCONFORM_LOCK_TIMEOUT seconds.
     A folder whose parent cannot be written is read without a lock (no tconform can write
     there either)."""
+    wait_s = value("TCONFORM_LOCK_TIMEOUT")
     path = lock_path(resolved(folder))
-    try:
-        handle = open(path, "a+")  # noqa: SIM115 - held for the whole block
-    except OSError:
-        if shared:
-            yield
-            return
-        raise UsageError(f"{path}: cannot create the lock of {folder}") from None
+    fd = _open_lock(path, shared)
+    if fd is None:
+        yield
+        return
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-    deadline = time.monotonic() + LOCK_WAIT_S
+    deadline = time.monotonic() + wait_s
     told = False
     try:
         while True:
             try:
-                fcntl.flock(handle, mode | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise UsageError(
                         f"{folder}: another tconform run holds {path}; gave up after "
-                        f"{LOCK_WAIT_S:.0f} s"
+                        f"{wait_s:g} s (TCONFORM_LOCK_TIMEOUT)"
                     ) from None
                 if not told:
                     print(f"tconform: waiting for another run using {folder} ...", file=sys.stderr)
@@ -153,4 +318,4 @@ def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
                 time.sleep(0.2)
         yield
     finally:
-        handle.close()  # closing releases the lock
+        os.close(fd)  # closing releases the lock

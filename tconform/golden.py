@@ -15,9 +15,11 @@ needed it.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +41,7 @@ from tconform.folders import (
     require_replaceable_golden_folder,
 )
 from tconform.registry import Case, Shape
-from tconform.schema import check_golden_manifest
+from tconform.schema import TENSOR_FILE, check_golden_manifest
 from tconform.versions import library_versions, tool_version
 
 STORED_DTYPE = np.float32
@@ -133,13 +135,39 @@ def _cases_to_keep(golden_dir, cfg, seed, preset, cases, force) -> dict:
 
 
 def _leftovers(golden_dir: Path) -> list[Path]:
-    """Staging and retired folders of earlier writes of this golden folder that were killed."""
-    prefix = f".{golden_dir.name}."
-    return [
-        p
-        for p in golden_dir.parent.glob(f"{prefix}*")
-        if p.is_dir() and p.name[len(prefix) :].startswith(("staging-", "retired-"))
-    ]
+    """Staging and retired folders of earlier writes of this golden folder that were killed,
+    as tconform left them: named as tempfile.mkdtemp names them, holding nothing but goldens
+    (a staging folder: manifest.json and case folders of tensor files; a retired one: the old
+    golden folder, nothing of it unlisted). A folder of the user's that only looks like one is
+    kept."""
+    name = re.compile(rf"\.{re.escape(golden_dir.name)}\.(staging|retired)-[a-z0-9_]{{8}}")
+    found = []
+    for path in golden_dir.parent.iterdir():
+        kind = name.fullmatch(path.name)
+        if kind is None or path.is_symlink() or not path.is_dir():
+            continue
+        if kind.group(1) == "retired":
+            held = [p.name for p in path.iterdir()]
+            old = path / golden_dir.name
+            if held and (held != [golden_dir.name] or not _only_goldens(old)):
+                continue
+        elif not _only_goldens(path, manifest_optional=True):
+            continue
+        found.append(path)
+    return found
+
+
+def _only_goldens(folder: Path, manifest_optional: bool = False) -> bool:
+    """Whether `folder` holds nothing but golden files: manifest.json and CASE/SET/TENSOR.pb
+    (the manifest may be missing from a staging folder cut short), no symlink anywhere."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    if any(p.is_symlink() for p in folder.rglob("*")):
+        return False
+    files = files_under(folder)
+    if not manifest_optional and MANIFEST not in files:
+        return False
+    return all(rel == MANIFEST or TENSOR_FILE.fullmatch(rel.partition("/")[2]) for rel in files)
 
 
 def _remove_leftovers(golden_dir: Path) -> None:
@@ -200,11 +228,12 @@ def _write_locked(golden_dir, cfg, seed, cases, preset, on_case, kept: dict) -> 
 
 
 def tolerance_table() -> dict[str, dict[str, float]]:
-    """compare.TOLERANCES as the manifest records it for tools without tconform: atol, rtol
-    and, for the rows that have one, the SQNR floor in dB."""
+    """compare.TOLERANCES as the manifest records it for tools without tconform: atol, rtol,
+    the output RMS the atol stands for (an output of a smaller RMS is held to atol * RMS /
+    atol_rms) and, for the rows that have one, the SQNR floor in dB."""
     table = {}
     for (precision, klass), t in TOLERANCES.items():
-        row = {"atol": t.atol, "rtol": t.rtol}
+        row = {"atol": t.atol, "rtol": t.rtol, "atol_rms": t.atol_rms}
         if t.min_sqnr_db is not None:
             row["min_sqnr_db"] = t.min_sqnr_db
         table[f"{precision}/{klass}"] = row
@@ -250,10 +279,9 @@ _HEADER_BYTES = 4096
 _LARGEST_ITEM = 8  # int64 ids
 
 
-def _read_tensor(path: Path, expected_sha: str, shape: list[int] | None, root: Path) -> tuple:
-    """(name, array) of a golden .pb: a regular file inside `root` (the golden folder), no
-    larger than its shape allows, with the manifest's sha256 and its data inline (external data
-    is refused: it would be read from wherever the tensor points and escape the hash)."""
+def _checked_bytes(path: Path, expected_sha: str, shape: list[int] | None, root: Path) -> bytes:
+    """A golden file's bytes: a regular file inside `root` (the golden folder), no larger than
+    its shape allows, with the manifest's sha256."""
     if not path.is_file():
         raise UsageError(f"{path}: missing or not a regular file")
     require_inside(root, path)
@@ -266,6 +294,14 @@ def _read_tensor(path: Path, expected_sha: str, shape: list[int] | None, root: P
     data = path.read_bytes()
     if sha256_bytes(data) != expected_sha:
         raise UsageError(f"{path}: sha256 differs from the manifest (file changed or corrupt)")
+    return data
+
+
+def _read_tensor(path: Path, expected_sha: str, shape: list[int] | None, root: Path) -> tuple:
+    """(name, array) of a golden .pb, its bytes checked (_checked_bytes), with its data inline
+    (external data is refused: it would be read from wherever the tensor points and escape the
+    hash)."""
+    data = _checked_bytes(path, expected_sha, shape, root)
     proto = onnx.TensorProto()
     try:
         proto.ParseFromString(data)
@@ -290,9 +326,10 @@ def expected_files(case: Case, cfg: ModelConfig, set_names) -> list[str]:
     ]
 
 
-def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) -> list[InputSet]:
-    """Load a case's input sets, checking each file's sha256, names, shapes and dtypes. The case
-    folder must hold exactly the files its manifest lists, and at least one input set."""
+def _case_files(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) -> Iterator:
+    """(set name, kind, spec, path, sha256, shape) of each file of a case, in order, once the
+    case folder is known to hold exactly the files its manifest lists, each with a sha256, and
+    at least one input set."""
     entry = manifest["cases"].get(case.name)  # validated by read_golden_manifest
     manifest_path = golden_dir / MANIFEST
     if entry is None:
@@ -307,20 +344,32 @@ def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) ->
     unhashed = [rel for rel in expected if not isinstance(entry["sha256"].get(rel), str)]
     if unhashed:
         raise UsageError(f"{manifest_path}: no sha256 for {case.name}/{unhashed[0]}")
-    sets = []
     for set_name, shapes in entry["sets"].items():
-        loaded: dict[str, dict[str, np.ndarray]] = {"input": {}, "output": {}}
         for kind, specs in (("input", case.inputs(cfg)), ("output", case.outputs(cfg))):
             for k, spec in enumerate(specs):
                 rel = f"{set_name}/{kind}_{k}.pb"
-                path = golden_dir / case.name / rel
-                name, array = _read_tensor(
-                    path, entry["sha256"][rel], shapes.get(spec.name), golden_dir
-                )
-                _check_tensor(path, name, array, spec, shapes, cfg)
-                loaded[kind][spec.name] = array
-        sets.append(InputSet(set_name, loaded["input"], loaded["output"]))
-    return sets
+                yield set_name, kind, spec, case_dir / rel, entry["sha256"][rel], shapes
+
+
+def require_intact(golden_dir: Path, manifest: dict, cases, cfg: ModelConfig) -> None:
+    """Every golden file of `cases`, checked before the first case runs: the case folders hold
+    exactly the files the manifest lists, each a regular file inside the folder with its
+    recorded sha256. A corrupt or replaced file is one line naming it before anything is
+    exported or run, not when its case is reached (read_case checks each again as it loads it)."""
+    for case in cases:
+        for _set, _kind, spec, path, sha, shapes in _case_files(golden_dir, manifest, case, cfg):
+            _checked_bytes(path, sha, shapes.get(spec.name), golden_dir)
+
+
+def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) -> list[InputSet]:
+    """Load a case's input sets, checking each file's sha256, names, shapes and dtypes. The case
+    folder must hold exactly the files its manifest lists, and at least one input set."""
+    loaded: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    for set_name, kind, spec, path, sha, shapes in _case_files(golden_dir, manifest, case, cfg):
+        name, array = _read_tensor(path, sha, shapes.get(spec.name), golden_dir)
+        _check_tensor(path, name, array, spec, shapes, cfg)
+        loaded.setdefault(set_name, {"input": {}, "output": {}})[kind][spec.name] = array
+    return [InputSet(name, sets["input"], sets["output"]) for name, sets in loaded.items()]
 
 
 def _check_tensor(path, name, array, spec, shapes, cfg: ModelConfig) -> None:

@@ -25,7 +25,13 @@ from onnx import TensorProto
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
 from tconform.export import ExportRecord
-from tconform.files import require_inside, require_utf8_name, resolved, sha256_file
+from tconform.files import (
+    require_inside,
+    require_name_fits,
+    require_utf8_name,
+    resolved,
+    sha256_file,
+)
 from tconform.heap import trim
 from tconform.provenance import ModelProvenance, onnx_provenance
 from tconform.registry import Case, get_case
@@ -43,6 +49,8 @@ _FLOAT_TYPES = {
 }
 # The rows of models that compute in a narrower type than float32, narrowest last.
 NARROW = ("float16", "bfloat16")
+# The compute types of quantised graphs (tconform.provenance.quantized_type).
+QUANTIZED_TYPES = ("int8", "int4")
 _KIND_TYPES = {
     "src_ids": TensorProto.INT64,
     "tgt_ids": TensorProto.INT64,
@@ -70,14 +78,16 @@ class ModelUnderTest:
 
     @property
     def precision(self) -> str:
-        """Its tolerance row: int8 when most of its weights are int8 read by quantised ops
-        (onnxruntime.quantization's graphs); float16 or bfloat16 when its inputs and outputs
-        are, or most of its operations take that type (a conversion that kept float32 inputs
-        and outputs); float16 weights Cast back to float32, or a Cast pair, do not loosen
-        it."""
+        """Its tolerance row, earned by what reaches its outputs (dead nodes and weights do
+        not count; tconform.provenance.compute_type): int8 (int4) when its live weights are
+        int8 (4-bit) read by quantised ops (onnxruntime.quantization's graphs); float16 or
+        bfloat16 when its inputs and outputs are, or its live operations take that type (a
+        conversion that kept float32 inputs and outputs); float16 weights Cast back to float32,
+        or a Cast pair, do not loosen it, and live compute that mixes precisions takes the
+        stricter row."""
         compute = self.provenance.compute_elem_type
-        if compute == "int8":
-            return "int8"
+        if compute in QUANTIZED_TYPES:
+            return compute
         for narrow in NARROW:
             if narrow in (self.io_type, compute):
                 return narrow
@@ -105,7 +115,7 @@ def parse_model_options(
         lookup(case_name)  # an unknown case is a usage error listing the known ones
         if case_name in models:
             raise UsageError(f"--model: case {case_name!r} given twice")
-        models[case_name] = Path(path)
+        models[case_name] = require_name_fits(Path(path), room=0)  # read, never written beside
     return models
 
 

@@ -33,7 +33,8 @@ class ModelProvenance:
     opsets: dict[str, int] = field(default_factory=dict)
     ir_version: int | None = None
     elem_type: str = ""  # of its floating-point inputs and outputs
-    compute_elem_type: str = ""  # the type most of its operations take ("int8": quantised)
+    compute_elem_type: str = ""  # the type its live operations take ("int8": quantised)
+    compute_note: str = ""  # why, where its live compute mixes precisions
     external_data: dict[str, str] = field(default_factory=dict)  # location -> sha256
 
     def to_dict(self) -> dict[str, object]:
@@ -54,6 +55,7 @@ def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvena
         if elem_type:
             break
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
+    compute, why = compute_type(model)
     return ModelProvenance(
         path=str(path),
         sha256=sha256,
@@ -62,12 +64,14 @@ def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvena
         opsets={o.domain or "ai.onnx": o.version for o in model.opset_import},
         ir_version=model.ir_version,
         elem_type=elem_type,
-        compute_elem_type=compute_type(model),
+        compute_elem_type=compute,
+        compute_note=why,
     )
 
 
-# Ops that read quantised (8-bit) tensors: ONNX's and ONNX Runtime's contrib ops that
-# onnxruntime.quantization writes (dynamic, static QOperator and QDQ formats).
+# Ops that read quantised (8-bit or 4-bit) tensors: ONNX's and ONNX Runtime's contrib ops that
+# onnxruntime.quantization writes (dynamic, static QOperator and QDQ formats, and the 4-bit
+# weight-only MatMulNBits / GatherBlockQuantized).
 QUANTIZED_OPS = {
     "MatMulInteger",
     "ConvInteger",
@@ -79,51 +83,157 @@ QUANTIZED_OPS = {
     "QAttention",
     "QGemm",
     "QEmbedLayerNormalization",
+    "MatMulNBits",
+    "GatherBlockQuantized",
 }
 _INT8_TYPES = {2, 3}  # UINT8, INT8
-# Weights: initializers of more elements than this (a scale or zero point is one, or one per
-# channel; a Reshape's shape a few).
-_WEIGHT_ELEMENTS = 64
+_INT4_TYPES = {21, 22}  # UINT4, INT4 (QDQ)
+# Ops whose uint8 weight packs two 4-bit values per byte (their `bits` attribute, default 4).
+_PACKED_OPS = {"MatMulNBits", "GatherBlockQuantized"}
+# Weights: initializers of two or more dimensions (matrices, kernels, tables). A scale or zero
+# point has one element, or one per channel; a bias, a norm's gain or a Reshape's shape is 1-D.
+# (A size threshold left out the whole of a small model: its int8 graph was judged float32.)
+_WEIGHT_RANK = 2
 
 
-# A model whose weights are mostly int8 is an int8 model (its tolerance row is int8's).
-INT8_SHARE = 0.5
+@dataclass
+class Live:
+    """What a graph's outputs depend on: the nodes that compute them (with the live nodes of
+    the If/Loop/Scan bodies they run), every tensor name those read, and the initializers
+    among them. A node whose outputs go nowhere, and a weight only it reads, are dead: they
+    compute nothing a result is judged on."""
+
+    nodes: list = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
+    initializers: list = field(default_factory=list)
 
 
-def quantized_share(model) -> float:
-    """The share of `model`'s weight elements held as int8/uint8 and read by a quantised op
-    (0 for a float model): a graph onnxruntime.quantization made holds most of its weights so."""
+def _bodies(node) -> list:
+    """The graphs a control-flow node runs (If's branches, Loop's and Scan's body)."""
+    from onnx import AttributeProto
+
+    bodies = []
+    for attribute in node.attribute:
+        if attribute.type == AttributeProto.GRAPH:
+            bodies.append(attribute.g)
+        elif attribute.type == AttributeProto.GRAPHS:
+            bodies.extend(attribute.graphs)
+    return bodies
+
+
+def live_part(graph) -> Live:
+    """Backward reachability from `graph`'s outputs through node inputs; a live node's bodies
+    are walked the same way from their own outputs, and the outer names they read are live."""
+    producer = {name: k for k, node in enumerate(graph.node) for name in node.output if name}
+    live = Live()
+    pending = [value.name for value in graph.output]
+    reached: set[int] = set()
+    while pending:
+        name = pending.pop()
+        if name in live.names:
+            continue
+        live.names.add(name)
+        k = producer.get(name)
+        if k is None or k in reached:
+            continue
+        reached.add(k)
+        node = graph.node[k]
+        pending += [i for i in node.input if i]
+        for body in _bodies(node):
+            inner = live_part(body)
+            live.nodes += inner.nodes
+            live.initializers += inner.initializers
+            pending += inner.names  # names of the body's own never match an outer producer
+    live.nodes = [graph.node[k] for k in sorted(reached)] + live.nodes
+    live.initializers = [t for t in graph.initializer if t.name in live.names] + live.initializers
+    return live
+
+
+def quantized_elements(model) -> dict[str, int]:
+    """Weight elements that reach `model`'s outputs by how they are held: "int8" (int8/uint8
+    read by a quantised op), "int4" (4-bit: packed two to a byte for MatMulNBits, or an int4
+    tensor), "float". Dead weights do not count."""
+    live = live_part(model.graph)
     readers: dict[str, set[str]] = {}
-    for node in model.graph.node:
+    bits: dict[str, int] = {}
+    for node in live.nodes:
         for name in node.input:
             readers.setdefault(name, set()).add(node.op_type)
+        if node.op_type in _PACKED_OPS and len(node.input) > 1:
+            width = next((a.i for a in node.attribute if a.name == "bits"), 4)
+            bits[node.input[0 if node.op_type == "GatherBlockQuantized" else 1]] = width
     # An int8 embedding table is gathered first and its rows dequantised after (the quantiser's
     # Gather -> DequantizeLinear): a Gather's readers read its table too.
-    for node in model.graph.node:
+    for node in live.nodes:
         if node.op_type == "Gather" and node.output:
             readers[node.input[0]] |= readers.get(node.output[0], set())
-    quantized = total = 0
-    for tensor in model.graph.initializer:
+    counts = {"int8": 0, "int4": 0, "float": 0}
+    for tensor in live.initializers:
+        if len(tensor.dims) < _WEIGHT_RANK:
+            continue
         count = 1
         for dim in tensor.dims:
             count *= dim
-        if count <= _WEIGHT_ELEMENTS:
-            continue
-        total += count
-        if tensor.data_type in _INT8_TYPES and readers.get(tensor.name, set()) & QUANTIZED_OPS:
-            quantized += count
-    return quantized / total if total else 0.0
+        quantized = readers.get(tensor.name, set()) & QUANTIZED_OPS
+        if quantized and tensor.data_type in _INT4_TYPES:
+            counts["int4"] += count
+        elif quantized and tensor.data_type in _INT8_TYPES and bits.get(tensor.name) == 4:
+            counts["int4"] += 2 * count
+        elif quantized and tensor.data_type in _INT8_TYPES:
+            counts["int8"] += count
+        else:
+            counts["float"] += count
+    return counts
 
 
-def compute_type(model) -> str:
-    """The type `model` computes in ('' when none is known): "int8" when most of its weights
-    are int8 read by quantised ops; otherwise the float type most of its node inputs have. A
-    float16 conversion that kept float32 inputs and outputs computes in float16, while float16
-    weights Cast back to float32, or a Cast pair in between, leave it float32."""
+def _quantized(model) -> tuple[float, str]:
+    """(the quantised share of the live weights, "int4" where most of those are 4-bit else
+    "int8")."""
+    counts = quantized_elements(model)
+    total = sum(counts.values())
+    share = (counts["int8"] + counts["int4"]) / total if total else 0.0
+    return share, "int4" if counts["int4"] > counts["int8"] else "int8"
+
+
+def quantized_type(model) -> str | None:
+    """ "int8" or "int4" when `model`'s live weights are quantised (all but MIXED_SHARE of
+    them), None otherwise: the record an export of a quantised dtype keeps."""
+    share, quantized = _quantized(model)
+    return quantized if share > INT8_SHARE else None
+
+
+def quantized_share(model) -> float:
+    """The share of the weight elements that reach `model`'s outputs held as int8 or int4 and
+    read by a quantised op (0 for a float model): a graph onnxruntime.quantization made holds
+    most of its weights so. Dead weights do not count."""
+    return _quantized(model)[0]
+
+
+# A precision with less than this share of a model's live compute (its weight elements for
+# int8, its node inputs for a float type) does not make the model mixed: the float32 Casts at the
+# inputs of a float16 conversion that kept float32 inputs, the biases an int8 quantiser leaves.
+# One with more is live; a model computing in two live precisions is judged by the stricter row.
+MIXED_SHARE = 0.25
+# A model whose live weights are all but MIXED_SHARE int8 is an int8 model.
+INT8_SHARE = 1.0 - MIXED_SHARE
+# The precisions, strictest row first (the model rows' atol: 1e-5, 6e-2, 0.15, 0.4; float64
+# has no row, and stays strictest).
+STRICTNESS = ("float64", "float32", "float16", "bfloat16", "int8", "int4")
+
+
+def compute_type(model) -> tuple[str, str]:
+    """The type `model` computes in ('' when none is known) and, where its live compute mixes
+    precisions, why it is judged by the stricter one. Only what reaches the outputs counts. It
+    is "int8" ("int4") when its weights are int8 (4-bit) read by quantised ops; otherwise the
+    float type its node inputs have. A float16 conversion that kept float32 inputs and outputs
+    computes in float16, while float16 weights Cast back to float32, or a Cast pair in between,
+    leave it float32. Where int8 weights, or a second float type, hold between MIXED_SHARE and
+    1 - MIXED_SHARE of it, the model is mixed and takes the stricter row."""
     import onnx
 
-    if quantized_share(model) > INT8_SHARE:
-        return "int8"
+    share, quantized = _quantized(model)
+    if share > INT8_SHARE:
+        return quantized, ""
 
     try:
         graph = onnx.shape_inference.infer_shapes(model).graph
@@ -131,16 +241,34 @@ def compute_type(model) -> str:
         graph = model.graph
     types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info)}
     types.update({t.name: t.data_type for t in graph.initializer})
-    for node in graph.node:  # Casts say their output type even where inference stopped
+    nodes = live_part(graph).nodes
+    for node in nodes:  # Casts say their output type even where inference stopped
         if node.op_type == "Cast":
             types[node.output[0]] = next((a.i for a in node.attribute if a.name == "to"), 0)
     votes = Counter(
         _ELEM_TYPES[types[name]]
-        for node in graph.node
+        for node in nodes
         for name in node.input
         if types.get(name) in _ELEM_TYPES
     )
-    return votes.most_common(1)[0][0] if votes else ""
+    total = sum(votes.values())
+    live = {t: n / total for t, n in votes.items() if n / total >= MIXED_SHARE}
+    if share >= MIXED_SHARE:
+        live[quantized] = share
+    if not live:
+        return (votes.most_common(1)[0][0] if votes else ""), ""
+    chosen = min(live, key=STRICTNESS.index)
+    if len(live) == 1:
+        return chosen, ""
+    parts = ", ".join(
+        f"{t} {live[t]:.0%} of its {'weights' if t in ('int8', 'int4') else 'node inputs'}"
+        for t in sorted(live, key=STRICTNESS.index)
+    )
+    why = (
+        f"mixed precision in what reaches the outputs ({parts}): judged by the stricter "
+        f"{chosen} row"
+    )
+    return chosen, why
 
 
 def _weights_sha256(named_arrays) -> str:

@@ -7,6 +7,10 @@ that cannot run, a cell that cannot exist or a missing float16 kernel is a skip 
 (never a pass). Items of CUDA runtimes carry the `gpu` marker. With --tconform, the session
 runs these items instead of the test files it collected; a session whose every unit was skipped
 checked nothing, and ends with exit 5 (pytest's "no tests ran") and a line saying so, never 0.
+With --tconform-module PACKAGE.MODULE:FACTORY the units are those of a user's model, as
+`tconform check` lays them out (its shapes, its cells), instead of tconform's own cases. One
+suite is opened per session for a user's model and serves every unit: it is copied and
+exported once.
 
 Loaded by every pytest session of a project that installs tconform (the `pytest11` entry point),
 so without --tconform it does nothing and imports nothing beyond pytest.
@@ -14,11 +18,9 @@ so without --tconform it does nothing and imports nothing beyond pytest.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-_AXES = {  # option -> VerifyOptions field
+_AXES = {  # option -> tconform.request.Axes field
     "--tconform-exporter": "exporters",
     "--tconform-opset": "opsets",
     "--tconform-dtype": "dtypes",
@@ -38,6 +40,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--tconform-case", action="append", default=[], help="Only this case (repeatable)."
     )
     group.addoption("--tconform-no-doc", action="store_true", help="Skip the documents' checks.")
+    group.addoption(
+        "--tconform-module",
+        metavar="PACKAGE.MODULE:FACTORY",
+        help="Check this model (as `tconform check` does) instead of tconform's own cases.",
+    )
     group.addoption("--tconform-matrix", action="store_true", help="verify --matrix.")
     for flag, field in _AXES.items():
         group.addoption(flag, default=None, help=f"Matrix axis ({field}), a comma list.")
@@ -79,13 +86,13 @@ class _Outcomes:
                 )
 
 
-def _options(config: pytest.Config):
-    """VerifyOptions from the command line; a bad value is a pytest usage error."""
+def _request(config: pytest.Config):
+    """The run's Request from the command line; a bad value is a pytest usage error."""
     import click
 
-    from tconform.commands.verify import MATRIX_AXES
+    from tconform.commands.options import MATRIX_AXES, FolderPath
     from tconform.errors import TconformError
-    from tconform.plan import VerifyOptions
+    from tconform.request import Axes, References, Request, UserModel
     from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps
 
@@ -96,19 +103,64 @@ def _options(config: pytest.Config):
             if value is not None:
                 axes[field] = MATRIX_AXES[field].convert(value, None, None)
         eps = parse_eps(config.getoption("--tconform-ep"))
+        folders = {  # the command's own checks of a folder option (type, name lengths)
+            flag: FolderPath().convert(config.getoption(flag), None, None)
+            for flag in ("--tconform-golden", "--tconform-artifacts")
+        }
     except (click.BadParameter, TconformError) as exc:
         raise pytest.UsageError(f"tconform: {exc}") from None
     if axes and not config.getoption("--tconform-matrix"):
         raise pytest.UsageError("tconform: the matrix axes need --tconform-matrix")
-    return VerifyOptions(
-        golden_dir=Path(config.getoption("--tconform-golden")),
-        artifacts_dir=Path(config.getoption("--tconform-artifacts")),
+    target = config.getoption("--tconform-module")
+    if target:
+        from tconform.check_folder import require_target
+
+        try:
+            require_target(target)
+        except TconformError as exc:
+            raise pytest.UsageError(f"tconform: {exc}") from None
+        subject = UserModel(target)
+        axes.setdefault("exporters", ("auto",))
+    else:
+        subject = References(
+            folders["--tconform-golden"],
+            folders["--tconform-artifacts"],
+            tuple(config.getoption("--tconform-case")),
+            with_doc=not config.getoption("--tconform-no-doc"),
+        )
+    return Request(
+        subject,
         runtimes=RuntimeOptions(eps=tuple(eps)),
-        cases=tuple(config.getoption("--tconform-case")),
-        with_doc=not config.getoption("--tconform-no-doc"),
-        matrix=config.getoption("--tconform-matrix"),
-        **axes,
+        axes=Axes(matrix=config.getoption("--tconform-matrix"), **axes),
     )
+
+
+class _Suites:
+    """Where the session's units run. A user's model's suite is opened once, at collection, and
+    kept for every unit, so that the model is copied and exported once, not once per unit.
+    tconform's own cases get a suite per unit: it holds the golden and artifacts folders' locks
+    only while the unit runs, since xdist's other workers export into the same folders."""
+
+    def __init__(self) -> None:
+        import contextlib
+
+        self.stack = contextlib.ExitStack()
+        self.kept = None
+
+    def suite(self, request):
+        import contextlib
+
+        from tconform.request import UserModel
+        from tconform.suites import open_suite
+
+        if not isinstance(request.subject, UserModel):
+            return open_suite(request)
+        if self.kept is None:
+            self.kept = self.stack.enter_context(open_suite(request))
+        return contextlib.nullcontext(self.kept)
+
+    def pytest_sessionfinish(self) -> None:
+        self.stack.close()
 
 
 def pytest_collection_modifyitems(
@@ -118,15 +170,26 @@ def pytest_collection_modifyitems(
         return
     from tconform.errors import TconformError
     from tconform.plan import plan
+    from tconform.variables import check_environment
 
-    options = _options(config)
     try:
-        units = plan(options).units
+        check_environment()
+    except TconformError as exc:
+        raise pytest.UsageError(f"tconform: {exc}") from None
+    request = _request(config)
+    suites = _Suites()
+    config.pluginmanager.register(suites, "tconform-suites")
+    try:
+        with suites.suite(request) as suite:
+            units = plan(request, suite).units
     except TconformError as exc:
         raise pytest.UsageError(f"tconform: {exc}") from None
     if items:
         config.hook.pytest_deselected(items=list(items))
-    items[:] = [UnitItem.from_parent(session, name=u.id, unit=u.id, options=options) for u in units]
+    items[:] = [
+        UnitItem.from_parent(session, name=u.id, unit=u.id, request=request, suites=suites)
+        for u in units
+    ]
     for item, unit in zip(items, units, strict=True):
         if "cuda" in unit.runtime:
             item.add_marker(pytest.mark.gpu)
@@ -142,22 +205,25 @@ class UnitFailed(Exception):
 
 
 class UnitItem(pytest.Item):
-    def __init__(self, *, unit: str, options, **kwargs) -> None:
+    def __init__(self, *, unit: str, request, suites: _Suites, **kwargs) -> None:
         super().__init__(**kwargs)
         self.unit = unit
-        self.options = options
+        self.request = request
+        self.suites = suites
 
     def runtest(self) -> None:
         from dataclasses import replace
 
         from tconform.errors import TconformError
+        from tconform.pipeline import run
         from tconform.report import RunReport
         from tconform.units import result_unit
-        from tconform.verify import verify
 
         report = RunReport("verify")
+        request = replace(self.request, only_units=frozenset({self.unit}))
         try:
-            verify(replace(self.options, only_units=frozenset({self.unit})), report)
+            with self.suites.suite(request) as suite:
+                run(request, suite, report, lambda _: None)
         except TconformError as exc:
             raise UnitFailed(f"tconform: error: {exc}") from None
         results = [r for r in report.results if result_unit(r) == self.unit]
@@ -176,4 +242,8 @@ class UnitItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.options.golden_dir, None, UNIT + self.unit
+        from tconform.request import UserModel
+
+        subject = self.request.subject
+        where = subject.target if isinstance(subject, UserModel) else subject.golden_dir
+        return where, None, UNIT + self.unit

@@ -6,7 +6,8 @@ changes the others. Values are rounded to float32 first: the float64 oracle then
 exactly the weights a float32 model holds, so the golden is the exact answer for that model.
 
 Trained checkpoints (tconform/data/checkpoints/<name>.npz with <name>.json: config, task,
-training record, sha256; made by scripts/train_checkpoint.py, scored by tconform.checkpoints)
+training record, sha256; made by scripts/train_checkpoint.py, scored by
+tconform.studies.checkpoints)
 hold float32 arrays keyed by the Transformer's parameter names, which the generation models
 share: `checkpoint_params` gives any module whose names they cover its trained weights.
 """
@@ -67,17 +68,20 @@ def load_params(module: nn.Module, params: dict[str, np.ndarray]) -> nn.Module:
     return module.eval()
 
 
-def available() -> list[str]:
-    return sorted(p.stem for p in CHECKPOINTS.glob("*.json"))
+def available(folder: Path = CHECKPOINTS) -> list[str]:
+    """The names of the checkpoints `folder` holds (tconform's own by default)."""
+    return sorted(p.stem for p in folder.glob("*.json") if p.is_file() and not p.is_symlink())
 
 
 def read_record(name: str, folder: Path = CHECKPOINTS) -> dict:
-    """The JSON record of checkpoint `name`."""
-    path = folder / f"{name}.json"
-    if not path.is_file():
-        names = ", ".join(available()) or "none"
-        raise UsageError(f"unknown checkpoint {name!r}; available: {names}")
-    return json.loads(path.read_text())
+    """The JSON record of checkpoint `name`, one of those `folder` holds. A name read from a
+    manifest is looked up among them, never used as a path (an absolute or `../` name would
+    read any .json and .npz on the machine as weights)."""
+    known = available(folder)
+    if not isinstance(name, str) or name not in known:
+        shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:80] + "..."
+        raise UsageError(f"unknown checkpoint {shown}; available: {', '.join(known) or 'none'}")
+    return json.loads((folder / f"{name}.json").read_text())
 
 
 def load_checkpoint(

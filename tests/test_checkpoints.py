@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 
-from tconform import checkpoints
 from tconform.errors import UsageError
 from tconform.generation.driver import EOS, PAD
 from tconform.reference import Transformer
+from tconform.studies import checkpoints
 from tconform.weights import CHECKPOINTS, load_checkpoint, load_params, read_record
 
 pytestmark = pytest.mark.unit

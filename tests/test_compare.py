@@ -86,3 +86,71 @@ def test_an_sqnr_floor_fails_noise_spread_evenly_within_the_element_bound():
     assert compare_output("y", golden, golden.copy(), floor).sqnr_db is None
     # bfloat16 outputs (ml_dtypes) compare against float32 goldens like any float type.
     assert compare_output("y", golden.astype(BFLOAT16), golden, floor).status == "pass"
+
+
+def test_a_rows_atol_scales_down_to_an_output_far_below_it():
+    """A row's atol stands for outputs of RMS 1: on logits of about 1e-6 (Segformer's, fresh
+    from its config) a 1 % error passes 1e-5 unscaled, and is caught scaled. Large outputs are
+    never loosened; the report carries the atol used, the output's RMS and a note."""
+    from tconform.compare import tolerance_for
+
+    row = tolerance_for("float32", "model")
+    golden = np.random.default_rng(0).standard_normal(200) * 1e-6
+    off = golden * 1.01
+    unscaled = Tolerance(row.atol, row.rtol, "as given")
+    assert compare_output("y", off, golden, unscaled).status == "pass"
+    caught = compare_output("y", off, golden, row)
+    assert caught.status == "fail" and caught.atol_scaled_from == row.atol
+    assert caught.atol == pytest.approx(row.atol * caught.golden_rms)
+    assert "atol scaled to the output's RMS" in caught.note
+    clean = golden + 1e-7 * golden  # float32-sized rounding of the same output passes
+    assert compare_output("y", clean, golden, row).status == "pass"
+    big = compare_output("y", golden * 1e7, golden * 1e7, row)
+    assert big.atol == row.atol and big.atol_scaled_from is None and big.note == ""
+
+
+def test_an_all_zero_golden_keeps_the_atol_as_given():
+    """RMS 0 has no scale to shrink to: the atol is not turned into an exactness check."""
+    from tconform.compare import tolerance_for
+
+    row = tolerance_for("float32", "model")
+    result = compare_output("y", np.full(4, 1e-9), np.zeros(4), row)
+    assert result.status == "pass" and result.atol == row.atol and result.golden_rms == 0.0
+
+
+def test_an_atol_given_above_the_outputs_rms_is_kept_and_warned_about():
+    golden = np.random.default_rng(0).standard_normal(50) * 1e-6
+    result = compare_output("y", golden * 1.5, golden, Tolerance(1e-5, 1e-5, "set by the user"))
+    assert result.status == "pass" and result.atol == 1e-5
+    assert result.note.startswith("warning: y: atol 1e-05 is above the output's RMS")
+
+
+def test_a_comparison_in_chunks_gives_the_figures_of_one_pass(monkeypatch):
+    """The comparator reads a large output a chunk at a time (memory); its figures are those of
+    the whole output at once: worst element, counts, SQNR, the worst list, masks."""
+    from tconform import compare
+
+    rng = np.random.default_rng(0)
+    golden = rng.standard_normal((6, 7, 5)).astype(np.float32)
+    actual = golden + rng.standard_normal(golden.shape).astype(np.float32) * 1e-4
+    actual[2, 3, 1], golden[4, 0, 0], actual[4, 0, 0] = np.nan, np.inf, np.inf
+    keep = rng.random((6, 1, 1)) < 0.7
+    floor = Tolerance(1e-4, 1e-4, "test", min_sqnr_db=60.0, atol_rms=1.0)
+    whole = compare_output("y", actual, golden, floor, where=keep).to_dict()
+    monkeypatch.setattr(compare, "CHUNK", 11)  # 210 elements in 20 chunks
+    chunked = compare_output("y", actual, golden, floor, where=keep).to_dict()
+    for key, value in whole.items():
+        if isinstance(value, float):
+            assert chunked[key] == pytest.approx(value, rel=1e-12), key
+        else:
+            assert chunked[key] == value, key
+
+
+def test_a_golden_near_float64s_maximum_has_its_rms_and_scales_nothing():
+    from tconform.compare import tolerance_for
+
+    golden = np.array([1e200, -1e200, 0.0, 3.0])
+    result = compare_output("y", golden.copy(), golden, tolerance_for("float32", "model"))
+    assert result.status == "pass" and result.atol == 1e-5
+    assert result.golden_rms == pytest.approx(1e200 / np.sqrt(2))
+    json.dumps(result.to_dict(), allow_nan=False)

@@ -35,7 +35,9 @@ def test_actionlint_accepts_the_workflow():
 
 def test_the_declared_shards_cover_every_unit_of_the_declared_run():
     from tconform.commands.verify import verify as verify_command
-    from tconform.plan import VerifyOptions, plan
+    from tconform.plan import plan
+    from tconform.request import Axes, References, Request
+    from tconform.suites import open_suite
     from tconform.units import split
 
     workflow = _workflow()
@@ -43,17 +45,21 @@ def test_the_declared_shards_cover_every_unit_of_the_declared_run():
     assert workflow["jobs"]["shard"]["strategy"]["matrix"]["shard"] == list(range(1, count + 1))
     args = shlex.split(workflow["env"]["VERIFY_ARGS"])
     params = verify_command.make_context("verify", args).params
-    options = VerifyOptions(
-        golden_dir=ROOT / params["golden_dir"],
-        artifacts_dir=ROOT / params["artifacts_dir"],
-        matrix=params["matrix"],
-        **{
-            axis: params[axis]
-            for axis in ("exporters", "opsets", "dtypes", "graph_opts")
-            if params[axis]
-        },
+    request = Request(
+        References(
+            golden_dir=ROOT / params["golden_dir"], artifacts_dir=ROOT / params["artifacts_dir"]
+        ),
+        axes=Axes(
+            matrix=params["matrix"],
+            **{
+                axis: params[axis]
+                for axis in ("exporters", "opsets", "dtypes", "graph_opts")
+                if params[axis]
+            },
+        ),
     )
-    units = plan(options).units
+    with open_suite(request) as suite:
+        units = plan(request, suite).units
     shards = split(units, count)
     assert all(shards), "a shard with no units exits 2: declare fewer shards"
     ids = [u.id for shard in shards for u in shard]

@@ -12,10 +12,18 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tconform import faults, golden, registry, sensitivity
+from tconform import golden, registry
 from tconform.config import PRESETS
-from tconform.fault_catalogue import DETECTABLE, FAULTS, INVISIBLE, MARGIN_FACTOR, MARGINAL, Fault
 from tconform.files import sha256_file
+from tconform.studies import faults, sensitivity
+from tconform.studies.fault_catalogue import (
+    DETECTABLE,
+    FAULTS,
+    INVISIBLE,
+    MARGIN_FACTOR,
+    MARGINAL,
+    Fault,
+)
 from tconform.weights import DEFAULT_SEED
 
 pytestmark = pytest.mark.integration

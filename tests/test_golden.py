@@ -149,10 +149,11 @@ def test_committed_manifest_records_the_current_tolerance_table():
         (Path(__file__).resolve().parents[1] / "golden" / "manifest.json").read_text()
     )
     recorded = {
-        k: (v["atol"], v["rtol"], v.get("min_sqnr_db")) for k, v in manifest["tolerances"].items()
+        k: (v["atol"], v["rtol"], v.get("min_sqnr_db"), v["atol_rms"])
+        for k, v in manifest["tolerances"].items()
     }
     assert recorded == {
-        f"{p}/{c}": (t.atol, t.rtol, t.min_sqnr_db) for (p, c), t in TOLERANCES.items()
+        f"{p}/{c}": (t.atol, t.rtol, t.min_sqnr_db, t.atol_rms) for (p, c), t in TOLERANCES.items()
     }
 
 

@@ -92,20 +92,27 @@ def test_an_unavailable_provider_is_a_junit_skip_not_a_failure(cli, workspace, t
 # --- reports are always written -----------------------------------------------------------------
 
 
-def test_a_corrupt_golden_found_midway_still_writes_every_report(cli, workspace, tmp_path):
+def test_a_corrupt_golden_is_found_before_the_first_case_and_writes_every_report(
+    cli, workspace, tmp_path
+):
+    """The last case's last file, corrupted: found before anything is exported or run (every
+    golden file's sha256 is checked first), one line naming it, every report written."""
     late = workspace["golden"] / "transformer" / "test_data_set_2" / "output_1.pb"
     data = bytearray(late.read_bytes())
     data[-3] ^= 0xFF
     late.write_bytes(bytes(data))
     paths = {f: tmp_path / f"r.{f}" for f in ("json", "xml", "md")}
-    code, _, err = verify(
-        cli, workspace, "--no-doc", "-q", "--json", str(paths["json"]),
+    artifacts = tmp_path / "fresh-artifacts"
+    code, _, err = cli(
+        "verify", "--golden", str(workspace["golden"]), "--artifacts", str(artifacts),
+        "--no-doc", "-q", "--json", str(paths["json"]),
         "--junit", str(paths["xml"]), "--markdown", str(paths["md"]),
     )  # fmt: skip
-    assert code == 2 and str(late) in err and one_line(err)
+    assert code == 2 and str(late) in err and "sha256 differs" in err and one_line(err)
     report = json.loads(paths["json"].read_text())
     assert report["exit_code"] == 2 and str(late) in report["error"]["message"]
-    assert len(report["results"]) >= 3 * 13 * 2  # every case before the corrupt one
+    assert report["results"] == []  # not one case ran
+    assert not artifacts.exists()  # nothing was exported
     errors = list(ET.parse(paths["xml"]).getroot().iter("error"))
     assert any(str(late) in e.get("message") for e in errors)
     assert "stopped early" in paths["md"].read_text()
@@ -444,13 +451,26 @@ def test_concurrent_golden_force_runs_serialise(tmp_path):
 
 
 def test_leftovers_of_a_killed_golden_write_are_cleaned_up(cli, tmp_path):
+    """Staging and retired folders as a killed write leaves them go; folders of the user's
+    that only look like them (another name, or holding anything but goldens) are kept."""
+    import tempfile
+
     out = tmp_path / "g"
-    (tmp_path / ".g.staging-abc123").mkdir()
-    (tmp_path / ".g.retired-def456").mkdir()
-    (tmp_path / ".g.unrelated").mkdir()  # not tconform's: kept
+    staging = Path(tempfile.mkdtemp(prefix=".g.staging-", dir=tmp_path))
+    (staging / "norm" / "test_data_set_0").mkdir(parents=True)
+    (staging / "norm" / "test_data_set_0" / "input_0.pb").write_bytes(b"cut short")
+    Path(tempfile.mkdtemp(prefix=".g.retired-", dir=tmp_path))  # killed before the rename
+    kept = [tmp_path / ".g.unrelated", tmp_path / ".g.staging-abc123"]  # not mkdtemp's names
+    kept.append(Path(tempfile.mkdtemp(prefix=".g.staging-", dir=tmp_path)))
+    (kept[-1] / "notes.txt").write_text("the user's, in a folder named like a leftover\n")
+    kept.append(Path(tempfile.mkdtemp(prefix=".g.retired-", dir=tmp_path)))
+    (kept[-1] / "photos").mkdir()
+    for folder in kept[:2]:
+        folder.mkdir()
     code, _, _ = cli("golden", "--case", "norm", "--out", str(out))
     assert code == 0
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [".g.unrelated", "g"]
+    assert sorted(p for p in tmp_path.iterdir() if p.is_dir()) == sorted([*kept, out])
+    assert (kept[2] / "notes.txt").is_file() and (kept[3] / "photos").is_dir()
 
 
 # --- reports never land on what is verified -----------------------------------------------------

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,19 @@ class ExitsWhenExported(nn.Module):
 
 def export_sys_exit():
     return ExitsWhenExported(), torch.randn(2, 4)
+
+def two_layers():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), torch.randn(2, 4)
+
+def spawns():  # as a DataLoader's workers, or a library's helper process, would
+    import multiprocessing
+    process = multiprocessing.get_context("spawn").Process(target=os.getpid)
+    process.start()
+    process.join()
+    if process.exitcode != 0:
+        raise RuntimeError(f"a process it spawned exited with status {process.exitcode}")
+    return nn.Linear(4, 3), torch.randn(2, 4)
 """
 
 
@@ -469,9 +483,10 @@ def test_an_output_with_no_element_is_nothing_checked_and_says_so(cli, ws):
     report = ws["reports"] / "r.json"
     code, out, err = cli("check", T("no_elements"), "-q", "--json", str(report))
     assert code == 3
-    assert_one_line(code, out, err, "nothing checked: nothing compared")
+    assert_one_line(code, out, err, "nothing checked: every ONNX lane was skipped")
+    assert "nothing compared" in err
     data = strict_json(report)
-    assert data["exit_code"] == 3 and data["error"] is None  # it ran to the end
+    assert data["exit_code"] == 3 and "nothing compared" in data["error"]["message"]
     assert {r["status"] for r in data["results"]} == {"skip"}
     assert {o["status"] for r in data["results"] for o in r["outputs"]} == {"skip"}
 
@@ -521,7 +536,7 @@ def test_python_check_refuses_non_finite_and_negative_tolerances(tmp_path, monke
 
     import tconform
     from tconform.errors import UsageError
-    from tconform.module_check.run import Tolerances
+    from tconform.suites.module import Tolerances
 
     monkeypatch.chdir(tmp_path)
     for bad in (float("nan"), float("inf"), -1.0, "nan", True):
@@ -671,3 +686,839 @@ def test_degenerate_steps_are_a_conformance_failure_in_every_strategy(strategy, 
     with pytest.raises(DegenerateOutput) as raised:
         generate(_Stepper(fill, shape), src, src > 0, Decoding(4), Strategy(strategy, 3))
     assert says in str(raised.value) and raised.value.exit_code == EXIT_FAILURE
+
+
+# --- issue 28: nothing outside what tconform wrote is touched; every input checked first ------
+#
+# Each case plants what an attacker (or an unlucky user) would leave in the user's folder, runs
+# one command, and asserts: its exit code; one line; the JSON report written with its error;
+# and, over the whole test folder (the user's folder, the reports and a folder `outside`), not
+# one entry created, changed or removed but the report itself and what the case says it writes.
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every entry under `root` (files by sha256, symlinks by target, folders, anything else by
+    kind), keyed by its path relative to `root`: what a run must leave as it found it."""
+    entries = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if "__pycache__" in path.parts:
+            continue
+        if path.is_symlink():
+            entries[rel] = "link -> " + os.readlink(path)
+        elif path.is_dir():
+            entries[rel] = "folder"
+        elif path.is_file():
+            entries[rel] = sha256(path)
+        else:
+            entries[rel] = "special"
+    return entries
+
+
+def copy_golden(ws: dict[str, Path], name: str = "g") -> Path:
+    import shutil
+
+    shutil.copytree(REPO / "golden", ws["user"] / name)
+    return ws["user"] / name
+
+
+def copy_generation_golden(ws: dict[str, Path], edit=None) -> Path:
+    """A copy of the generation goldens, its manifest edited by `edit(manifest)`."""
+    import shutil
+
+    folder = ws["user"] / "gg"
+    shutil.copytree(REPO / "golden-generation", folder)
+    if edit is not None:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        edit(manifest)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def every_decoding(key: str, value) -> Callable:
+    def edit(manifest: dict) -> None:
+        for entry in manifest["cases"].values():
+            entry["decoding"][key] = value
+
+    return lambda ws: copy_generation_golden(ws, edit)
+
+
+def recorded_checkpoint(name) -> Callable:
+    def edit(manifest: dict) -> None:
+        manifest["checkpoint"]["name"] = name
+
+    return lambda ws: copy_generation_golden(ws, edit)
+
+
+def lock_link(ws: dict[str, Path]) -> None:
+    """A golden folder whose lock's name is a symlink to a file outside, not yet there."""
+    copy_golden(ws)
+    (ws["user"] / ".g.lock").symlink_to(ws["outside"] / "created-by-the-lock")
+
+
+def earlier_bundle(ws: dict[str, Path], where: str = "user", name: str = "b") -> Path:
+    """A repro bundle as tconform writes it (its own writer, folders.replace_whole: the marker
+    lists every file with its sha256), small and made without running anything."""
+    from tconform.folders import BUNDLE_MARKER, BUNDLE_TOOL, replace_whole
+
+    def write(staging: Path) -> None:
+        (staging / "model.onnx").write_bytes(b"a cut of the model")
+        (staging / "test_data_set_0").mkdir()
+        (staging / "test_data_set_0" / "input_0.pb").write_bytes(b"its input")
+
+    return replace_whole(ws[where] / name, BUNDLE_MARKER, {"tool": BUNDLE_TOOL}, write, "--repro")
+
+
+def then(*steps: Callable) -> Callable:
+    """One plant made of several: each step gets the workspace."""
+
+    def plant(ws: dict[str, Path]) -> None:
+        for step in steps:
+            step(ws)
+
+    return plant
+
+
+def write_file(rel: str, text: str = "the user's own\n") -> Callable:
+    def plant(ws: dict[str, Path]) -> None:
+        path = ws["user"] / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    return plant
+
+
+def make_folder(rel: str) -> Callable:
+    return lambda ws: (ws["user"] / rel).mkdir(parents=True, exist_ok=True)
+
+
+def symlink(rel: str, target: str) -> Callable:
+    """A symlink at `rel` in the user's folder to `target` ({user} and {outside} filled in)."""
+
+    def plant(ws: dict[str, Path]) -> None:
+        path = ws["user"] / rel
+        path.unlink(missing_ok=True)
+        path.symlink_to(target.format(user=ws["user"], outside=ws["outside"]))
+
+    return plant
+
+
+def edited_golden(edit: Callable) -> Callable:
+    """A copy of the goldens in the user's folder ("g"), its manifest edited by `edit`."""
+
+    def plant(ws: dict[str, Path]) -> None:
+        folder = copy_golden(ws)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        edit(manifest)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    return plant
+
+
+def artifacts_folder(ws: dict[str, Path]) -> None:
+    (ws["user"] / "art").mkdir()
+    (ws["user"] / "art" / "manifest.json").write_text(
+        '{"kind": "tconform-artifacts", "models": {}}'
+    )
+
+
+@dataclass(frozen=True)
+class Planted:
+    id: str
+    args: tuple[str, ...]  # {user}, {outside}, {golden} are filled in
+    says: str  # in the one line
+    plant: Callable | None = None  # plant(ws): what the user's folder holds first
+    env: tuple[tuple[str, str], ...] = ()
+    code: int = EXIT_USAGE
+    writes: tuple[str, ...] = ()  # what the command may create, relative to the test folder
+    json: str | None = None  # a --json path of its own (refused): the markdown report says why
+
+
+NO_REPORTS = ("export", "golden")  # the commands that write no report
+VERIFY_GG = (
+    "verify",
+    "--generation",
+    "--golden-generation",
+    "{user}/gg",
+    "--artifacts",
+    "{user}/art",
+    "--no-torch",
+)
+COMMANDS = {  # one cheap command line of each command, for what every command must refuse
+    "export": ("export", "--case", "norm", "--out", "{user}/art"),
+    "golden": ("golden", "--check", "--out", "{golden}"),
+    "verify": ("verify", "--golden", "{golden}", "--no-doc", "--case", "norm"),
+    "doc": ("doc", "--artifacts", "{user}/art"),
+    "bench": ("bench", "--case", "norm", "--artifacts", "{user}/art"),
+    "check": ("check", T()),
+    "merge": ("report", "merge", "{user}/notes.txt"),
+}
+
+PLANTED = [
+    # --- environment variables: one line naming the variable, in every command ---------------
+    *(
+        Planted(
+            f"lock-timeout-{value or 'empty'}-{command}",
+            args,
+            "TCONFORM_LOCK_TIMEOUT",
+            env=(("TCONFORM_LOCK_TIMEOUT", value),),
+        )
+        for command, args in COMMANDS.items()
+        for value in ("abc", "")
+    ),
+    *(
+        Planted(
+            f"lock-timeout-{name}",
+            COMMANDS["verify"],
+            "TCONFORM_LOCK_TIMEOUT",
+            env=(("TCONFORM_LOCK_TIMEOUT", value),),
+        )
+        for name, value in (
+            ("nan", "nan"),
+            ("inf", "inf"),
+            ("negative", "-1"),
+            ("exponent", "1e999"),
+            ("arabic-indic", "٣"),
+            ("space", " 5"),
+        )
+    ),
+    Planted(
+        "unknown-variable",
+        COMMANDS["check"],
+        "TCONFORM_LOCK_TIMEOUTS",
+        env=(("TCONFORM_LOCK_TIMEOUTS", "5"),),
+    ),
+    # --- locks: never through a symlink -------------------------------------------------------
+    Planted(
+        "lock-symlink-verify",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm"),
+        ".g.lock: the lock's name is a symbolic link",
+        lock_link,
+    ),
+    Planted(
+        "lock-symlink-golden-force",
+        ("golden", "--force", "--case", "norm", "--out", "{user}/g"),
+        ".g.lock: the lock's name is a symbolic link",
+        lock_link,
+    ),
+    # --- generation manifests: a name is a name, every value checked before the run ----------
+    Planted(
+        "checkpoint-absolute", VERIFY_GG, "a name, never a path", recorded_checkpoint("/etc/passwd")
+    ),
+    Planted(
+        "checkpoint-dotdot",
+        VERIFY_GG,
+        "a name, never a path",
+        recorded_checkpoint("../../../../outside/weights"),
+    ),
+    Planted(
+        "checkpoint-not-a-string",
+        VERIFY_GG,
+        "a name, never a path",
+        recorded_checkpoint({"name": "reverse"}),
+    ),
+    Planted(
+        "checkpoint-golden-check",
+        ("golden", "--generation", "--check", "--out", "{user}/gg"),
+        "a name, never a path",
+        recorded_checkpoint("../reverse"),
+    ),
+    Planted(
+        "max-new-tokens-huge",
+        VERIFY_GG,
+        "max new tokens 1000000000: must be 1..",
+        every_decoding("max_new_tokens", 10**9),
+    ),
+    Planted(
+        "max-new-tokens-negative",
+        VERIFY_GG,
+        "max new tokens -1",
+        every_decoding("max_new_tokens", -1),
+    ),
+    Planted(
+        "max-new-tokens-string",
+        VERIFY_GG,
+        "'max_new_tokens' must be an integer",
+        every_decoding("max_new_tokens", "8"),
+    ),
+    Planted(
+        "max-new-tokens-bool",
+        VERIFY_GG,
+        "'max_new_tokens' must be an integer",
+        every_decoding("max_new_tokens", True),
+    ),
+    Planted(
+        "max-new-tokens-shorter-than-stored",
+        VERIFY_GG,
+        "tokens is int64",
+        every_decoding("max_new_tokens", 2),
+    ),
+    Planted(
+        "pad-id-negative",
+        VERIFY_GG,
+        "pad token -5 outside the vocabulary",
+        every_decoding("pad_id", -5),
+    ),
+    Planted(
+        "eos-id-outside-vocabulary",
+        VERIFY_GG,
+        "end token (--end-token) 31 outside",
+        every_decoding("eos_id", 31),
+    ),
+    Planted(
+        "decoding-unknown-field",
+        VERIFY_GG,
+        "'decoding' must hold",
+        every_decoding("temperature", 2),
+    ),
+    Planted(
+        "generation-seed-string",
+        VERIFY_GG,
+        "'seed' must be an integer",
+        lambda ws: copy_generation_golden(ws, lambda m: m.update(seed="7")),
+    ),
+    Planted(
+        "generation-config-not-the-checkpoints",
+        VERIFY_GG,
+        "'config' is not the one",
+        lambda ws: copy_generation_golden(ws, lambda m: m["config"].update(n_layers=3)),
+    ),
+    # --- --repro: a new folder, or a bundle tconform wrote as it wrote it, refused first ----
+    Planted(
+        "repro-users-bundle-json",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/bundle.json: missing, or not written by",
+        then(
+            write_file("b/bundle.json", '{"tool": "tconform localise --repro"}'),
+            write_file("b/notes.txt"),
+        ),
+    ),
+    Planted(
+        "repro-notes-added-to-a-bundle",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/NOTES.md: not a file tconform localise --repro wrote there",
+        then(earlier_bundle, write_file("b/NOTES.md")),
+    ),
+    Planted(
+        "repro-folder-added-to-a-bundle",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/mine: a folder tconform localise --repro did not write there",
+        then(earlier_bundle, make_folder("b/mine")),
+    ),
+    Planted(
+        "repro-file-of-a-bundle-changed",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/model.onnx: missing or changed since",
+        then(earlier_bundle, write_file("b/model.onnx", "the user's edit")),
+    ),
+    Planted(
+        "repro-file-of-a-bundle-removed",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/model.onnx: missing or changed since",
+        then(earlier_bundle, lambda ws: (ws["user"] / "b" / "model.onnx").unlink()),
+    ),
+    Planted(
+        "repro-file-of-a-bundle-a-symlink",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/model.onnx: a symbolic link",
+        then(earlier_bundle, symlink("b/model.onnx", "{outside}/weights.json")),
+    ),
+    Planted(
+        "repro-marker-a-symlink",
+        ("check", T(), "--repro", "{user}/c"),
+        "c/bundle.json: missing, or not written by",
+        then(earlier_bundle, make_folder("c"), symlink("c/bundle.json", "{user}/b/bundle.json")),
+    ),
+    Planted(
+        "repro-marker-lists-dotdot",
+        ("check", T(), "--repro", "{user}/b"),
+        "b/bundle.json: missing, or not written by",
+        then(
+            earlier_bundle,
+            write_file(
+                "b/bundle.json",
+                json.dumps(
+                    {"tool": "tconform localise --repro", "files": {"../notes.txt": "0" * 64}}
+                ),
+            ),
+        ),
+    ),
+    Planted(
+        "repro-symlink-to-a-bundle",
+        ("check", T(), "--repro", "{user}/link"),
+        "link: a symbolic link",
+        then(lambda ws: earlier_bundle(ws, "outside"), symlink("link", "{outside}/b")),
+    ),
+    Planted(
+        "repro-dangling-symlink",
+        ("check", T(), "--repro", "{user}/link"),
+        "not a folder",
+        symlink("link", "{outside}/new-bundle"),
+    ),
+    Planted(
+        "repro-in-a-golden-folder",
+        ("check", T(), "--repro", "{user}/g/norm/repro"),
+        "is or lies in a golden or artifacts folder",
+        copy_golden,
+    ),
+    Planted(
+        "repro-is-a-golden-folder",
+        ("check", T(), "--repro", "{user}/g"),
+        "is or lies in a golden or artifacts folder",
+        copy_golden,
+    ),
+    Planted(
+        "repro-in-an-artifacts-folder",
+        ("check", T(), "--repro", "{user}/art/repro"),
+        "is or lies in a golden or artifacts folder",
+        artifacts_folder,
+    ),
+    Planted(
+        "repro-in-the-check-area",
+        ("check", T(), "--repro", "{user}/art/check/x/repro"),
+        "is or lies in a golden or artifacts folder",
+        artifacts_folder,
+    ),
+    Planted("repro-dot", ("check", T(), "--repro", "."), "the current folder"),
+    Planted("repro-dotdot", ("check", T(), "--repro", ".."), "the current folder, or one above"),
+    Planted("repro-the-users-folder", ("check", T(), "--repro", "{user}"), "the current folder"),
+    Planted("repro-a-file", ("check", T(), "--repro", "{user}/notes.txt"), "not a folder"),
+    Planted(
+        "repro-holds-the-out-folder",
+        ("check", T(), "--repro", "{user}/b", "--out", "{user}/b/export"),
+        "holds or lies in",
+    ),
+    Planted(
+        "repro-in-the-out-folder",
+        ("check", T(), "--out", "{user}/e", "--repro", "{user}/e/b"),
+        "holds or lies in",
+    ),
+    Planted(
+        "repro-holds-the-inputs",
+        ("check", T("module_only"), "--inputs", "{user}/inputs.npz", "--repro", "{user}"),
+        "the current folder",
+    ),
+    Planted(
+        "repro-holds-the-model",  # checking an earlier bundle's own model into it
+        ("check", T(), "--model", "{user}/b/model.onnx", "--repro", "{user}/b"),
+        "holds or lies in",
+        earlier_bundle,
+    ),
+    Planted(
+        "repro-holds-the-report",
+        ("check", T(), "--repro", "{user}/b"),
+        "the --repro folder of this run",
+        earlier_bundle,
+        json="{user}/b/r.json",
+    ),
+    # --- reports named inside what the command refuses are not written there ---------------
+    Planted(
+        "check-json-is-its-own-record",
+        ("check", T(), "--out", "{user}/D"),
+        "the --out folder of this run",
+        make_folder("D"),
+        json="{user}/D/check.json",
+    ),
+    Planted(
+        "check-json-in-a-refused-out",
+        ("check", T(), "--out", "{user}/D"),
+        "the --out folder of this run",
+        write_file("D/model.onnx", "mine"),
+        json="{user}/D/r.json",
+    ),
+    Planted(  # the default export folder's own record: refused, and not written to say so
+        "check-json-is-its-default-record",
+        ("check", T()),
+        "a file tconform check reads or keeps",
+        make_folder(f"artifacts/check/{PACKAGE}.good"),
+        json=f"{{user}}/artifacts/check/{PACKAGE}.good/check.json",
+    ),
+    Planted(
+        "check-json-is-the-model",
+        ("check", T(), "--model", "{user}/m.json"),
+        "a file tconform check reads or keeps",
+        write_file("m.json", "{}"),
+        json="{user}/m.json",
+    ),
+    Planted(
+        "merge-json-is-a-shard",
+        ("report", "merge", "{user}/s.json"),
+        "an input of this run",
+        write_file("s.json", "{}"),
+        json="{user}/s.json",
+    ),
+    Planted(
+        "report-in-a-new-artifacts-folder",
+        ("verify", "--golden", "{golden}", "--no-doc", "--artifacts", "{user}/art"),
+        "the --artifacts folder of this run",
+        make_folder("art"),
+        json="{user}/art/r.json",
+    ),
+    Planted(
+        "report-in-the-check-out-folder",
+        ("check", T(), "--out", "{user}/D"),
+        "the --out folder of this run",
+        make_folder("D"),
+        json="{user}/D/r.json",
+    ),
+    Planted(
+        "report-in-the-bench-artifacts",
+        ("bench", "--case", "norm", "--artifacts", "{user}/art"),
+        "the --artifacts folder",
+        make_folder("art"),
+        json="{user}/art/r.json",
+    ),
+    Planted(
+        "report-in-the-doc-artifacts",
+        ("doc", "--artifacts", "{user}/art"),
+        "the --artifacts folder",
+        make_folder("art/doc"),
+        json="{user}/art/doc/r.json",
+    ),
+    # --- writing through a symlink: never (a link would become a folder, or lead outside) ---
+    Planted(
+        "golden-force-onto-a-symlink",
+        ("golden", "--force", "--case", "norm", "--out", "{user}/link"),
+        "link: a symbolic link",
+        then(copy_golden, symlink("link", "{user}/g")),
+    ),
+    Planted(
+        "golden-case-into-a-symlink",
+        ("golden", "--case", "norm", "--out", "{user}/link"),
+        "link: a symbolic link",
+        symlink("link", "{outside}"),
+    ),
+    Planted(
+        "generation-golden-force-onto-a-symlink",
+        ("golden", "--generation", "--force", "--out", "{user}/link"),
+        "link: a symbolic link",
+        then(copy_generation_golden, symlink("link", "{user}/gg")),
+    ),
+    Planted(
+        "doc-area-a-symlink-out",
+        ("doc", "--artifacts", "{user}/art", "--no-torch"),
+        "a symlink that leads outside",
+        then(make_folder("art"), symlink("art/doc", "{outside}")),
+    ),
+    Planted(
+        "artifacts-staging-a-symlink",
+        ("export", "--case", "norm", "--out", "{user}/art"),
+        "a symbolic link where tconform stages",
+        then(artifacts_folder, symlink("art/.tconform-staging", "{outside}")),
+        writes=("user/.art.lock",),
+    ),
+    # --- manifests: what sizes a run stays within the presets; names are names -------------
+    Planted(  # (verify takes its shared lock beside the golden folder: .g.lock, its own)
+        "golden-config-huge",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm"),
+        "d_model 1048576 is larger than any preset's",
+        edited_golden(lambda m: m["config"].update(d_model=2**20, n_heads=4)),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-vocabulary-huge",
+        ("verify", "--golden", "{user}/g", "--no-doc"),
+        "src_vocab",
+        edited_golden(lambda m: m["config"].update(src_vocab=10**9)),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-preset-not-its-config",
+        ("verify", "--golden", "{user}/g", "--no-doc"),
+        "'preset' 'base' is not a preset whose config",
+        edited_golden(lambda m: m.update(preset="base")),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-preset-unknown",
+        ("golden", "--check", "--out", "{user}/g"),
+        "'preset'",
+        edited_golden(lambda m: m.update(preset="../tiny")),
+    ),
+    Planted(
+        "golden-case-a-path",
+        ("verify", "--golden", "{user}/g", "--no-doc"),
+        "is not a case this tconform knows",
+        edited_golden(lambda m: m["cases"].update({"../../outside": m["cases"]["norm"]})),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-file-a-path",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm"),
+        "file name is not valid",
+        edited_golden(
+            lambda m: m["cases"]["norm"]["sha256"].update(
+                {"../../../outside/weights.json": "0" * 64}
+            )
+        ),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-norm-a-symlink-out",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm"),
+        "a symlink that leads outside",
+        then(
+            copy_golden,
+            lambda ws: __import__("shutil").move(ws["user"] / "g" / "norm", ws["outside"] / "norm"),
+            symlink("g/norm", "{outside}/norm"),
+        ),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "golden-late-file-corrupt",
+        ("verify", "--golden", "{user}/g", "--no-doc"),
+        "output_1.pb: sha256 differs",
+        then(copy_golden, write_file("g/transformer/test_data_set_2/output_1.pb", "corrupt")),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "artifacts-config-huge",
+        ("export", "--case", "norm", "--out", "{user}/art"),
+        "larger than any preset's",
+        lambda ws: write_file(
+            "art/manifest.json",
+            json.dumps(
+                {
+                    "kind": "tconform-artifacts",
+                    "config": {
+                        **json.loads((REPO / "golden" / "manifest.json").read_text())["config"],
+                        "n_layers": 10**6,
+                    },
+                    "models": {},
+                }
+            ),
+        )(ws),
+        writes=("user/.art.lock",),
+    ),
+    Planted(
+        "artifacts-checkpoint-a-path",
+        ("export", "--case", "norm", "--out", "{user}/art"),
+        "is not one of the checkpoints",
+        then(
+            artifacts_folder,
+            write_file(
+                "art/manifest.json",
+                json.dumps(
+                    {"kind": "tconform-artifacts", "checkpoint": "/etc/passwd", "models": {}}
+                ),
+            ),
+        ),
+        writes=("user/.art.lock",),
+    ),
+    # --- one line, whatever a name holds ------------------------------------------------------
+    Planted(
+        "newline-in-a-model-path",
+        ("check", T(), "--model", "{user}/x\ny.onnx"),
+        "x\\ny.onnx: no such file",
+    ),
+    Planted(
+        "newline-in-a-verify-model",
+        ("verify", "--golden", "{golden}", "--no-doc", "--model", "norm={user}/x\ny.onnx"),
+        "x\\ny.onnx",
+    ),
+    Planted(
+        "line-separator-in-a-report", COMMANDS["verify"], "folder", json="{user}/n\u2028o/r.json"
+    ),
+    Planted("newline-in-a-target", ("check", "a\nb:make"), "expected PACKAGE.MODULE:FACTORY"),
+    Planted("target-a-path", ("check", "a/../../x:make"), "expected PACKAGE.MODULE:FACTORY"),
+    Planted("target-dotted-factory", ("check", "pkg.mod:a.b"), "expected PACKAGE.MODULE:FACTORY"),
+    Planted("target-empty-part", ("check", "pkg..mod:make"), "expected PACKAGE.MODULE:FACTORY"),
+    Planted(
+        "verify-model-name-256",
+        ("verify", "--golden", "{golden}", "--no-doc", "--model", "norm={user}/" + "m" * 256),
+        "the file system takes at most 255",
+    ),
+    # --- path lengths: refused by the shared option types, before anything opens them -------
+    *(
+        Planted(
+            f"json-name-{length}-{command}",
+            COMMANDS[command],
+            says,
+            json="{user}/" + "r" * length + ".json",
+        )
+        for command in ("verify", "check", "doc", "bench", "merge")
+        for length, says in (
+            (251, "the file system takes at most 255"),
+            (250, "names it writes are at most 237 bytes"),
+            (233, "names it writes are at most 237 bytes"),
+        )
+    ),
+    Planted(
+        "json-path-over-path-max",
+        COMMANDS["verify"],
+        "the file system takes paths below 4096",
+        json="{user}/" + "/".join(["d" * 200] * 21) + "/r.json",
+    ),
+    *(
+        Planted(f"folder-name-{length}-{option}", args, says)
+        for length, says in (
+            (256, "the file system takes at most 255"),
+            (238, "names it writes are at most 237 bytes"),
+        )
+        for option, args in (
+            ("export-out", ("export", "--case", "norm", "--out", "{user}/" + "o" * length)),
+            ("golden-out", ("golden", "--case", "norm", "--out", "{user}/" + "o" * length)),
+            ("verify-golden", ("verify", "--no-doc", "--golden", "{user}/" + "o" * length)),
+            ("verify-artifacts", ("verify", "--no-doc", "--artifacts", "{user}/" + "o" * length)),
+            ("doc-artifacts", ("doc", "--artifacts", "{user}/" + "o" * length)),
+            ("bench-artifacts", ("bench", "--artifacts", "{user}/" + "o" * length)),
+            ("check-out", ("check", T(), "--out", "{user}/" + "o" * length)),
+            ("check-repro", ("check", T(), "--repro", "{user}/" + "o" * length)),
+            (
+                "verify-golden-generation",
+                ("verify", "--generation", "--golden-generation", "{user}/" + "o" * length),
+            ),
+        )
+    ),
+    *(
+        Planted(f"read-path-over-path-max-{option}", args, "the file system takes paths below 4096")
+        for option, args in (
+            ("merge", ("report", "merge", "{user}/" + "/".join(["d" * 200] * 21))),
+            (
+                "bench-compare",
+                ("bench", "--compare", "{user}/" + "/".join(["d" * 200] * 21), "{user}/notes.txt"),
+            ),
+            ("check-model", ("check", T(), "--model", "{user}/" + "/".join(["d" * 200] * 21))),
+            ("check-inputs", ("check", T(), "--inputs", "{user}/" + "/".join(["d" * 200] * 21))),
+        )
+    ),
+    Planted(
+        "read-name-256-check-model",
+        ("check", T(), "--model", "{user}/" + "m" * 256),
+        "the file system takes at most 255",
+    ),
+    Planted(
+        "generation-shape-not-sizes",
+        VERIFY_GG,
+        "shape of 'tokens'",
+        lambda ws: copy_generation_golden(
+            ws, lambda m: [e["shapes"].update(tokens=["3"]) for e in m["cases"].values()]
+        ),
+    ),
+]
+
+
+def _fill_planted(args: tuple[str, ...], ws: dict[str, Path]) -> list[str]:
+    values = {"user": ws["user"], "outside": ws["outside"], "golden": REPO / "golden"}
+    return [arg.format(**values) for arg in args]
+
+
+@pytest.mark.parametrize("case", PLANTED, ids=[c.id for c in PLANTED])
+def test_planted_input_is_refused_first_and_touches_nothing(cli, ws, monkeypatch, case):
+    root = ws["user"].parent
+    ws = {**ws, "outside": root / "outside"}
+    ws["outside"].mkdir()
+    (ws["outside"] / "weights.json").write_text('{"config": {}, "sha256": "0"}\n')
+    if case.plant is not None:
+        case.plant(ws)
+    for name, value in case.env:
+        monkeypatch.setenv(name, value)
+    report = ws["reports"] / ("r.md" if case.json else "r.json")
+    reports = (
+        ["--markdown", str(report), "--json", case.json] if case.json else ["--json", str(report)]
+    )
+    takes_reports = case.args[0] not in NO_REPORTS
+    before = tree(root)
+    code, out, err = cli(*_fill_planted((*case.args, *reports[: 4 * takes_reports]), ws))
+    assert code == case.code, out + err
+    if takes_reports:
+        assert_one_line(code, out, err, case.says)
+    else:  # export and golden say what they do as they go (no -q): their last line is the error
+        assert "Traceback" not in out + err
+        assert err.strip().splitlines()[-1].startswith("tconform: error: "), err
+        assert case.says in err.strip().splitlines()[-1], err
+    if case.json:
+        assert f"(exit {code})" in report.read_text() and case.says in report.read_text()
+    elif takes_reports:
+        data = strict_json(report)
+        assert data["exit_code"] == code and data["error"]["exit_code"] == code
+    after = tree(root)
+    allowed = {report.relative_to(root).as_posix(), *case.writes}
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    assert changed <= allowed, sorted(changed - allowed)
+
+
+def _scaled_last_layer(exported: Path, bad: Path) -> None:
+    """The exported two-layer model with its last Linear's weight scaled by 1.5."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(exported))
+    (weight,) = [i for i in model.graph.initializer if i.name.endswith("2.weight")]
+    scaled = numpy_helper.to_array(weight) * np.float32(1.5)
+    weight.CopyFrom(numpy_helper.from_array(scaled.astype(np.float32), weight.name))
+    onnx.save(model, str(bad))
+
+
+def test_repro_replaces_only_its_own_bundle_and_refuses_anything_else_before_the_run(cli, ws):
+    """A failing check writes its bundle, and a second run replaces it (nothing left beside
+    it); once the user adds a note, the next run is refused before anything runs."""
+    user = ws["user"]
+    assert cli("check", T("two_layers"), "--out", "exp", "-q", "--runtime", "onnxruntime")[0] == 0
+    _scaled_last_layer(user / "exp" / "model.onnx", user / "bad.onnx")
+    report = ws["reports"] / "r.json"
+    args = ("check", T("two_layers"), "--model", "bad.onnx", "--runtime", "onnxruntime",
+            "--repro", "b", "-q", "--json", str(report))  # fmt: skip
+    for _ in range(2):
+        code, out, err = cli(*args)
+        assert code == 1, out + err
+        assert "repro bundle: b (python b/reproduce.py)" in out
+        listed = json.loads((user / "b" / "bundle.json").read_text())["files"]
+        assert {*listed, "bundle.json"} == {
+            p.relative_to(user / "b").as_posix() for p in (user / "b").rglob("*") if p.is_file()
+        }
+        assert not [p.name for p in user.iterdir() if p.name.startswith(".b.")]
+    (user / "b" / "NOTES.md").write_text("what I found\n")
+    before = tree(ws["user"].parent)
+    code, out, err = cli(*args)
+    assert code == EXIT_USAGE
+    assert_one_line(code, out, err, "b/NOTES.md: not a file tconform localise --repro wrote")
+    data = strict_json(report)
+    assert data["results"] == [] and data["error"]["exit_code"] == EXIT_USAGE  # nothing ran
+    after = tree(ws["user"].parent)
+    assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == {
+        report.relative_to(ws["user"].parent).as_posix()
+    }
+
+
+def test_processes_spawned_from_the_check_never_import_the_users_tconform(ws, tmp_path):
+    """The current folder holds a package named tconform (on the path first, for the user's
+    package): what the user's code spawns does not import it, nor run tconform's entry script
+    (the console script here, as a user starts it: its folder first on the path, not the
+    current one)."""
+    (ws["user"] / "tconform").mkdir()
+    (ws["user"] / "tconform" / "__init__.py").write_text('raise ImportError("the user\'s own")\n')
+    entry = tmp_path / "bin" / "tconform-entry.py"
+    entry.parent.mkdir()
+    entry.write_text('from tconform.cli import main\nif __name__ == "__main__":\n    main()\n')
+    report = ws["reports"] / "r.json"
+    done = subprocess.run(
+        [sys.executable, str(entry), "check", T("spawns"), "--runtime", "onnxruntime", "-q",
+         "--json", str(report)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and not done.stderr.strip(), done.stderr
+    assert strict_json(report)["exit_code"] == 0
+
+
+def test_spawned_children_start_from_a_path_that_finds_this_tconform(tmp_path, monkeypatch):
+    """A folder named tconform first on the path (a package, or a bare folder: a namespace
+    package): tconform's own children start with this tconform's folder ahead of it."""
+    from importlib.machinery import PathFinder
+
+    import tconform
+    from tconform.spawning import children_import_this_tconform
+
+    for package in (True, False):
+        shadow = tmp_path / str(package)
+        (shadow / "tconform").mkdir(parents=True)
+        if package:
+            (shadow / "tconform" / "__init__.py").write_text("")
+        monkeypatch.setattr(sys, "path", [str(shadow), *sys.path])
+        assert PathFinder.find_spec("tconform", sys.path).origin != tconform.__file__
+        with children_import_this_tconform():
+            found = PathFinder.find_spec("tconform", sys.path)
+            assert Path(found.origin).resolve() == Path(tconform.__file__).resolve()
+        assert sys.path[0] == str(shadow)  # as it was

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -130,3 +131,31 @@ def test_a_session_whose_every_unit_skipped_is_not_a_pass(workspace, tmp_path):
         )  # fmt: skip
         assert done.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, done.stdout[-2000:]
         assert "skipped" in done.stdout and "nothing checked" in done.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        ((), {"TCONFORM_LOCK_TIMEOUT": "abc"}, "TCONFORM_LOCK_TIMEOUT='abc'"),
+        ((), {"TCONFORM_LOCKTIMEOUT": "5"}, "TCONFORM_LOCKTIMEOUT: not one tconform reads"),
+        (("--tconform-golden", "g" * 300), {}, "the file system takes at most 255"),
+        (("--tconform-artifacts", "a" * 250), {}, "names it writes are at most"),
+        (("--tconform-golden", "notes.txt"), {}, "notes.txt: exists and is not a folder"),
+    ],
+    ids=["bad-variable", "unknown-variable", "golden-name-too-long", "artifacts-name", "a-file"],
+)
+def test_the_plugin_refuses_bad_input_before_collecting(tmp_path, args, env, says):
+    """The command's own checks (the environment, the folder options' type), as a pytest usage
+    error: exit 4, the line saying why, no traceback, nothing written."""
+    (tmp_path / "notes.txt").write_text("the user's\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tconform", *args,
+         "--collect-only", "-q"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in {**os.environ, **env}.items() if k != "PYTEST_ADDOPTS"},
+    )  # fmt: skip
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert says in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

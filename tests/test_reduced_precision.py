@@ -108,3 +108,32 @@ def test_a_checkpoint_export_holds_the_trained_weights(tmp_path):
     assert ExportSettings(TINY.replace(mask_fill="-1e9"), checkpoint="reverse").checkpoint
     with pytest.raises(UsageError, match="unknown checkpoint"):
         ExportSettings(TINY, checkpoint="no-such")
+
+
+def test_int4_is_onnxruntimes_weight_only_quantisation_judged_by_its_own_row(cli, tmp_path):
+    """--dtype int4: MatMulNBits from onnxruntime.quantization's 4-bit quantiser, recorded,
+    read back as int4 from the file, and verified under the int4 row on ONNX Runtime and
+    OpenVINO; onnx.reference has no MatMulNBits: a skip with the reason, never a pass."""
+    folder = tmp_path / "int4"
+    (record,) = export_cases(CASES[:1], ExportSettings(TINY, dtype="int4"), folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["models"]["feed_forward"]["quantization"]["bits"] == 4
+    graph = onnx.load(record.location)
+    ops = [n.op_type for n in graph.graph.node]
+    assert ops.count("MatMulNBits") == 2 and "MatMul" not in ops
+    assert record.compute_type == "int4" and quantized_share(graph) > 0.9
+    assert given_model(CASES[0], TINY, Path(record.location)).precision == "int4"
+    f32 = ExportSettings(TINY)
+    assert cache_key(CASES[0], f32) != cache_key(CASES[0], ExportSettings(TINY, dtype="int4"))
+    code, out, err = cli(
+        "verify", "--artifacts", str(folder), "--golden", str(GOLDEN), "--no-doc",
+        "--no-torch", "--json", str(tmp_path / "int4.json"), "--case", "feed_forward",
+        "--runtime", "onnxruntime", "--runtime", "openvino", "--runtime", "onnx-reference",
+    )  # fmt: skip
+    assert code == 0, out + err
+    results = json.loads((tmp_path / "int4.json").read_text())["results"]
+    judged = [r for r in results if r["runtime"] != "onnx-reference"]
+    assert judged and all(r["status"] == "pass" and r["precision"] == "int4" for r in judged)
+    assert all(o["min_sqnr_db"] == 9.0 for r in judged for o in r["outputs"])
+    reference = [r for r in results if r["runtime"] == "onnx-reference"]
+    assert all(r["status"] == "skip" and "MatMulNBits" in r["message"] for r in reference)

@@ -53,6 +53,7 @@ def judge_outputs(
 def _output(comparison: OutputComparison) -> dict[str, object]:
     return {
         "status": comparison.status,
+        "atol": comparison.atol,  # the row's, scaled to the output's RMS where it is small
         "max_abs_err": comparison.max_abs_err,
         "sqnr_db": comparison.sqnr_db,
         **({"message": comparison.message} if comparison.message else {}),

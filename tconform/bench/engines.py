@@ -1,10 +1,12 @@
 """The engines a bench run times: every runtime of tconform.runtimes.RUNTIMES that is a
 deployment target, opened through the execution layer. Graph variants (GRAPH_VARIANTS) are the
-engines that run one export on one runtime: ONNX Runtime on the plain, sdpa, optimizer-fused
-and int8 graphs (on CUDA the plain one also with IO binding), OpenVINO on the plain graph at
-its bfloat16 inference precision; the other ONNX runtimes (OpenVINO at float32) run the plain
-export; the module runtimes (PyTorch eager, torch.compile, torch's dynamic int8) the reference
-module. Each engine is opened once, gives back one call that runs a forward pass on fixed
+engines that run one export on one runtime: ONNX Runtime on the plain, sdpa, optimizer-fused,
+float16, bfloat16, int8 and int4 graphs (on CUDA the plain one also with IO binding), OpenVINO
+on the plain graph at its bfloat16 inference precision; the other ONNX runtimes (OpenVINO at
+float32) run the plain export; the module runtimes (PyTorch eager, torch.compile, torch's
+dynamic int8, bfloat16 autocast) the workload's module: tconform's reference module, or a
+user's own, as the user holds it. A user's model has the variants of its dtype cells only.
+Each engine is opened once, gives back one call that runs a forward pass on fixed
 inputs, and is closed before the next opens, so that its peak memory is its own."""
 
 from __future__ import annotations
@@ -18,18 +20,12 @@ import numpy as np
 
 from tconform.bench.fusions import fused_model, fused_op_counts
 from tconform.bench.weights import module_weight_bytes, onnx_weight_bytes
+from tconform.bench.workload import Workload
 from tconform.config import ModelConfig
 from tconform.errors import UsageError, WorkerCrashed
-from tconform.execution import (
-    NotRun,
-    Opened,
-    Subject,
-    case_module,
-    crash_message,
-    open_subject,
-)
+from tconform.execution import NotRun, Opened, Subject, crash_message, open_subject
 from tconform.models import ModelUnderTest, derived_file
-from tconform.registry import Case
+from tconform.module_check.convert import DTYPES
 from tconform.results import Status
 from tconform.runtimes import RUNTIMES, Runtime, TimedCall, runtime_class
 from tconform.runtimes.specs import base_name, parse_spec, spec_suffix
@@ -62,9 +58,17 @@ GRAPH_VARIANTS = {
     "onnxruntime": GraphVariant(),
     "onnxruntime-sdpa": GraphVariant(attention="sdpa"),
     "onnxruntime-fused": GraphVariant(optimizer=True),
+    # the float16 and bfloat16 models: tconform's cases exported in that dtype (tconform
+    # export --dtype); a user's model converted by onnxruntime.transformers.float16
+    # (keep_io_types), or exported in bfloat16 (tconform.module_check.convert)
+    "onnxruntime-fp16": GraphVariant(dtype="float16"),
+    "onnxruntime-bf16": GraphVariant(dtype="bfloat16"),
     # onnxruntime.quantization.quantize_dynamic of the float32 export (tconform export --dtype
-    # int8): int8 weights, activations quantised per call
+    # int8, a user's model's int8 cell): int8 weights, activations quantised per call
     "onnxruntime-int8": GraphVariant(dtype="int8"),
+    # onnxruntime.quantization's MatMulNBitsQuantizer of the float32 export (tconform export
+    # --dtype int4): 4-bit weights in blocks of 32, what ONNX Runtime GenAI ships for the CPU
+    "onnxruntime-int4": GraphVariant(dtype="int4"),
     # OpenVINO's bf16 inference precision on the float32 export: where the CPU has no bf16
     # kernels (AVX512-BF16, AMX) OpenVINO compiles float32 instead, and the row says so
     "openvino-bf16": GraphVariant("openvino", options=(("bf16", True),), precision="bfloat16"),
@@ -88,42 +92,71 @@ def timed_runtimes() -> tuple[str, ...]:
     )
 
 
-def engine_names() -> tuple[str, ...]:
-    return (*GRAPH_VARIANTS, *timed_runtimes())
+def engine_names(for_module: bool = False) -> tuple[str, ...]:
+    """Every engine, in canonical order; `for_module`: those that time a user's model."""
+    if not for_module:
+        return (*GRAPH_VARIANTS, *timed_runtimes())
+    return (*(e for e, v in GRAPH_VARIANTS.items() if _of_a_module(v)), *timed_runtimes())
+
+
+def _of_a_module(variant: GraphVariant) -> bool:
+    """Whether a user's model has the variant's graph: its dtype cells (the float32 export,
+    its float16 and int8 conversions, the bfloat16 export) do; tconform's sdpa export, the
+    optimizer's fusions (they need the model's shape: heads, width) and int4 are its own."""
+    return variant.attention == "plain" and not variant.optimizer and variant.dtype in DTYPES
 
 
 # onnxruntime-fused is opt-in: ONNX Runtime's own session-time fusions already do what the
 # optimizer adds on these graphs (docs/performance.md); OpenVINO is opt-in (an optional
-# package); the int8 engines are opt-in: they compute in another precision (their own
-# tolerance row), and the int8 export is one more export of every case.
+# package); the reduced-precision engines are opt-in: they compute in another precision
+# (their own tolerance row), and each is one more export of every case.
 DEFAULT_ENGINES = ("onnxruntime", "onnxruntime-sdpa", "torch", "torch-compile")
+# A user's model: its float32, float16 and int8 models against torch eager, torch.compile and
+# torch's dynamic int8 (bfloat16 is opt-in: ONNX Runtime's CPU provider has few bfloat16
+# kernels, and torch-bf16 needs a CPU with native bfloat16 to be worth timing).
+MODULE_ENGINES = (
+    "onnxruntime", "onnxruntime-fp16", "onnxruntime-int8", "torch", "torch-compile", "torch-int8",
+)  # fmt: skip
 
 
-def parse_engines(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """The requested engines in canonical order (the default engines when none is named). An
-    engine may name a release or an interpreter of its runtime as a runtime spec does
+def parse_engines(names: tuple[str, ...] | list[str], for_module: bool = False) -> tuple[str, ...]:
+    """The requested engines in canonical order (the default engines when none is named);
+    `for_module`: of a user's model, which lacks tconform's own graph variants. An engine may
+    name a release or an interpreter of its runtime as a runtime spec does
     (onnxruntime==1.20.1, onnxruntime-sdpa==1.20.1, openvino@/opt/py/bin/python): it runs in a
     worker (tconform.runtimes.remote), after the engine it is a version of."""
-    known = engine_names()
+    known = engine_names(for_module)
+    given = []
     for name in names:
         try:
-            spec = parse_spec(name)
+            given.append(parse_spec(name))
         except ValueError as exc:
             raise UsageError(f"engine {exc}") from None
-        if spec.name not in known:
-            raise UsageError(f"unknown engine {spec.name!r}; choose from {', '.join(known)}")
-    given = [parse_spec(name).text for name in names]
-    return (
-        tuple(e for base in known for e in dict.fromkeys(given) if base_name(e) == base)
-        if names
-        else DEFAULT_ENGINES
-    )
+    unknown = [spec.name for spec in given if spec.name not in known]
+    if unknown and for_module and unknown[0] in engine_names():
+        raise UsageError(
+            f"engine {unknown[0]!r} times a graph only tconform's own cases have; a user's "
+            f"model's engines: {', '.join(known)}"
+        )
+    if unknown:
+        raise UsageError(f"unknown engine {unknown[0]!r}; choose from {', '.join(known)}")
+    if not names:
+        return MODULE_ENGINES if for_module else DEFAULT_ENGINES
+    texts = dict.fromkeys(spec.text for spec in given)
+    return tuple(e for base in known for e in texts if base_name(e) == base)
+
+
+def engine_variant(engine: str) -> GraphVariant | None:
+    """The graph variant an engine (or a release of it) times, None for a runtime's own engine;
+    the baseline's for its IO-binding row."""
+    base = base_name(engine)
+    return GRAPH_VARIANTS.get(BASELINE if base == IO_BINDING else base)
 
 
 def engine_runtime(engine: str) -> str:
     """The runtime (a name or spec) an engine runs on: its graph variant's, else its own
     (onnxruntime-sdpa==1.20.1 -> onnxruntime==1.20.1)."""
-    variant = GRAPH_VARIANTS.get(base_name(engine))
+    variant = engine_variant(engine)
     return (variant.runtime if variant else base_name(engine)) + spec_suffix(engine)
 
 
@@ -133,41 +166,76 @@ Opener = Callable[[], TimedCall]
 RuntimeFor = Callable[..., Runtime]
 
 
+def expected_precision(engine: str, ep: str, runtime_for: RuntimeFor) -> str:
+    """The precision `engine` is meant to compute in on `ep` (whose ceiling it is measured
+    against): a graph variant's quantised dtype or the precision it asks its runtime for,
+    else what its runtime computes in (torch-int8: int8, torch-bf16: bfloat16). What it really
+    ran in is read back when it opens."""
+    variant = engine_variant(engine)
+    if variant is not None and variant.dtype != "float32":
+        return variant.dtype
+    precision = variant.precision if variant is not None else None
+    return precision or runtime_for(engine_runtime(engine), ep).precision
+
+
+def engine_rows(
+    engines: tuple[str, ...],
+    eps: tuple[str, ...],
+    runtime_for: RuntimeFor,
+    module_ep: str | None = None,
+) -> list[tuple[str, str]]:
+    """(engine, provider) of every row, in report order: each of `engines` on each of `eps`
+    its runtime runs on (a module runtime only on `module_ep`, where given: a user's module
+    runs where the user put it), the baseline with IO binding after it on a provider with
+    device memory (each release of it with its own)."""
+    rows = []
+    for ep in eps:
+        for engine in engines:
+            runtime = engine_runtime(engine)
+            if ep not in runtime_class(runtime).eps:
+                continue
+            if _runs_module(runtime) and module_ep not in (None, ep):
+                continue
+            rows.append((engine, ep))
+            baseline = base_name(engine) == BASELINE
+            if baseline and getattr(runtime_for(runtime, ep), "device_memory", False):
+                rows.append((IO_BINDING + spec_suffix(engine), ep))
+    return rows
+
+
+def _runs_module(runtime: str) -> bool:
+    return runtime_class(runtime).consumes == "module"
+
+
 def engine_openers(
     engines: tuple[str, ...],
     eps: tuple[str, ...],
-    case: Case,
-    cfg: ModelConfig,
-    params: dict[str, np.ndarray],
-    feeds: dict[str, np.ndarray],
-    models: dict[tuple[str, str], ModelUnderTest],
+    workload: Workload,
     runtime_for: RuntimeFor,
 ) -> list[tuple[str, str, Opener]]:
-    """(engine, provider, opener) for each of `engines` on each of `eps`, in report order.
-    `models` maps an export (attention kernel, dtype) to `case`'s model exported so."""
+    """(engine, provider, opener) for each row of `engine_rows` on `workload`: a graph
+    variant on the workload's model of its export, a module runtime on its module."""
     openers: list[tuple[str, str, Opener]] = []
-    module = case_module(case, cfg, params)
-    for ep in eps:
-        for engine in engines:
-            variant = GRAPH_VARIANTS.get(base_name(engine))
-            name = engine_runtime(engine)
-            if ep not in runtime_class(name).eps:
-                continue
-            runtime = runtime_for(name, ep, **dict(variant.options if variant else ()))
-            model = models.get(variant.export if variant else PLAIN_EXPORT)
-            details = {"attention": variant.attention, "dtype": variant.dtype} if variant else {}
-            if variant is not None and variant.optimizer:
-                opener = partial(_open_fused, runtime, model, cfg, feeds)
-            else:
-                opener = partial(
-                    open_engine, runtime, Subject(model, module), feeds, details,
-                    precision=variant.precision if variant else None,
-                )  # fmt: skip
-            openers.append((engine, ep, opener))
-            if base_name(engine) == BASELINE and getattr(runtime, "device_memory", False):
-                subject = Subject(model, module)
-                bound = partial(open_engine, runtime, subject, feeds, details, io_binding=True)
-                openers.append((IO_BINDING + spec_suffix(engine), ep, bound))
+    for engine, ep in engine_rows(engines, eps, runtime_for, workload.module_ep):
+        variant = engine_variant(engine)
+        name = engine_runtime(engine)
+        if variant is not None:
+            options = dict(variant.options)
+        else:  # a module runtime takes the module's own dtype and device
+            options = dict(workload.module_options) if _runs_module(name) else {}
+        runtime = runtime_for(name, ep, **options)
+        model = workload.models.get(variant.export if variant else PLAIN_EXPORT)
+        subject = Subject(model, workload.module)
+        details = {"attention": variant.attention, "dtype": variant.dtype} if variant else {}
+        if variant is not None and variant.optimizer:
+            opener = partial(_open_fused, runtime, model, workload.cfg, workload.feeds)
+        else:
+            opener = partial(
+                open_engine, runtime, subject, workload.feeds, details,
+                io_binding=base_name(engine) == IO_BINDING,
+                precision=variant.precision if variant else None,
+            )  # fmt: skip
+        openers.append((engine, ep, opener))
     return openers
 
 
@@ -194,8 +262,8 @@ def open_engine(
 ) -> EngineCall:
     """`subject` open on `runtime`, prepared for timing; closing the call closes the session.
     A runtime that cannot run here raises, with the reason the row reports; so does one that
-    reads back another precision than `precision` (where given), before anything is opened;
-    `details` join the row's."""
+    reads back another precision than `precision` (where given), before anything is opened,
+    and one whose model fixes a dimension the feeds have otherwise; `details` join the row's."""
     if precision is not None and runtime.precision != precision:
         raise EngineUnavailable(
             f"not available: {runtime.name} computes {runtime.precision}, not {precision}, "
@@ -213,8 +281,9 @@ def open_engine(
     except BaseException:
         stack.close()
         raise
-    if opened.onnx_file:
+    if opened.onnx_file:  # the exact bytes the row ran
         call.details["model"] = str(subject.onnx.path)
+        call.details["sha256"] = subject.onnx.provenance.sha256
     versions = getattr(runtime, "versions", None)  # a runtime in a worker: its exact packages
     if versions is not None:
         call.details["versions"] = versions()
@@ -229,12 +298,12 @@ def open_engine(
         memory=call.memory,
         precision=opened.precision,
         outputs=lambda: dict(zip(opened.outputs, opened.run(feeds), strict=True)),
-        weight_bytes=_weight_bytes(opened),
+        weight_bytes=weight_counter(opened),
         crashed=lambda exc: crash_message(runtime, subject, opened.feeds(feeds), exc),
     )
 
 
-def _weight_bytes(opened: Opened) -> Callable[[int], int] | None:
+def weight_counter(opened: Opened) -> Callable[[int], int] | None:
     """What counts the weight bytes the opened engine reads: its ONNX file's initializers, or
     its module's tensors (None where it holds neither)."""
     if opened.onnx_file:

@@ -11,11 +11,17 @@ import tempfile
 from pathlib import Path
 
 from tconform.config import ModelConfig
+from tconform.errors import UsageError
 
 
 def fused_model(model_path: Path, cfg: ModelConfig) -> Path:
     """model.fused.onnx beside `model_path`, made once (written atomically)."""
     fused = model_path.with_name("model.fused.onnx")
+    if fused.is_symlink() or (fused.exists() and not fused.is_file()):
+        raise UsageError(
+            f"{fused}: not a regular file; tconform reads and writes no link it did not make "
+            "(remove it)"
+        )
     if fused.exists() and fused.stat().st_mtime >= model_path.stat().st_mtime:
         return fused
     from onnxruntime.transformers.optimizer import optimize_model

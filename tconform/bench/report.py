@@ -2,8 +2,9 @@
 
 `BenchReport` is the report kind the run frame (tconform.commands.run) writes for `tconform
 bench`, through the formats registry (tconform.report.formats): its JSON keeps the bench schema
-(tconform-bench/3: settings, ceilings, one row per timing, the best variants) and, like every
-command's, gains `exit_code` and the `error` that ended the run early, with the rows so far.
+(tconform-bench/5: settings, ceilings per precision, one row per timing, the best variants)
+and, like every command's, gains `exit_code` and the `error` that ended the run early, with
+the rows so far.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from tconform.bench.summary import shape_label
 from tconform.bench.summary import summary_lines as best_lines
 from tconform.errors import UsageError
 from tconform.files import atomic_write_bytes, atomic_write_json, read_json_object
@@ -21,7 +23,7 @@ from tconform.results import Status
 from tconform.runtimes.specs import base_name
 
 TOOL = "tconform bench"
-SCHEMA = "tconform-bench/3"  # (tconform.bench.runner writes it; kept here for reports without)
+SCHEMA = "tconform-bench/5"  # (tconform.bench.runner writes it; kept here for reports without)
 
 
 @dataclass
@@ -75,6 +77,7 @@ COLUMNS = (
     "case",
     "engine",
     "ep",
+    "precision",
     "shape",
     "p50_ms",
     "p90_ms",
@@ -87,17 +90,18 @@ COLUMNS = (
 )
 _TEXT_COLUMNS = ("case", "engine", "ep")
 HEADERS = {
+    "precision": "computes in",
     "shape": "BxS",
     "tokens_per_s": "tok/s",
     "gflops": "GFLOP/s",
-    "peak_fraction": "%peak",
+    "peak_fraction": "%ceiling",
     "peak_mem_delta_mb": "+RSS MB",
 }
 
 
 def _cell(row: dict, key: str) -> str:
     if key == "shape":
-        return f"{row['batch']}x{row['seq']}"
+        return shape_label(row)
     if row.get("status") != Status.PASS and key not in _TEXT_COLUMNS:
         return "-"
     value = row.get(key)
@@ -112,33 +116,57 @@ def _cell(row: dict, key: str) -> str:
     return str(value)
 
 
+def _headers(report: dict) -> list[str]:
+    """The columns' headers: a user's model's rows are named by input set, not BATCHxSEQ."""
+    module = bool(report.get("settings", {}).get("module"))
+    return ["input set" if k == "shape" and module else HEADERS.get(k, k) for k in COLUMNS]
+
+
 def table(report: dict) -> str:
     """Every row, with the fractions of the final ceiling; skipped rows give their reason."""
     rows = [[_cell(row, key) for key in COLUMNS] for row in report["results"]]
     right = [i for i, key in enumerate(COLUMNS) if key not in _TEXT_COLUMNS]
-    lines = [format_table([HEADERS.get(k, k) for k in COLUMNS], rows, right)]
+    lines = [format_table(_headers(report), rows, right)]
     for row in report["results"]:
         if row.get("status") != Status.PASS:
             lines.append(
                 f"  {row['case']} {row['engine']}/{row['ep']}: {row['status']}: {row.get('reason')}"
             )
+        elif row.get("peak_fraction_note"):
+            lines.append(
+                f"  {row['case']} {shape_label(row)} {row['engine']}/{row['ep']}: "
+                f"%ceiling: {row['peak_fraction_note']}"
+            )
         for op, share in list(row.get("profile", {}).items())[:8]:
             lines.append(
-                f"    {row['case']} {row['batch']}x{row['seq']} {row['engine']}/{row['ep']} "
+                f"    {row['case']} {shape_label(row)} {row['engine']}/{row['ep']} "
                 f"{op:<24} {share['ms_per_run']:>9.3f} ms/run {100 * share['share']:5.1f}%"
             )
     return "\n".join(lines)
 
 
 def ceiling_lines(report: dict) -> list[str]:
+    """Per provider, each precision's GEMM ceiling (its fastest probe; every probe and every
+    probe that could not run), numpy's float32 GEMM and the copy bandwidth."""
     lines = []
     for ep, ceiling in report.get("ceilings", {}).items():
-        text = f"ceiling {ep}: GEMM {ceiling['gemm_gflops']} GFLOP/s ({ceiling['gemm_source']})"
+        for precision, entry in ceiling.get("precisions", {}).items():
+            probes = entry.get("probes", {})
+            measured = ", ".join(f"{name} {p['gflops']}" for name, p in probes.items())
+            missing = "; ".join(f"{name}: {why}" for name, why in entry["unavailable"].items())
+            text = f"ceiling {ep} {precision}: GEMM {entry['gflops'] or '-'} GFLOP/s"
+            if measured:
+                text += f" (best of {measured})"
+            if missing:
+                text += f"; not measured: {missing}"
+            lines.append(text)
+        extra = []
         if "numpy_gemm_gflops" in ceiling:
-            text += f"; numpy GEMM {ceiling['numpy_gemm_gflops']} GFLOP/s"
+            extra.append(f"numpy float32 GEMM {ceiling['numpy_gemm_gflops']} GFLOP/s")
         if "copy_bandwidth_gbs" in ceiling:
-            text += f"; copy bandwidth {ceiling['copy_bandwidth_gbs']} GB/s"
-        lines.append(text)
+            extra.append(f"copy bandwidth {ceiling['copy_bandwidth_gbs']} GB/s")
+        if extra:
+            lines.append(f"ceiling {ep}: " + "; ".join(extra))
     for missing in report.get("unavailable", []):
         lines.append(f"provider {missing['ep']}: unavailable, not timed ({missing['reason']})")
     return lines
@@ -149,13 +177,13 @@ def ratio_lines(report: dict) -> list[str]:
     (on CUDA with and without IO binding: the bound run is the like-for-like one, since torch's
     inputs and outputs stay on the device)."""
     rows = [r for r in report["results"] if r.get("status") == Status.PASS]
-    by_key = {(r["case"], r["batch"], r["seq"], r["ep"], r["engine"]): r for r in rows}
+    by_key = {(r["case"], shape_label(r), r["ep"], r["engine"]): r for r in rows}
     lines = []
-    for (case, batch, seq, ep, engine), row in by_key.items():
-        torch_row = by_key.get((case, batch, seq, ep, "torch"))
+    for (case, shape, ep, engine), row in by_key.items():
+        torch_row = by_key.get((case, shape, ep, "torch"))
         if engine.startswith("onnxruntime") and torch_row:
             ratio = row["p50_ms"] / torch_row["p50_ms"]
-            lines.append(f"{case} {batch}x{seq} {ep}: {engine} p50 / torch p50 = {ratio:.2f}")
+            lines.append(f"{case} {shape} {ep}: {engine} p50 / torch p50 = {ratio:.2f}")
     return lines
 
 
@@ -165,17 +193,17 @@ def version_lines(report: dict) -> list[str]:
     rows = [r for r in report["results"] if r.get("status") == Status.PASS]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        key = (r["case"], r["batch"], r["seq"], r["ep"], base_name(r["engine"]))
+        key = (r["case"], shape_label(r), r["ep"], base_name(r["engine"]))
         groups.setdefault(key, []).append(r)
     lines = []
-    for (case, batch, seq, ep, engine), found in groups.items():
+    for (case, shape, ep, engine), found in groups.items():
         if len(found) < 2:
             continue
         first = found[0]
         speeds = ", ".join(
             f"{r['engine']} {r['p50_ms']} ms ({r['p50_ms'] / first['p50_ms']:.2f}x)" for r in found
         )
-        lines.append(f"{case} {batch}x{seq} {ep}: versions of {engine}, p50: {speeds}")
+        lines.append(f"{case} {shape} {ep}: versions of {engine}, p50: {speeds}")
     return lines
 
 
@@ -190,6 +218,13 @@ def summary_lines(report: dict) -> list[str]:
     )
 
 
+def _timed(settings: dict) -> str:
+    """What the run timed: a user's model, or tconform's cases at a preset."""
+    if settings.get("module"):
+        return f"model `{settings['module']}`"
+    return f"preset `{settings.get('preset')}`"
+
+
 def markdown(report: dict) -> str:
     """A GitHub-flavoured table for CI job summaries."""
     import io
@@ -202,13 +237,13 @@ def markdown(report: dict) -> str:
         out.write(f"**The run stopped early (exit {error['exit_code']}):** {error['message']}\n\n")
     settings = report.get("settings", {})
     out.write(
-        f"preset `{settings.get('preset')}`, threads {settings.get('intra_op_threads')}, "
+        f"{_timed(settings)}, threads {settings.get('intra_op_threads')}, "
         f"graph optimisation `{settings.get('graph_optimization')}`, "
         f"CPU {report.get('environment', {}).get('cpu')}\n\n"
     )
     for line in ceiling_lines(report):
         out.write(f"- {line}\n")
-    out.write("\n| " + " | ".join(HEADERS.get(k, k) for k in keys) + " |\n")
+    out.write("\n| " + " | ".join(_headers(report)) + " |\n")
     out.write("|" + "---|" * len(keys) + "\n")
     for row in report["results"]:
         out.write("| " + " | ".join(_cell(row, k) for k in keys) + " |\n")
@@ -248,7 +283,8 @@ def is_own_markdown(path: Path) -> bool:
 
 def write_plot(path: Path, report: BenchReport) -> None:
     """p50 bars with p90 whiskers per engine and shape (log scale) over the achieved fraction
-    of the GEMM ceiling, one group of bars per case and shape."""
+    of the GEMM ceiling of the precision each computes in, one group of bars per case and
+    shape."""
     from tconform.report import png
 
     data = report.to_dict()
@@ -268,7 +304,7 @@ def _plot_rows(path: Path, report: dict, rows: list[dict]) -> None:
 
     from tconform.report import png
 
-    groups = list(dict.fromkeys(f"{r['case']}\n{r['batch']}x{r['seq']}" for r in rows))
+    groups = list(dict.fromkeys(f"{r['case']}\n{shape_label(r)}" for r in rows))
     engines = list(dict.fromkeys(f"{r['engine']}/{r['ep']}" for r in rows))
     width = 0.8 / max(1, len(engines))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 1.3 * len(groups)), 8), sharex=True)
@@ -276,7 +312,7 @@ def _plot_rows(path: Path, report: dict, rows: list[dict]) -> None:
         xs, p50, whisker, fraction = [], [], [], []
         for g, group in enumerate(groups):
             for r in rows:
-                in_group = f"{r['case']}\n{r['batch']}x{r['seq']}" == group
+                in_group = f"{r['case']}\n{shape_label(r)}" == group
                 if in_group and f"{r['engine']}/{r['ep']}" == engine:
                     xs.append(g + (i - (len(engines) - 1) / 2) * width)
                     p50.append(r["p50_ms"])
@@ -287,13 +323,13 @@ def _plot_rows(path: Path, report: dict, rows: list[dict]) -> None:
     top.set_yscale("log")
     top.set_ylabel("latency p50 (ms), whisker to p90")
     top.legend(fontsize=8)
-    bottom.set_ylabel("% of measured GEMM FLOP/s")
+    bottom.set_ylabel("% of its precision's GEMM ceiling")
     bottom.axhline(80, color="grey", linestyle="--", linewidth=0.8)
     bottom.set_xticks(range(len(groups)), groups, fontsize=8)
     ceiling = report.get("ceiling", {})
     fig.suptitle(
-        f"tconform bench, preset {report['settings']['preset']}: "
-        f"ceiling {ceiling.get('gemm_gflops')} GFLOP/s ({ceiling.get('device')})"
+        f"tconform bench, {_timed(report['settings']).replace('`', '')}: "
+        f"float32 ceiling {ceiling.get('gemm_gflops')} GFLOP/s ({ceiling.get('device')})"
     )
     fig.tight_layout()
     png.save(fig, path, dpi=100)

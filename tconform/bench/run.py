@@ -6,10 +6,9 @@ measure the ceiling again, and sum up the best variant per case and shape (bench
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -22,29 +21,39 @@ from tconform.bench.engines import (
     GRAPH_VARIANTS,
     PLAIN_EXPORT,
     engine_openers,
+    engine_rows,
     engine_runtime,
+    expected_precision,
     parse_engines,
 )
 from tconform.bench.measure import measure
 from tconform.bench.profile import op_profile, outside_matmul_share
-from tconform.bench.summary import best_variants
+from tconform.bench.summary import best_variants, shape_label
+from tconform.bench.workload import Workload, case_workload
 from tconform.config import ModelConfig, get_preset
 from tconform.errors import ProviderUnavailable, UsageError
 from tconform.export import ExportJob, ExportSettings, build_module, default_opset, export_jobs
 from tconform.models import ModelUnderTest, derived_file
 from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
+from tconform.request import UserModel
 from tconform.results import Status
 from tconform.runtimes import RUNTIMES, Runtime, make_runtime, runtime_class
 from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO
 from tconform.runtimes.providers import parse_eps, unavailable_reason
 from tconform.runtimes.specs import base_name
+from tconform.suites.module import EXAMPLE
 
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
 DEFAULT_SHAPES = ((1, 32), (8, 128))
 # /2: status pass/skip (was ok/skipped), environment block; /3: graph variants as engines
-# (details.attention), session_config, a "best" summary per case and shape.
-SCHEMA = "tconform-bench/3"
+# (details.attention), session_config, a "best" summary per case and shape; /4: a ceiling per
+# precision (ceilings.<ep>.precisions), each row's precision and its share of that ceiling,
+# best's dtype as what ran and its ratio to the fastest verified torch engine; /5: a user's
+# model (settings.module, settings.model): its rows name their input_set, with batch and seq
+# null where the model has no such axis; gflop and tokens_per_s null where not counted;
+# details.sha256 of the model a row ran.
+SCHEMA = "tconform-bench/5"
 # Busy-waiting intra-op threads win a little on an idle machine and lose a lot where other
 # jobs share the cores (a spinning thread holds a core another process needs; docs/performance.md).
 SPINNING_KEY = "session.intra_op.allow_spinning"
@@ -87,9 +96,33 @@ def check_shape(shape: tuple[int, int], cases: tuple[Case, ...], cfg: ModelConfi
 def bench_settings(
     preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
     artifacts, profile=False, spinning=False, skip_layer_norm_fusion=False,
-    flush_denormals=True, crash_folder=None,
+    flush_denormals=True, module=None, input_sets=(), crash_folder=None,
 ) -> BenchSettings:  # fmt: skip
-    """Validate every option before anything slow starts."""
+    """Validate every option before anything slow starts. `module`: a user's model
+    (PACKAGE.MODULE:FACTORY) timed at its `input_sets` instead of tconform's cases (its
+    preset, cases and shapes are then None, () and ()). `crash_folder`: where an engine in a
+    worker that crashes leaves its repro bundle."""
+    common = dict(
+        eps=tuple(parse_eps(ep_spec)),
+        threads=threads or default_threads(),
+        graph_opt=graph_opt,
+        warmup=warmup,
+        runs=runs,
+        seconds=seconds,
+        profile=profile,
+        spinning=spinning,
+        skip_layer_norm_fusion=skip_layer_norm_fusion,
+        flush_denormals=flush_denormals,
+        crash_folder=crash_folder,
+    )
+    if module is not None:
+        return module_settings(
+            preset, cases, shapes, engines, artifacts, module, input_sets, common
+        )
+    if input_sets:
+        raise UsageError(
+            "--input-set names the input sets of a user's model: give PACKAGE.MODULE:FACTORY"
+        )
     cfg = get_preset(preset)
     selected = registry.select_cases(cases or DEFAULT_CASES)
     for shape in shapes:
@@ -100,25 +133,55 @@ def bench_settings(
         cases=selected,
         shapes=tuple(shapes) or DEFAULT_SHAPES,
         engines=parse_engines(engines),
-        eps=tuple(parse_eps(ep_spec)),
-        threads=threads or default_threads(),
-        graph_opt=graph_opt,
-        warmup=warmup,
-        runs=runs,
-        seconds=seconds,
         artifacts=artifacts or Path("artifacts") / "bench" / preset,
-        profile=profile,
-        spinning=spinning,
-        skip_layer_norm_fusion=skip_layer_norm_fusion,
-        flush_denormals=flush_denormals,
-        crash_folder=crash_folder,
+        **common,
+    )
+
+
+def module_settings(
+    preset, cases, shapes, engines, artifacts, target, input_sets, common
+) -> BenchSettings:  # fmt: skip
+    """A user's model's bench: its engines, its export folder (tconform check's, as check
+    --out names it), the input sets asked for (the example's by default); tconform's own
+    cases, shapes and presets are refused, naming the option."""
+    from tconform.check_folder import (
+        default_export_dir,
+        require_own_export_folder,
+        require_target,
+    )
+
+    require_target(target)
+    for option, given in (("--preset", preset), ("--case", cases), ("--shape", shapes)):
+        if given:
+            raise UsageError(
+                f"{option} chooses among tconform's own cases; a user's model is timed at its "
+                f"input sets (--input-set: {EXAMPLE}, batch-1, batch-N, seq-N or all)"
+            )
+    folder = artifacts or default_export_dir(target)
+    require_own_export_folder(folder)  # before the factory runs
+    wanted = tuple(dict.fromkeys(input_sets)) or (EXAMPLE,)
+    return BenchSettings(
+        preset=None,
+        cfg=None,
+        cases=(),
+        shapes=(),
+        engines=parse_engines(engines, for_module=True),
+        artifacts=folder,
+        # the shapes the example never had are made only where one of them is timed
+        module=UserModel(target, out_dir=folder, shapes=wanted != (EXAMPLE,)),
+        input_sets=wanted,
+        **common,
     )
 
 
 @dataclass(frozen=True)
 class BenchSettings:
-    preset: str
-    cfg: ModelConfig
+    """What one bench run times and how: tconform's `cases` at each of `shapes` (at `preset`),
+    or a user's model (`module`) at each of its `input_sets`; the engines, providers and
+    timing settings are the same for both."""
+
+    preset: str | None
+    cfg: ModelConfig | None
     cases: tuple[Case, ...]
     shapes: tuple[tuple[int, int], ...]
     engines: tuple[str, ...]
@@ -133,15 +196,19 @@ class BenchSettings:
     spinning: bool = False
     skip_layer_norm_fusion: bool = False
     flush_denormals: bool = True
+    module: UserModel | None = None
+    input_sets: tuple[str, ...] = ()
     crash_folder: Path | None = None  # where an engine in a worker that crashes leaves a bundle
 
     @property
     def exports(self) -> tuple[tuple[str, str], ...]:
         """The exports, (attention kernel, dtype), that the chosen engines run: each graph
-        variant's, and the plain one for the runtimes that run it (or when nothing else is)."""
+        variant's, and the plain one for the runtimes that run it (or, for tconform's cases,
+        when nothing else is; a user's model is exported only for an ONNX engine)."""
         bases = {base_name(e) for e in self.engines}
         used = [v.export for e, v in GRAPH_VARIANTS.items() if e in bases]
-        if not used or any(_runs_plain_export(e) for e in self.engines):
+        plain = not used and self.module is None
+        if plain or any(_runs_plain_export(e) for e in self.engines):
             used.append(PLAIN_EXPORT)
         return tuple(dict.fromkeys(used))
 
@@ -178,10 +245,20 @@ class BenchSettings:
         )
 
     def record(self) -> dict[str, object]:
+        if self.module is not None:
+            subject = {
+                "module": self.module.target,
+                "input_sets": list(self.input_sets),
+                "export_folder": str(self.artifacts),
+            }
+        else:
+            subject = {
+                "preset": self.preset,
+                "cases": [c.name for c in self.cases],
+                "shapes": [f"{b}x{s}" for b, s in self.shapes],
+            }
         return {
-            "preset": self.preset,
-            "cases": [c.name for c in self.cases],
-            "shapes": [f"{b}x{s}" for b, s in self.shapes],
+            **subject,
             "engines": list(self.engines),
             "eps": list(self.eps),
             "intra_op_threads": self.threads,
@@ -203,20 +280,30 @@ ProgressBar = Callable[[int], AbstractContextManager]
 
 
 def run_bench(
-    settings: BenchSettings, log: Log, progress_bar: ProgressBar, into: dict | None = None
+    settings: BenchSettings,
+    log: Log,
+    progress_bar: ProgressBar,
+    into: dict | None = None,
+    on_change: Callable[[dict], None] = lambda report: None,
 ) -> dict:
     """The whole report: environment, ceilings, unavailable providers, one row per timing, and
     the best variant per case and shape. `into` (when given) is that report, filled as the run
-    goes, so that a run stopped early (Ctrl-C, an error) still reports what it measured."""
+    goes, so that a run stopped early (Ctrl-C, an error) still reports what it measured;
+    `on_change(report)` is called each time it grows (a user's model is timed in a child
+    process, which sends it to the command's)."""
     try:
-        return _measure_all(settings, log, progress_bar, {} if into is None else into)
+        return _measure_all(settings, log, progress_bar, {} if into is None else into, on_change)
     finally:
         # The calling thread back to subnormals kept, whatever ONNX Runtime set on it.
         torch.set_flush_denormal(False)
 
 
 def _measure_all(
-    settings: BenchSettings, log: Log, progress_bar: ProgressBar, report: dict
+    settings: BenchSettings,
+    log: Log,
+    progress_bar: ProgressBar,
+    report: dict,
+    on_change: Callable[[dict], None],
 ) -> dict:
     started = utc_now()
     rows: list[dict] = []
@@ -228,50 +315,70 @@ def _measure_all(
         results=rows,
     )
     torch.set_num_threads(settings.threads)
-    models = _export(settings, log)
+    workloads, count, module_ep = _workloads(settings, log, report["settings"])
     ceilings, unavailable = _ceilings(settings, log)
     report.update(
         ceiling=ceilings.get("cpu") or next(iter(ceilings.values()), {}),
         ceilings=ceilings,
         unavailable=unavailable,
     )
+    on_change(report)
     timing = {"warmup": settings.warmup, "runs": settings.runs, "seconds": settings.seconds}
-    measurements = _measurement_count(settings, list(ceilings))
+    eps = tuple(ceilings)
+    measurements = count * len(engine_rows(settings.engines, eps, settings.runtime, module_ep))
     with progress_bar(measurements) as bar:
-        for case in settings.cases:
-            _, params = build_module(case, ExportSettings(settings.cfg))
-            for batch, seq in settings.shapes:
-                feeds = registry.make_inputs(
-                    case, settings.cfg, Shape(batch, seq, seq), np.random.default_rng(0)
-                )
-                golden = cache(partial(_oracle, case, settings.cfg, params, feeds))
-                of_case = {export: found[case.name] for export, found in models.items()}
-                openers = engine_openers(
-                    settings.engines, tuple(ceilings), case, settings.cfg, params, feeds,
-                    of_case, settings.runtime,
-                )  # fmt: skip
-                for engine, ep, opener in openers:
-                    row = measure(
-                        case, settings.cfg, batch, seq, engine, ep, opener, ceilings[ep], timing,
-                        golden, settings.preset,
-                    )  # fmt: skip
-                    row.update(threads=settings.threads, graph_opt=_graph_opt(settings, engine))
-                    rows.append(row)
-                    bar.update(1)
-                    what = f"{case.name} {batch}x{seq} {engine}/{ep}"
-                    if row["status"] == Status.SKIP:
-                        log(f"  {what}: skipped: {row['reason']}")
-                        continue
-                    log(f"  {what}: p50 {row['p50_ms']} ms, p90 {row['p90_ms']} ms")
-                    if row.get("accuracy", {}).get("status") == Status.FAIL:
-                        log(f"  {what}: outputs outside the {_row_name(row)} tolerance row")
-                    if settings.profile and _runs_on(engine) == BASELINE:
-                        _profile(settings, row, feeds, log)
+        for workload in workloads:
+            rows += module_elsewhere(settings.engines, eps, workload)
+            openers = engine_openers(settings.engines, eps, workload, settings.runtime)
+            for engine, ep, opener in openers:
+                row = measure(workload, engine, ep, opener, ceilings[ep], timing)
+                row.update(threads=settings.threads, graph_opt=_graph_opt(settings, engine))
+                rows.append(row)
+                on_change(report)
+                bar.update(1)
+                what = f"{workload.case} {workload.shape} {engine}/{ep}"
+                if row["status"] != Status.PASS:  # skipped, or its worker crashed
+                    done = "skipped" if row["status"] == Status.SKIP else "crashed"
+                    log(f"  {what}: {done}: {row['reason']}")
+                    continue
+                log(f"  {what}: p50 {row['p50_ms']} ms, p90 {row['p90_ms']} ms")
+                if row.get("accuracy", {}).get("status") == Status.FAIL:
+                    log(f"  {what}: outputs outside the {_row_name(row)} tolerance row")
+                if settings.profile and _runs_on(engine) == BASELINE:
+                    _profile(settings, row, workload.feeds, log)
     for ep, ceiling in ceilings.items():
-        log(f"measuring the {ep} GEMM ceiling again ...")
-        remeasure_ceiling(settings.runtime(BASELINE, ep), ceiling, rows)
+        log(f"measuring the {ep} GEMM ceilings again ...")
+        remeasure_ceiling(settings.runtime, ep, ceiling, rows)
     report["best"] = best_variants(rows)
+    on_change(report)
     return report
+
+
+def _workloads(
+    settings: BenchSettings, log: Log, record: dict
+) -> tuple[Iterable[Workload], int, str | None]:
+    """What the run times, its models exported first: the workloads, how many, and the one
+    provider the module runtimes run on (None: each). tconform's cases: one per case and
+    shape, made as they are timed (a case's weights are held while it is); a user's model: one
+    per input set, its module where the user put it (what it is joins `record`)."""
+    if settings.module is None:
+        models = _export(settings, log)
+
+        def made() -> Iterator[Workload]:
+            for case in settings.cases:
+                _, params = build_module(case, ExportSettings(settings.cfg))
+                of_case = {export: found[case.name] for export, found in models.items()}
+                for batch, seq in settings.shapes:
+                    yield case_workload(
+                        case, settings.cfg, params, batch, seq, of_case, settings.preset
+                    )
+
+        return made(), len(settings.cases) * len(settings.shapes), None
+    from tconform.bench.module import module_workloads
+
+    dtypes = tuple(dtype for _, dtype in settings.exports)
+    found = module_workloads(settings.module, dtypes, settings.input_sets, log, record)
+    return found, len(found), found[0].module_ep
 
 
 def _export(settings: BenchSettings, log: Log) -> dict[tuple[str, str], dict[str, ModelUnderTest]]:
@@ -303,39 +410,53 @@ def _export(settings: BenchSettings, log: Log) -> dict[tuple[str, str], dict[str
     return models
 
 
+def module_elsewhere(
+    engines: tuple[str, ...], eps: tuple[str, ...], workload: Workload
+) -> list[dict]:
+    """A skipped row per module engine where the user's module lies on a provider this run
+    does not time (a CUDA module, ONNX Runtime's CUDA provider absent or not asked for): the
+    module runtimes run it where it is, so they have no row, and the table says why."""
+    if workload.module_ep is None or workload.module_ep in eps:
+        return []
+    reason = (
+        f"the module is on {workload.module_ep}, a provider this run does not time (its "
+        f"providers: {', '.join(eps) or 'none'}); the torch engines run it where it is"
+    )
+    return [
+        {"case": workload.case, "engine": engine, "ep": workload.module_ep,
+         **workload.shape_fields(), "status": Status.SKIP.value, "reason": reason}
+        for engine in engines
+        if engine in RUNTIMES and runtime_class(engine).consumes == "module"
+    ]  # fmt: skip
+
+
 def _ceilings(settings: BenchSettings, log: Log) -> tuple[dict[str, dict], list[dict[str, str]]]:
-    """The measured ceiling of every provider that runs; the reason for each that does not."""
+    """The measured ceilings of every provider that runs, one per precision its engines compute
+    in; the reason for each provider that does not run."""
     ceilings: dict[str, dict] = {}
     unavailable: list[dict[str, str]] = []
     for ep in settings.eps:
         reason = unavailable_reason(ep)
         if reason is None:
+            precisions = tuple(
+                dict.fromkeys(
+                    expected_precision(engine, ep, settings.runtime)
+                    for engine in settings.engines
+                    if ep in runtime_class(_runs_on(engine)).eps
+                )
+            )
             try:
-                log(f"measuring the {ep} GEMM ceiling and memory bandwidth ...")
-                ceilings[ep] = measure_ceiling(settings.runtime(BASELINE, ep))
+                log(
+                    f"measuring the {ep} GEMM ceilings ({', '.join(precisions)}) and memory "
+                    "bandwidth ..."
+                )
+                ceilings[ep] = measure_ceiling(settings.runtime, ep, precisions)
                 continue
             except ProviderUnavailable as exc:
                 reason = str(exc)
         log(f"provider {ep} unavailable, not timed: {reason}")
         unavailable.append({"ep": ep, "reason": reason})
     return ceilings, unavailable
-
-
-def _measurement_count(settings: BenchSettings, eps: list[str]) -> int:
-    """How many rows the run times (the engines depend on the providers, not on the case)."""
-    case = settings.cases[0]
-    openers = engine_openers(
-        settings.engines, tuple(eps), case, settings.cfg, {}, {},
-        dict.fromkeys(settings.exports),
-        settings.runtime,
-    )  # fmt: skip
-    return len(openers) * len(settings.cases) * len(settings.shapes)
-
-
-def _oracle(case: Case, cfg: ModelConfig, params, feeds) -> dict[str, np.ndarray]:
-    """The case's float64 outputs by name for `feeds` (computed once per case and shape)."""
-    names = [spec.name for spec in case.outputs(cfg)]
-    return dict(zip(names, registry.run_oracle(case, cfg, params, feeds), strict=True))
 
 
 def _row_name(row: dict) -> str:
@@ -362,7 +483,7 @@ def _graph_opt(settings: BenchSettings, engine: str) -> str | None:
 
 def _profile(settings: BenchSettings, row: dict, feeds: dict[str, np.ndarray], log: Log) -> None:
     """ONNX Runtime's per-op profile of the row's graph, and its share outside matrix products."""
-    log(f"  profiling {row['case']} {row['batch']}x{row['seq']} {row['engine']}/{row['ep']} ...")
+    log(f"  profiling {row['case']} {shape_label(row)} {row['engine']}/{row['ep']} ...")
     model = derived_file(Path(row["details"]["model"]))
     runtime = settings.runtime(engine_runtime(row["engine"]), row["ep"])
     row["profile"] = op_profile(runtime, model, feeds)

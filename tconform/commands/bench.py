@@ -1,16 +1,25 @@
 """`tconform bench`: latency of ONNX Runtime on each provider and of PyTorch (eager and
-torch.compile) on chosen cases and shapes, against the machine's measured GEMM ceiling.
+torch.compile) on chosen cases and shapes, or on a user's model (PACKAGE.MODULE:FACTORY) at its
+input sets, against the machine's measured GEMM ceiling, each row judged.
+
+A user's model is timed in a child process (tconform.child), as `tconform check` runs it: its
+code (the factory, forward, the export) never ends this process, and the report so far comes
+back after every row.
 
 Exit codes follow every command's rule: 0 measured; 1 decoding (`--generate`) met
-log-probabilities that are no distribution; 2 bad arguments (unknown engine, provider or case, a
-malformed shape, one beyond the preset's maximum sequence or this machine's memory, a --compare
-file that is not a bench report); 3 a requested provider cannot run (skip with
---allow-missing-ep; `--ep all`, the default, means every provider that runs here). The requested
-reports are written on every exit, through the same frame as every checking command's
+log-probabilities that are no distribution, or an engine's worker process crashed; 2 bad
+arguments (unknown engine, provider or case, a malformed shape, one beyond the preset's maximum
+sequence or this machine's memory, a --compare file that is not a bench report; a target that is
+no PACKAGE.MODULE:FACTORY, an option of tconform's own cases with one, an input set the model
+lacks, the model's code failing or ending its process); 3 a requested provider cannot run (skip
+with --allow-missing-ep; `--ep all`, the default, means every provider that runs here). The
+requested reports are written on every exit, through the same frame as every checking command's
 (tconform.commands.run), with an `error` entry where the run stopped.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import click
 
@@ -31,6 +40,7 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
 
 @writes_report("bench", kind="tconform.bench.report:BenchReport")
 @click.command("bench")
+@click.argument("target", required=False, metavar="[PACKAGE.MODULE:FACTORY]")
 @preset_option("base")
 @case_option("Case to time (repeatable) [transformer and the heaviest components].")
 @click.option(
@@ -41,17 +51,34 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
     help="BATCHxSEQ (repeatable); SEQ is both source and target length [1x32, 8x128].",
 )
 @click.option(
+    "--input-set",
+    "input_sets",
+    multiple=True,
+    metavar="NAME",
+    help="With PACKAGE.MODULE:FACTORY, time the model at this input set (repeatable): example "
+    "(the factory's inputs), batch-1, batch-N, seq-N (made from them where the batch or "
+    "sequence axis is free, as tconform check makes them), or all [example].",
+)
+@click.option(
     "--engine",
     "engines",
     multiple=True,
     help="Restrict to these engines (repeatable): onnxruntime (the plain export), "
     "onnxruntime-sdpa (the --attention sdpa export: one fused ONNX Attention node per "
     "attention), torch, torch-compile [these four]; opt-in: onnxruntime-fused (the plain "
-    "export through the onnxruntime.transformers optimizer), onnxruntime-int8 (the --dtype "
-    "int8 export), openvino and openvino-bf16 (its bfloat16 inference precision; not "
-    "available on a CPU without native bfloat16), torch-int8 (torch's dynamic int8 Linear "
-    "layers). The report names the fastest graph variant per case and shape. ENGINE==VERSION "
-    "or ENGINE@PYTHON times that release of the engine's runtime in a worker process (e.g. "
+    "export through the onnxruntime.transformers optimizer), onnxruntime-fp16, "
+    "onnxruntime-bf16, onnxruntime-int8 and onnxruntime-int4 (the --dtype float16, bfloat16, "
+    "int8 and int4 exports), openvino and openvino-bf16 (its bfloat16 inference precision; "
+    "not available on a CPU without native bfloat16), torch-int8 (torch's dynamic int8 Linear "
+    "layers), torch-bf16 (bfloat16 autocast), torch-compile-int8, torch-compile-bf16. Each "
+    "row's share is of the GEMM ceiling of the precision it computes in; the report names the "
+    "fastest verified graph variant per case and shape. With PACKAGE.MODULE:FACTORY: the "
+    "model's dtype cells (onnxruntime: its float32 export; onnxruntime-fp16, onnxruntime-int8: "
+    "its conversions; onnxruntime-bf16: its bfloat16 export), openvino, openvino-bf16 and the "
+    "torch engines [onnxruntime, onnxruntime-fp16, onnxruntime-int8, torch, torch-compile, "
+    "torch-int8]. With --generate: onnxruntime, onnxruntime-int8, onnxruntime-int4, openvino, "
+    "openvino-bf16, torch, torch-int8, torch-bf16 [onnxruntime, torch]. ENGINE==VERSION or "
+    "ENGINE@PYTHON times that release of the engine's runtime in a worker process (e.g. "
     "onnxruntime==1.20.1 beside onnxruntime compares two releases' speed; docs/versions.md).",
 )
 @runtime_options(
@@ -74,7 +101,8 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
     "--artifacts",
     type=FolderPath(),
     default=None,
-    help="Export cache [artifacts/bench/<preset>].",
+    help="Export cache [artifacts/bench/<preset>]; with PACKAGE.MODULE:FACTORY, the model's "
+    "export folder, as check --out names it [artifacts/check/<target>].",
 )
 @click.option(
     "--spinning/--no-spinning",
@@ -137,9 +165,11 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
     help="End-token id [none: every run makes N tokens].",
 )
 def bench(
+    target,
     preset,
     cases,
     shapes,
+    input_sets,
     engines,
     runtime,
     warmup,
@@ -161,14 +191,15 @@ def bench(
     sample_seed,
     end_token,
 ) -> None:
-    """Time every engine on the chosen cases and shapes; report p50/p90/p99, tokens/s, GFLOP/s
-    as a fraction of the measured GEMM ceiling, and peak memory."""
+    """Time every engine on the chosen cases and shapes, or on a user's model (PACKAGE.MODULE:
+    FACTORY, as tconform check takes it) at its input sets; report p50/p90/p99, tokens/s,
+    GFLOP/s as a fraction of the measured GEMM ceiling, and peak memory, each row's outputs
+    judged against the float64 oracle (or the model's float64 copy)."""
+    if target is not None and (compare or generate_tokens is not None):
+        flag = "--compare" if compare else "--generate"
+        raise click.UsageError(f"{flag} is for tconform's own model, not PACKAGE.MODULE:FACTORY")
     if compare:
-        from tconform.bench.compare import compare_reports, compare_table, load_report
-
-        if any(reports.values()):
-            raise click.UsageError("--compare prints its table only; drop --json/--markdown/--plot")
-        click.echo(compare_table(compare_reports(*(load_report(p) for p in compare))))
+        _compare(compare, reports)
         return
     if generate_tokens is not None:
         from tconform.generation.bench import GenerateReport, generate_run
@@ -183,15 +214,35 @@ def bench(
         return
     from tconform.bench.report import BenchReport
 
-    def run(report, progress) -> None:
-        from tconform.bench.run import bench_settings, run_bench
-        from tconform.results import Status, nothing_checked
+    source = click.get_current_context().get_parameter_source("preset")
+    if target is not None and source is click.core.ParameterSource.DEFAULT:
+        preset = None  # a user's model has no preset; one given is refused as such
+    options = (
+        preset, cases, shapes, engines, runtime.ep_spec, runtime.threads, runtime.graph_opt,
+        warmup, runs, seconds, artifacts, profile, spinning, skip_layer_norm_fusion,
+        flush_denormals, target, input_sets, crash_folder_beside(*reports.values()),
+    )  # fmt: skip
+    run_and_report(BenchReport(), partial(_timings, options, runtime), False, reports)
 
-        settings = bench_settings(
-            preset, cases, shapes, engines, runtime.ep_spec, runtime.threads,
-            runtime.graph_opt, warmup, runs, seconds, artifacts, profile, spinning,
-            skip_layer_norm_fusion, flush_denormals, crash_folder_beside(*reports.values()),
-        )  # fmt: skip
+
+def _compare(paths, reports) -> None:
+    from tconform.bench.compare import compare_reports, compare_table, load_report
+
+    if any(reports.values()):
+        raise click.UsageError("--compare prints its table only; drop --json/--markdown/--plot")
+    click.echo(compare_table(compare_reports(*(load_report(p) for p in paths))))
+
+
+def _timings(options: tuple, runtime, report, progress) -> None:
+    """The bench run of `options` (bench_settings' arguments) into `report`: tconform's cases
+    in this process, a user's model in a child process (its code never ends this one)."""
+    from tconform.bench.run import bench_settings, run_bench
+    from tconform.results import Status, nothing_checked
+
+    settings = bench_settings(*options)
+    if settings.module is not None:
+        in_child(settings, report.data, progress)
+    else:
         stderr = click.get_text_stream("stderr")
         run_bench(
             settings,
@@ -199,22 +250,63 @@ def bench(
             lambda length: click.progressbar(length=length, label="timing", file=stderr),
             into=report.data,
         )
-        # The table is printed once the ceiling is final, so stdout, JSON and markdown agree.
-        unavailable = report.data["unavailable"]
-        if unavailable and not runtime.allow_missing_ep:
-            raise TconformError.with_code(
-                f"provider {unavailable[0]['ep']} could not run "
-                "(--allow-missing-ep reports it as skipped)",
-                EXIT_EP_UNAVAILABLE,
-            )
-        crashed = [row for row in report.data["results"] if row["status"] == Status.CRASH]
-        if crashed:  # the run went on past it; its rows and reports are all there
-            raise TconformError.with_code(
-                f"{len(crashed)} engine run(s) crashed: {crashed[0]['reason']}", EXIT_FAILURE
-            )
-        if nothing_checked(row["status"] for row in report.data["results"]):
-            raise TconformError.with_code(
-                "nothing was timed: every engine was skipped (see the table)", EXIT_EP_UNAVAILABLE
-            )
+    # The table is printed once the ceiling is final, so stdout, JSON and markdown agree.
+    unavailable = report.data["unavailable"]
+    if unavailable and not runtime.allow_missing_ep:
+        raise TconformError.with_code(
+            f"provider {unavailable[0]['ep']} could not run "
+            "(--allow-missing-ep reports it as skipped)",
+            EXIT_EP_UNAVAILABLE,
+        )
+    crashed = [row for row in report.data["results"] if row["status"] == Status.CRASH]
+    if crashed:  # the run went on past it; its rows and reports are all there
+        raise TconformError.with_code(
+            f"{len(crashed)} engine run(s) crashed: {crashed[0]['reason']}", EXIT_FAILURE
+        )
+    if nothing_checked(row["status"] for row in report.data["results"]):
+        raise TconformError.with_code(
+            "nothing was timed: every engine was skipped (see the table)", EXIT_EP_UNAVAILABLE
+        )
 
-    run_and_report(BenchReport(), run, False, reports)
+
+def in_child(settings, into: dict, progress) -> None:
+    """The bench of a user's model in a spawned child (tconform.child), as tconform check runs
+    it: whatever the model's code does (sys.exit, os._exit, a crash) ends that process, never
+    this one; the report so far comes back after every row, so an early end keeps it."""
+    from tconform.child import run_in_child
+
+    target = settings.module.target
+    phase = ["starting"]
+
+    def on_message(message) -> None:
+        kind, payload = message
+        if kind == "progress":
+            phase[0] = str(payload).strip().removeprefix(f"{target}: ")
+            progress(payload)
+        elif kind == "report":
+            into.clear()
+            into.update(payload)
+
+    def ended_early(how: str) -> str:
+        return f"{target}: the bench's process {how} while {phase[0]}, before it finished"
+
+    into.update(run_in_child(bench_in_child, (settings,), on_message, target, ended_early))
+
+
+def bench_in_child(send, settings) -> dict:
+    """In the bench's process: the factory, the exports and every timing (tconform.bench.run);
+    each change of the report is sent as it happens."""
+    import contextlib
+
+    from tconform.bench.run import run_bench
+
+    class NoBar:  # the child's progress is its log lines, sent to the command's stderr
+        def update(self, _: int) -> None:
+            pass
+
+    return run_bench(
+        settings,
+        lambda line: send(("progress", line)),
+        lambda length: contextlib.nullcontext(NoBar()),
+        on_change=lambda report: send(("report", report)),
+    )

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import shlex
 import sys
-from pathlib import Path
 
 import click
 
 from tconform.commands.options import (
     FolderPath,
     RegularFile,
+    axes_options,
     crash_folder_beside,
+    localise_option,
     quiet_option,
     report_options,
     require_reports_apart,
@@ -38,7 +39,9 @@ def _provenance(results, settings) -> str:
     for r in results:
         if r.model is not None:
             lines.append(f"  {runtime_label(r.runtime, r.ep, r.precision)}: {r.model.short}")
-    ref = settings["reference_model"]
+    ref = settings.get("reference_model")
+    if not ref:
+        return "\n".join(dict.fromkeys(lines))
     lines.append(
         f"  reference: {ref['path']} ({ref['origin']}, {settings['reference']}, "
         f"sha256 {ref['sha256'][:12]})"
@@ -59,17 +62,20 @@ def _provenance(results, settings) -> str:
     "--dynamic",
     multiple=True,
     metavar="NAME=AXES",
-    help="Dynamic axes of an input, e.g. ids=0:batch,1:seq (repeatable).",
+    help="Axes of an input the export keeps free, e.g. ids=0:batch,1:seq (repeatable); the batch "
+    "and sequence axes of the others are inferred.",
 )
-@runtime_options("runtime", "ep", "tf32", "bf16", "allow_missing_ep", "no_torch")
 @click.option(
-    "--exporter",
-    type=click.Choice(["auto", "dynamo", "torchscript"]),
-    default="auto",
-    show_default=True,
-    help="auto: dynamo, then TorchScript where dynamo fails (the report says which ran, and why).",
+    "--no-shapes",
+    is_flag=True,
+    help="Check at the example's shape only (not also at batch 1, a larger batch, a shorter and "
+    "a longer sequence, nor batch consistency).",
 )
-@click.option("--opset", type=click.IntRange(17, 23), default=18, show_default=True)
+@runtime_options(
+    "runtime", "ep", "tf32", "bf16", "device_id", "provider_option", "graph_opt", "threads",
+    "allow_missing_ep", "strict_placement", "no_torch",
+)  # fmt: skip
+@axes_options("auto, 18, float32, all")
 @tolerance_options()
 @click.option(
     "--model",
@@ -81,22 +87,17 @@ def _provenance(results, settings) -> str:
     "--out",
     "out_dir",
     type=FolderPath(),
-    help="Folder for the exported model and export.log [artifacts/check/TARGET].",
+    help="Folder for the exported models and export.log [artifacts/check/TARGET].",
 )
-@click.option(
-    "--localise",
-    "--localize",
-    "localise_all",
-    is_flag=True,
-    help="Localise on every provider, not only where an output fails.",
-)
+@localise_option("failure", "failure")
 @click.option(
     "--isolate",
     type=click.Choice(["first", "all", "none"]),
     default="first",
     show_default=True,
-    help="Modules cut out of the model and run on the float64 copy's inputs, for their own "
-    "error beside the cumulative one: the first divergence, every module, or none.",
+    help="Modules cut out of the model and run on the float64 copy's inputs, which is what "
+    "names one: along the error's path until one fails on its own (first), also every other "
+    "module, for the table (all), or none (then nothing is named).",
 )
 @click.option(
     "--repro",
@@ -112,19 +113,19 @@ def _provenance(results, settings) -> str:
     "(attention_mask): outputs whose leading axes are its shape are compared at real positions "
     "only; the report says how many elements were left out.",
 )
-@report_options("json", "junit", "markdown")
+@report_options("json", "junit", "markdown", "plot")
 @quiet_option()
 def check(
     target,
     inputs_path,
     dynamic,
+    no_shapes,
     runtime,
-    exporter,
-    opset,
+    axes,
     tolerance,
     model_path,
     out_dir,
-    localise_all,
+    localise,
     isolate,
     repro_dir,
     padding_mask,
@@ -132,115 +133,106 @@ def check(
     quiet,
 ) -> None:
     """Check your own module: FACTORY (in PACKAGE.MODULE, importable from the current folder)
-    returns (module, example_inputs), or the module alone with --inputs. The module is exported
-    (or --model is taken), run on each runtime and provider and compared with its own float64
-    copy; on a failure, or with --localise, the first submodule that diverges is named.
+    returns (module, example_inputs), optionally with its dynamic axes, or the module alone
+    with --inputs. The module is exported (or --model is taken), run on each runtime and
+    provider, at the example's shape and at shapes it never had, and compared with its own
+    float64 copy; on a failure (or as --localise asks) the first submodule that diverges is
+    named.
 
     Exit 0 all passed, 1 a conformance failure, 2 usage, input or export error (also when the
     module's code ends the check's process), 3 a requested provider could not run (unless
     --allow-missing-ep).
     """
-    from tconform.check_folder import (
-        OWN_FILES,
-        OWN_RECORD,
-        default_export_dir,
-        require_own_export_folder,
-    )
-    from tconform.child import run_in_child
-    from tconform.report import RunReport, table
-    from tconform.report.environment import utc_now
+    from tconform.check_folder import OWN_FILES, OWN_RECORD, default_export_dir, require_target
+    from tconform.report import RunReport
 
+    require_target(target)
+    axes.single()
     folder = out_dir or default_export_dir(target)
     kept = [model_path] if model_path else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
     require_reports_apart(kept, *reports.values(), what="a file tconform check reads or keeps")
-    texts: list[str] = []
 
     def run(report, progress) -> None:
-        eps = runtime.options().eps  # --ep is checked here, before the child starts
+        from tconform.check_folder import require_own_export_folder, require_repro_folder
+        from tconform.request import Localising, Request, UserModel
+
         if model_path is None:
             require_own_export_folder(folder)
-        settings = {
-            "eps": ",".join(eps),
-            "runtimes": runtime.names,
-            "exporter": exporter,
-            "opset": opset,
-            "dynamic": list(dynamic),
-            "atol": tolerance.atol,
-            "rtol": tolerance.rtol,
-            "tolerances": dict(tolerance.per_output),
-            "onnx_model": model_path,
-            "out_dir": folder,
-            "localise": True if localise_all else None,
-            "allow_missing_ep": runtime.allow_missing_ep,
-            "tf32": runtime.tf32,
-            "bf16": runtime.bf16,
-            "name": target,
-            "input_set": inputs_path.name if inputs_path else "example",
-            "isolate": isolate,
-            "repro": repro_dir,
-            "crash_folder": crash_folder_beside(repro_dir, *reports.values()),
-            "padding_mask": padding_mask,
-            "command": shlex.join(["tconform", *sys.argv[1:]]),
-        }
-        phase = ["starting"]
+        if repro_dir is not None:
+            read = [model_path or folder, *([inputs_path] if inputs_path else [])]
+            require_repro_folder(repro_dir, [*read, *(p for p in reports.values() if p)])
 
-        def on_message(message) -> None:
-            if not (isinstance(message, tuple) and len(message) == 2):
-                return
-            kind, text = (str(part) for part in message)
-            phase[0] = text.removeprefix(f"{target}: ")
-            if kind == "progress":
-                progress(text)
-
-        def ended_early(how: str) -> str:
-            return (
-                f"{target}: the check's process {how} while {phase[0]}, before it finished; "
-                "nothing was checked"
-            )
-
-        started = utc_now()
-        found = run_in_child(
-            check_in_child, (target, inputs_path, settings, started), on_message, target,
-            ended_early,
+        request = Request(
+            UserModel(
+                target, inputs_path, tuple(dynamic), model_path, folder, padding_mask,
+                shapes=not no_shapes,
+            ),
+            # --ep is checked here, before the child starts
+            **runtime.request_fields(crash_folder_beside(repro_dir, *reports.values())),
+            axes=axes.axes(runtime, {"exporters": ("auto",)}),
+            tolerances=tolerance,
+            localise=Localising(localise, isolate, repro_dir),
+            command=shlex.join(["tconform", *sys.argv[1:]]),
         )  # fmt: skip
-        report.results, report.settings = found["results"], found["settings"]
-        report.details, report.environment = found["details"], found["environment"]
-        texts.extend(found["texts"])
-
-    def render(report) -> str:
-        if not report.results:
-            return ""
-        parts = [table.render(report.results), *texts, report.versions_text()]
-        return "\n\n".join(part for part in parts if part)
+        in_child(request, report, progress)
 
     run_and_report(RunReport("check"), run, quiet, reports, render=render)
 
 
-def check_in_child(
-    send, target: str, inputs_path: Path | None, settings: dict, started: str
-) -> dict:
-    """In the check's process: the factory, its inputs and the whole check; what the report
-    needs comes back (results, settings, details, the rendered localisations and the
-    environment block, taken here, where torch is loaded anyway)."""
-    from tconform.errors import UsageError
-    from tconform.localise import render
-    from tconform.module_check import check as run_check
-    from tconform.module_check.inputs import load_factory, read_npz
-    from tconform.report.environment import environment
+def render(report) -> str:
+    """The table, each localisation, the versions of a runtime compared, and where every
+    result's model came from."""
+    if not report.results:
+        return ""
+    return "\n\n".join([report.render(), _provenance(report.results, report.settings)])
 
-    send(("phase", f"importing {target.partition(':')[0]!r} and calling the factory"))
-    module, example_inputs = load_factory(target)
-    if inputs_path is not None:
-        send(("phase", f"reading {inputs_path}"))
-        example_inputs = read_npz(inputs_path, module)
-    elif example_inputs is None:
-        raise UsageError(f"{target}: the factory returned only a module; pass --inputs FILE.npz")
-    checked = run_check(
-        module,
-        example_inputs,
-        progress=lambda line: send(("progress", line)),
-        **settings,
+
+def in_child(request, report, progress) -> None:
+    """The check of `request` in a spawned child (tconform.child): the user's code never ends
+    this process; what the report needs comes back."""
+    from tconform.child import run_in_child
+    from tconform.pipeline import require_checked
+    from tconform.report.environment import utc_now
+
+    subject = request.subject
+    phase = ["starting"]
+
+    def on_message(message) -> None:
+        if not (isinstance(message, tuple) and len(message) == 2):
+            return
+        kind, text = (str(part) for part in message)
+        phase[0] = text.removeprefix(f"{subject.target}: ")
+        if kind == "progress":
+            progress(text)
+
+    def ended_early(how: str) -> str:
+        return (
+            f"{subject.target}: the check's process {how} while {phase[0]}, before it "
+            "finished; nothing was checked"
+        )
+
+    found = run_in_child(
+        check_in_child, (request, utc_now()), on_message, subject.target, ended_early
     )
+    report.results, report.settings = found["results"], found["settings"]
+    report.details, report.environment = found["details"], found["environment"]
+    report.localisations, report.partings = found["localisations"], found["partings"]
+    require_checked(request, report)
+
+
+def check_in_child(send, request, started: str) -> dict:
+    """In the check's process: the factory, its inputs and the whole check (tconform.pipeline);
+    what the report needs comes back (results, settings, details, localisations, where versions
+    part, and the environment block, taken here, where torch is loaded anyway)."""
+    from tconform.pipeline import run
+    from tconform.report import RunReport
+    from tconform.report.environment import environment
+    from tconform.suites import open_suite
+
+    report = RunReport("check")
+    progress = lambda line: send(("progress", line))  # noqa: E731
+    with open_suite(request, progress) as suite:
+        run(request, suite, report, progress)
     send(("phase", "sending the results"))
     return {
         # As JSON holds them: plain values, which the parent reads back without torch (the
@@ -248,16 +240,13 @@ def check_in_child(
         **_plain(
             {
                 "environment": environment(started),
-                "settings": checked.settings,
-                "details": checked.details,
+                "settings": report.settings,
+                "details": report.details,
             }
         ),
-        "results": checked.results,
-        "texts": [
-            *(render(loc) for loc in checked.localisations),
-            *(f"versions: {parting.verdict}" for parting in checked.partings),
-            _provenance(checked.results, checked.settings),
-        ],
+        "results": report.results,
+        "localisations": report.localisations,
+        "partings": report.partings,
     }
 
 

@@ -22,7 +22,8 @@ from tconform.config import MODEL_DTYPES
     "--out",
     type=FolderPath(),
     default=None,
-    help="Output folder [artifacts; artifacts-fp16, artifacts-bfloat16, artifacts-int8].",
+    help="Output folder [artifacts; artifacts-fp16, artifacts-bfloat16, artifacts-int8, "
+    "artifacts-int4].",
 )
 @preset_option()
 @case_option()

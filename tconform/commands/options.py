@@ -8,10 +8,12 @@ Importing this module stays cheap (no torch, onnx or onnxruntime): `tconform --h
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import click
 
 from tconform.config import ATTENTION_KERNELS, DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
 from tconform.errors import UsageError
-from tconform.files import require_utf8_name, resolved
+from tconform.files import require_name_fits, require_utf8_name, resolved, shown
 
 # ASCII digits only, at most nine: `\d` and str.isdigit accept other scripts' digits (and `²`,
 # which int() refuses), and a count of twenty digits would size a list.
@@ -119,11 +121,13 @@ NOT_A_REPORT = (".onnx", ".pb", ".data")
 
 
 class ReportPath(click.ParamType):
-    """A file a report will be written to, checked before the run: its folder exists and is
-    writable, it is not a folder itself, it has the suffix its format needs, it is not a model
-    or tensor file, it is not a symbolic link (writing would replace the link), and it does not
-    lie inside a golden or artifacts folder. That an existing file is a report tconform wrote
-    is checked by the run frame (tconform.commands.run), which knows the report's kind."""
+    """A file a report will be written to, checked before the run: its name fits the file
+    system with the temporary file written beside it (files.require_name_fits), its folder
+    exists and is writable, it is not a folder itself, it has the suffix its format needs, it is
+    not a model or tensor file, it is not a symbolic link (writing would replace the link), and
+    it does not lie inside a golden or artifacts folder. That an existing file is a report
+    tconform wrote is checked by the run frame (tconform.commands.run), which knows the
+    report's kind."""
 
     name = "FILE"
 
@@ -132,34 +136,52 @@ class ReportPath(click.ParamType):
 
     def convert(self, value, param, ctx):
         path = Path(value)
+        with _usable(value, param, ctx, self):
+            require_name_fits(path)
+            self._check(path, param, ctx)
+        return path
+
+    def _check(self, path: Path, param, ctx) -> None:
         if self.suffix and path.suffix.lower() != self.suffix:
-            self.fail(f"{path}: the file must end in {self.suffix}", param, ctx)
+            self.fail(f"{shown(path)}: the file must end in {self.suffix}", param, ctx)
         if path.is_symlink():
-            self.fail(f"{path}: a symbolic link; name a file of its own", param, ctx)
+            self.fail(f"{shown(path)}: a symbolic link; name a file of its own", param, ctx)
         if path.is_dir():
-            self.fail(f"{path}: is a folder", param, ctx)
+            self.fail(f"{shown(path)}: is a folder", param, ctx)
         if path.suffix.lower() in NOT_A_REPORT:
-            self.fail(f"{path}: a model or tensor file name, not a report's", param, ctx)
+            self.fail(f"{shown(path)}: a model or tensor file name, not a report's", param, ctx)
         from tconform.folders import managed_folder
 
         inside = managed_folder(path)
         if inside is not None:
             self.fail(
-                f"{path}: inside {inside}, a tconform golden or artifacts folder; reports go "
-                "elsewhere",
+                f"{shown(path)}: inside {inside}, a tconform golden or artifacts folder; reports "
+                "go elsewhere",
                 param,
                 ctx,
             )
         if path.exists() and not path.is_file():
-            self.fail(f"{path}: exists and is not a regular file", param, ctx)
+            self.fail(f"{shown(path)}: exists and is not a regular file", param, ctx)
         folder = path.parent
         if not folder.is_dir():
-            self.fail(f"{path}: folder {folder} does not exist", param, ctx)
+            self.fail(f"{shown(path)}: folder {shown(folder)} does not exist", param, ctx)
         if not os.access(folder, os.W_OK | os.X_OK) or (
             path.exists() and not os.access(path, os.W_OK)
         ):
-            self.fail(f"{path}: not writable", param, ctx)
-        return path
+            self.fail(f"{shown(path)}: not writable", param, ctx)
+
+
+@contextlib.contextmanager
+def _usable(value, param, ctx, kind: click.ParamType) -> Iterator[None]:
+    """Around a path option's checks: a path the system refuses to look at (a NUL in it, a
+    loop of symlinks), or a name that does not fit, is the option's one line."""
+    try:
+        yield
+    except UsageError as exc:
+        kind.fail(str(exc), param, ctx)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        kind.fail(f"{shown(str(value))!r}: not a usable path ({why})", param, ctx)
 
 
 class RegularFile(click.ParamType):
@@ -171,36 +193,35 @@ class RegularFile(click.ParamType):
 
     def convert(self, value, param, ctx):
         path = Path(value)
-        try:
+        with _usable(value, param, ctx, self):
+            require_name_fits(path, room=0)  # read, never written beside
             if not path.exists():
-                self.fail(f"{path}: no such file", param, ctx)
+                self.fail(f"{shown(path)}: no such file", param, ctx)
             if path.is_dir():
-                self.fail(f"{path}: is a folder, not a file", param, ctx)
+                self.fail(f"{shown(path)}: is a folder, not a file", param, ctx)
             if not path.is_file():
-                self.fail(f"{path}: not a regular file (a device, pipe or socket)", param, ctx)
+                self.fail(
+                    f"{shown(path)}: not a regular file (a device, pipe or socket)", param, ctx
+                )
             if not os.access(path, os.R_OK):
-                self.fail(f"{path}: not readable", param, ctx)
-        except (OSError, ValueError) as exc:  # a name too long, a NUL in it
-            self.fail(f"{value!r}: not a usable path ({exc})", param, ctx)
+                self.fail(f"{shown(path)}: not readable", param, ctx)
         return path
 
 
 class FolderPath(click.ParamType):
     """A folder the command reads or writes: new, or an existing folder; anything else there (a
-    file, a FIFO, a device) is refused before the run, naming it."""
+    file, a FIFO, a device) is refused before the run, naming it. Its name leaves room for what
+    tconform writes beside it (its lock, its staging copy)."""
 
     name = "DIRECTORY"
 
     def convert(self, value, param, ctx):
         path = Path(value)
-        try:
+        with _usable(value, param, ctx, self):
+            require_name_fits(path)
             require_utf8_name(path)  # models are written and read there
             if (path.exists() or path.is_symlink()) and not path.is_dir():
-                self.fail(f"{path}: exists and is not a folder", param, ctx)
-        except (OSError, ValueError) as exc:  # a name too long, a NUL in it
-            self.fail(f"{value!r}: not a usable path ({exc})", param, ctx)
-        except UsageError as exc:
-            self.fail(str(exc), param, ctx)
+                self.fail(f"{shown(path)}: exists and is not a folder", param, ctx)
         return path
 
 
@@ -292,11 +313,14 @@ class GraphOptLevel(click.ParamType):
 
 def require_reports_apart(inputs, *reports, what: str = "an input of this run") -> None:
     """No report may be written over a file the run reads or keeps (a model under test, a
-    shard report being merged, tconform check's own files), whatever that file is called."""
+    shard report being merged, tconform check's own files), whatever that file is called; the
+    refusal is Refused, so that no report, not even the error's, is written there."""
+    from tconform.errors import Refused
+
     kept = {resolved(Path(path)) for path in inputs}
     for report in reports:
         if report is not None and resolved(Path(report)) in kept:
-            raise click.UsageError(f"{report}: {what}; reports go elsewhere")
+            raise Refused(f"{report}: {what}; reports go elsewhere", Path(report))
 
 
 def preset_option(default: str = DEFAULT_PRESET):
@@ -365,6 +389,7 @@ def report_options(*formats: str):
             paths = [resolved(path) for path in reports.values() if path is not None]
             if len(set(paths)) < len(paths):
                 raise click.UsageError("two report options name the same file; give each its own")
+            _require_reports_outside_folders(reports, kwargs)
             return command(*args, reports=reports, **kwargs)
 
         for fmt in reversed(formats):
@@ -375,6 +400,33 @@ def report_options(*formats: str):
         return with_reports
 
     return decorate
+
+
+def _require_reports_outside_folders(reports: dict, params: dict) -> None:
+    """No report inside a folder the command reads or writes (each FolderPath option:
+    --golden, --artifacts, --out, --repro), even one that does not exist yet: the run would
+    make it a golden or artifacts folder holding a file that is not its own. A folder that
+    holds the current one is left to its option's own check (`--repro ..` is refused there, and
+    a report beside the user's work is still written)."""
+    from tconform.errors import Refused
+
+    context = click.get_current_context(silent=True)
+    options = context.command.params if context is not None else []
+    folders = [
+        (param, params[param.name])
+        for param in options
+        if isinstance(param.type, FolderPath)
+        and params.get(param.name) is not None
+        and not Path.cwd().is_relative_to(resolved(params[param.name]))
+    ]
+    for report in (path for path in reports.values() if path is not None):
+        for param, folder in folders:
+            if resolved(report).is_relative_to(resolved(folder)):
+                raise Refused(
+                    f"{report}: inside {folder}, the {param.opts[0]} folder of this run; reports "
+                    "go elsewhere",
+                    report,
+                )
 
 
 # --- the runtime group ---------------------------------------------------------------------------
@@ -398,6 +450,14 @@ class RuntimeChoice:
     threads: int | None = None  # None: the command's default
     allow_missing_ep: bool = False
     strict_placement: bool = False
+
+    def request_fields(self, crash_folder: Path | None = None) -> dict[str, object]:
+        """What a tconform.request.Request takes of the runtime group."""
+        return {
+            "runtimes": self.options(crash_folder),
+            "allow_missing_ep": self.allow_missing_ep,
+            "strict_placement": self.strict_placement,
+        }
 
     def options(self, crash_folder: Path | None = None):
         """The runtimes' options; `crash_folder`: where a runtime in a worker that crashes
@@ -550,23 +610,17 @@ def runtime_options(*names: str, ep: str = "cpu", threads: str | None = None):
 # --- the tolerance group -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ToleranceChoice:
-    """--atol, --rtol and --tolerance OUTPUT=ATOL,RTOL as given: every value finite and >= 0."""
-
-    atol: float | None = None
-    rtol: float | None = None
-    per_output: tuple[tuple[str, tuple[float, float]], ...] = ()
-
-
 def tolerance_options(default: str = "the float32 model row"):
-    """The tolerance group, received by the command as one `tolerance` (a ToleranceChoice).
+    """The tolerance group, received by the command as one `tolerance` (a
+    tconform.request.Tolerances).
     NaN, infinity and negative values are usage errors (exit 2) by type."""
 
     def decorate(command):
         @functools.wraps(command)
         def with_tolerance(*args, atol, rtol, per_output, **kwargs):
-            tolerance = ToleranceChoice(atol, rtol, tuple(per_output))
+            from tconform.request import Tolerances
+
+            tolerance = Tolerances(atol, rtol, tuple(per_output))
             return command(*args, tolerance=tolerance, **kwargs)
 
         for decl in reversed(
@@ -611,4 +665,111 @@ def shard_option():
         type=ShardType(),
         help="Check only shard K of N of the run's work units (CI machines: every unit lands "
         "in exactly one shard; merge the reports with `tconform report merge`).",
+    )
+
+
+# --- the matrix axes -------------------------------------------------------------------------
+
+
+def _export():
+    import tconform.export
+
+    return tconform.export
+
+
+def _providers():
+    import tconform.runtimes.providers
+
+    return tconform.runtimes.providers
+
+
+# tconform.request.Axes field -> its comma-list type (the pytest plugin converts with them too)
+MATRIX_AXES = {
+    "exporters": CommaList(lambda: (*_export().EXPORTERS, "auto")),
+    "opsets": CommaList(lambda: _export().OPSETS, int),
+    "dtypes": CommaList(lambda: list(_export().DTYPES)),
+    "graph_opts": CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
+}
+# option -> (Axes field, what the axis is)
+AXIS_OPTIONS = {
+    "--exporter": ("exporters", "exporters"),
+    "--opset": ("opsets", "ONNX opsets"),
+    "--dtype": ("dtypes", "model dtypes"),
+    "--graph-opts": ("graph_opts", "ONNX Runtime graph-optimisation levels"),
+}
+
+
+@dataclass(frozen=True)
+class AxesChoice:
+    """--matrix and the axes as given (an axis not given: None)."""
+
+    matrix: bool = False
+    given: tuple[tuple[str, tuple], ...] = ()
+
+    def axes(self, runtime: RuntimeChoice, defaults: dict[str, tuple] | None = None):
+        """The request's Axes: the axes given, else `defaults`, else tconform's; one level of
+        --graph-opt stands for the graph-optimisation axis where --graph-opts is not given."""
+        from tconform.request import Axes
+
+        given = dict(self.given)
+        if "graph_opts" in given and runtime.graph_opt != "all":
+            raise click.UsageError(
+                "--graph-opt is one level, --graph-opts the matrix axis: not both"
+            )
+        values = {**(defaults or {}), **given}
+        values.setdefault("graph_opts", (runtime.graph_opt,))
+        return Axes(matrix=self.matrix, **values)
+
+    def single(self) -> None:
+        """Without --matrix, each axis holds one value (the run's one cell)."""
+        if self.matrix:
+            return
+        for flag, (name, _) in AXIS_OPTIONS.items():
+            if len(dict(self.given).get(name, ())) > 1:
+                raise click.UsageError(f"{flag} lists several values: add --matrix")
+
+
+def axes_options(help_default: str):
+    """--matrix and the axes (--exporter, --opset, --dtype, --graph-opts), received by the
+    command as one `axes` (an AxesChoice)."""
+
+    def decorate(command):
+        @functools.wraps(command)
+        def with_axes(*args, **kwargs):
+            matrix = kwargs.pop("matrix")
+            values = {name: kwargs.pop(name) for name, _ in AXIS_OPTIONS.values()}
+            given = tuple((name, value) for name, value in values.items() if value)
+            return command(*args, axes=AxesChoice(matrix, given), **kwargs)
+
+        for flag, (name, what) in reversed(AXIS_OPTIONS.items()):
+            with_axes = click.option(
+                flag,
+                name,
+                type=MATRIX_AXES[name],
+                help=f"Axis: {what}, a comma list [{help_default}].",
+            )(with_axes)
+        return click.option(
+            "--matrix",
+            is_flag=True,
+            help="Check every cell of the axes (exporter x opset x dtype x graph-optimisation "
+            "level), each export once, with a pivot of cases x cells; impossible cells are "
+            "listed as not applicable, with the reason.",
+        )(with_axes)
+
+    return decorate
+
+
+def localise_option(default: str, help_default: str):
+    """--localise [never|failure|always] (alone: failure), received as `localise`."""
+    return click.option(
+        "--localise",
+        "--localize",
+        "localise",
+        type=click.Choice(["never", "failure", "always"]),
+        is_flag=False,
+        flag_value="failure",
+        default=default,
+        show_default=True,
+        help="Name the first submodule whose output leaves tolerance (docs/check.md): on a "
+        f"failing result (--localise alone), always, or never [{help_default}].",
     )

@@ -24,9 +24,11 @@ from tconform.errors import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     EXIT_USAGE,
+    Refused,
     TconformError,
     Terminated,
     WorkerCrashed,
+    one_line,
 )
 from tconform.files import resolved
 from tconform.results import nothing_checked
@@ -80,6 +82,7 @@ def run_and_report(
         run(report, progress_printer(quiet))
     except TconformError as exc:
         report.error = {"message": str(exc), "exit_code": exc.exit_code}
+        reports = {fmt: path for fmt, path in reports.items() if outside_refused(path, exc)}
     except click.ClickException as exc:
         report.error = {"message": exc.format_message(), "exit_code": exc.exit_code}
     except OSError as exc:  # a file that cannot be read or written: named, exit 2
@@ -116,7 +119,7 @@ def run_and_report(
     results = getattr(report, "results", None)
     if results and nothing_checked(r.status for r in results):
         why = next((r.message for r in results if r.message), "every result was skipped")
-        click.echo(f"tconform: error: nothing checked: {why}", err=True)
+        click.echo(f"tconform: error: nothing checked: {one_line(why)}", err=True)
     raise SystemExit(report.exit_code)
 
 
@@ -146,6 +149,15 @@ def ignored_signals() -> Iterator[None]:
                 signal.signal(number, handler)
 
 
+def outside_refused(path: Path | None, error: BaseException) -> Path | None:
+    """`path`, unless it lies at or below what `error` refused to write (errors.Refused): a
+    report goes nowhere the command refused, not even to say why."""
+    refused = getattr(error, "path", None) if isinstance(error, Refused) else None
+    if path is None or refused is None:
+        return path
+    return None if resolved(path).is_relative_to(resolved(refused)) else path
+
+
 def writes_report(name: str, kind: str = RUN_REPORT):
     """Mark a command whose reports are `kind` reports (a "module:Class" made with `name`), so
     that a usage error that stops click before the command starts still gets them written
@@ -159,11 +171,14 @@ def writes_report(name: str, kind: str = RUN_REPORT):
     return mark
 
 
-def write_error_reports(group: click.Group, argv: list[str], message: str, code: int) -> None:
+def write_error_reports(
+    group: click.Group, argv: list[str], message: str, code: int, error: BaseException | None = None
+) -> None:
     """The reports `argv` asked for, holding only the error entry of a usage error that click
     raised before the command ran (`--exporter nosuch`, a missing argument). A report is written
     only where its path passes its option's own checks and replaces nothing but a report of its
-    kind that tconform wrote, and never a file or folder that `argv` names otherwise."""
+    kind that tconform wrote, never a file or folder that `argv` names otherwise, and never at
+    or below what `error` refused (outside_refused)."""
     import importlib
 
     from tconform.commands.options import ReportPath
@@ -180,7 +195,9 @@ def write_error_reports(group: click.Group, argv: list[str], message: str, code:
     asked: dict[str, Path] = {}
     for fmt, value in report_arguments(command, rest).items():
         with contextlib.suppress(click.BadParameter):  # a path its option refuses: not written
-            asked[fmt] = ReportPath(FORMATS[fmt].suffix).convert(value, None, None)
+            path = ReportPath(FORMATS[fmt].suffix).convert(value, None, None)
+            if outside_refused(path, error) is not None:
+                asked[fmt] = path
     named = _paths_named(argv)
     targets = [resolved(path) for path in asked.values()]
     paths = {}

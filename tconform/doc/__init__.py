@@ -1,7 +1,7 @@
 """`tconform doc`: the documents' worked numbers and stated properties as checked cases.
 
   data/          the numbers the documents state: one table per document, with citations
-  cases.py       each table entry as a case: the exact value computed, and a verdict
+  worked.py      each table entry as a worked number: the exact value computed, and a verdict
   verdict.py     the verdict rule (within one unit of the last printed digit)
   run.py         feeds the documents' numbers to the components on every requested runtime
   properties.py  the stated properties as violation measures

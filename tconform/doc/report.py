@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tconform.compare import OutputComparison
-from tconform.doc.cases import DocCase, document_cases
 from tconform.doc.checks import (
     MEASUREMENTS,
     PROPERTY_CONFIG,
@@ -17,6 +16,7 @@ from tconform.doc.checks import (
     property_outcomes,
 )
 from tconform.doc.run import COMPONENT, OpenedComponents, RuntimeOutcome, doc_runtimes
+from tconform.doc.worked import DocCase, document_cases
 from tconform.export import ExportJob, ExportRecord, export_jobs
 from tconform.results import Result
 from tconform.runtimes import Runtime, RuntimeOptions

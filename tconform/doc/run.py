@@ -19,10 +19,11 @@ import numpy as np
 from tconform import registry
 from tconform.compare import OutputComparison, judge_outputs, tolerance_for
 from tconform.config import ModelConfig
-from tconform.doc.cases import RuntimeCheck
+from tconform.doc.worked import RuntimeCheck
 from tconform.errors import TconformError
 from tconform.execution import NotRun, Opened, Subject, case_module, open_subject, run_judged
 from tconform.export import ExportJob, ExportRecord, ExportSettings, build_module, export_cases
+from tconform.files import require_inside
 from tconform.folders import require_artifacts_folder
 from tconform.golden import InputSet
 from tconform.models import ModelUnderTest
@@ -89,6 +90,7 @@ class OpenedComponents:
     def export_job(self, case_name: str, cfg: ModelConfig, config_name: str) -> ExportJob:
         """The export that a check of `case_name` at `cfg` needs."""
         out_dir = self.artifacts_dir / DOC_ARTIFACTS / config_name
+        require_inside(self.artifacts_dir, out_dir)  # never written through a symlink leading out
         return ExportJob(registry.get_case(case_name), ExportSettings(cfg), out_dir)
 
     def model_path(self, case_name: str, cfg: ModelConfig, config_name: str) -> Path:

@@ -4,7 +4,7 @@
   exporter.py   the torch.onnx call: module and weights, example inputs, dynamic axes, checker
   artifacts.py  the artifacts folder: records, manifest, the cache's rules, staged placement
   pool.py       export_jobs / export_cases: many jobs at once, in worker processes
-  quantize.py   the int8 dtype: a float32 export through onnxruntime.quantization
+  quantize.py   the int8 and int4 dtypes: a float32 export through onnxruntime.quantization
 
 Callers import from here; the names below are the package's interface.
 """
@@ -26,11 +26,12 @@ from tconform.export.exporter import (
     exporter_error_line,
 )
 from tconform.export.pool import ExportJob, export_cases, export_jobs
-from tconform.export.quantize import quantize_int8
+from tconform.export.quantize import QUANTIZERS, quantize_int4, quantize_int8
 from tconform.export.settings import (
     DEFAULT_OPSET,
     DTYPES,
     EXPORTERS,
+    INT4_QUANTIZATION,
     INT8_QUANTIZATION,
     IO_DTYPES,
     OPSETS,
@@ -43,9 +44,11 @@ __all__ = [
     "DEFAULT_OPSET",
     "DTYPES",
     "EXPORTERS",
+    "INT4_QUANTIZATION",
     "INT8_QUANTIZATION",
     "IO_DTYPES",
     "OPSETS",
+    "QUANTIZERS",
     "ExportJob",
     "ExportRecord",
     "ExportSettings",
@@ -61,6 +64,7 @@ __all__ = [
     "export_with_torch",
     "exporter_error_line",
     "folder_settings",
+    "quantize_int4",
     "quantize_int8",
     "read_artifacts_manifest",
 ]

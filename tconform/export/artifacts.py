@@ -44,10 +44,11 @@ from tconform.folders import (
     read_json_manifest,
     require_artifacts_folder,
 )
-from tconform.provenance import INT8_SHARE, ModelProvenance, quantized_share
+from tconform.provenance import ModelProvenance, quantized_type
 from tconform.registry import Case
 from tconform.schema import (
     SHA256,
+    config_of,
     expect_int,
     expect_names,
     expect_object,
@@ -56,6 +57,7 @@ from tconform.schema import (
     one_of,
 )
 from tconform.versions import library_versions
+from tconform.weights import available
 
 
 @dataclass
@@ -77,9 +79,9 @@ class ExportRecord:
     opsets: dict[str, int] = field(default_factory=dict)
     attention: str = "plain"
     attention_nodes: int = 0  # ONNX Attention nodes in the graph (the fused kernel's)
-    # int8: onnxruntime.quantization.quantize_dynamic's arguments (settings.INT8_QUANTIZATION)
+    # int8, int4: the quantiser's arguments (settings.INT8_QUANTIZATION, INT4_QUANTIZATION)
     quantization: dict[str, object] | None = None
-    # What the graph computes in: the dtype, except an int8 export with no weight to quantise
+    # What the graph computes in: the dtype, except an int8/int4 export with no weight to quantise
     # (positional encoding, attention, norm), which is the float32 graph unchanged
     compute_type: str = ""
     checkpoint: str = ""  # the trained checkpoint whose weights it holds ("": seeded weights)
@@ -144,6 +146,9 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
         expect_int(data["opset"], path, "'opset'", 1, 100)
     if "attention" in data and not one_of(data["attention"], ATTENTION_KERNELS):
         raise fail(path, "'attention'", f"is not one of {', '.join(ATTENTION_KERNELS)}")
+    _check_checkpoint(data, path, "'checkpoint'")
+    if "config" in data:
+        config_of(data, path)
     for name, entry in models.items():
         where = f"model {name!r}"
         if name not in known:
@@ -159,6 +164,14 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
         expect_int(entry.get("ir_version"), path, f"{where} 'ir_version'", 1, 100)
         expect_names(entry.get("inputs"), path, f"{where} 'inputs'")
         expect_names(entry.get("outputs"), path, f"{where} 'outputs'")
+        _check_checkpoint(entry, path, f"{where} 'checkpoint'")
+
+
+def _check_checkpoint(data: dict, path: Path, where: str) -> None:
+    """A recorded checkpoint is a name of one tconform holds (never a path), or "" (none)."""
+    name = data.get("checkpoint", "")
+    if name != "" and not one_of(name, available()):
+        raise fail(path, where, f"is not one of the checkpoints tconform holds: {name!r:.80}")
 
 
 def is_current(path: Path, key: str, previous: dict | None, force: bool, out_dir: Path) -> bool:
@@ -241,11 +254,12 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
 
 
 def _compute_type(model, dtype: str) -> str:
-    """The module's dtype, as it was traced; for int8, whether the quantiser found weights to
-    quantise (tconform.provenance.compute_type's rule, which a given file is read by too)."""
-    if dtype != "int8":
+    """The module's dtype, as it was traced; for int8 and int4, whether the quantiser found
+    weights to quantise (tconform.provenance.compute_type's rule, which a given file is read by
+    too)."""
+    if quantization(dtype) is None:
         return dtype
-    return "int8" if quantized_share(model) > INT8_SHARE else "float32"
+    return quantized_type(model) or "float32"
 
 
 def _made(folder: Path) -> Path:
@@ -290,6 +304,11 @@ class ArtifactsFolder:
         require_artifacts_folder(out_dir)
         stack.enter_context(folder_lock(_made(out_dir)))
         shutil.rmtree(staging_dir(out_dir), ignore_errors=True)  # an earlier run's leftovers
+        if staging_dir(out_dir).is_symlink():  # rmtree removes no link; models would go through it
+            raise UsageError(
+                f"{staging_dir(out_dir)}: a symbolic link where tconform stages its exports; "
+                "tconform writes through no link it did not make (remove it)"
+            )
         self.models: dict = dict(read_artifacts_manifest(out_dir).get("models", {}))
         held = folder_settings(out_dir)
         wanted = {k: getattr(settings, k) for k in FOLDER_SETTINGS}

@@ -20,7 +20,7 @@ import torch
 from tconform import registry
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
-from tconform.export.quantize import quantize_int8
+from tconform.export.quantize import QUANTIZERS
 from tconform.export.settings import DTYPES, ExportSettings
 from tconform.reference.attention import use_attention_kernel
 from tconform.registry import Case, Shape
@@ -82,11 +82,11 @@ def _quiet():
 
 def export_to(case: Case, settings: ExportSettings, path: Path) -> None:
     """The case's model at `settings` written to `path`: the module traced in its dtype, and
-    for int8 that float32 export quantised (tconform.export.quantize)."""
-    if settings.dtype == "int8":
+    for int8 and int4 that float32 export quantised (tconform.export.quantize)."""
+    if settings.dtype in QUANTIZERS:
         traced = path.with_name(f"float32-{path.name}")
         _trace_to(case, settings, traced)
-        quantize_int8(traced, path)
+        QUANTIZERS[settings.dtype](traced, path)
         traced.unlink()
     else:
         _trace_to(case, settings, path)

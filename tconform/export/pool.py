@@ -29,6 +29,7 @@ from tconform.export.artifacts import (
 )
 from tconform.export.settings import ExportSettings, cache_key
 from tconform.registry import Case
+from tconform.spawning import children_import_this_tconform
 
 
 def _export_by_name(name: str, settings: ExportSettings, out_dir: Path) -> ExportRecord:
@@ -151,7 +152,8 @@ def _export_in_workers(keys: list[str], first: dict[str, ExportJob], count: int)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        pool = context.Pool(count, initializer=_worker_init, initargs=(os.getpid(),))
+        with children_import_this_tconform():
+            pool = context.Pool(count, initializer=_worker_init, initargs=(os.getpid(),))
     finally:
         signal.signal(signal.SIGINT, previous)
         if blocking:

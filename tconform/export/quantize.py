@@ -1,4 +1,4 @@
-"""The int8 dtype: a float32 export quantised by ONNX Runtime's own tool.
+"""The int8 and int4 dtypes: a float32 export quantised by ONNX Runtime's own tools.
 
 `onnxruntime.quantization.quantize_dynamic` is what a user of ONNX Runtime runs to get an int8
 model: every MatMul with a weight becomes DynamicQuantizeLinear (the activation to uint8, its
@@ -6,6 +6,12 @@ scale and zero point computed per call) + MatMulInteger with the int8 weight + t
 float32, and every Gather from a weight table reads an int8 table through DequantizeLinear. Ops
 without weights (attention's activation products, softmax, norms) stay float32, as do the
 inputs and outputs. The settings are `settings.INT8_QUANTIZATION` (why reduce_range: there).
+
+`onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer` is what a user of ONNX
+Runtime (and ONNX Runtime GenAI's model builder) runs for weight-only int4: every MatMul with a
+weight becomes one `MatMulNBits` node holding the weight in 4-bit blocks with a float32 scale
+per block; the activations, the embedding tables and everything else stay float32. The
+settings are `settings.INT4_QUANTIZATION`.
 
 The quantiser's new nodes carry no metadata, so they would belong to no module scope and
 localisation (tconform.localise.scopes) could not place a Linear's MatMulInteger in the Linear:
@@ -21,21 +27,32 @@ from pathlib import Path
 
 import onnx
 
-from tconform.export.settings import INT8_QUANTIZATION
+from tconform.export.settings import INT4_QUANTIZATION, INT8_QUANTIZATION
+
+# The 4-bit quantiser logs every node it quantises on a logger of its own.
+_NBITS_LOGGER = "onnxruntime.quantization.matmul_nbits_quantizer"
 
 
 @contextlib.contextmanager
 def quiet_quantizer():
-    """The quantiser logs advice (run pre-processing first) on the root logger and prints;
-    tconform reports instead."""
+    """The quantisers log advice (run pre-processing first) and progress on the root logger and
+    their own, and print; tconform reports instead. The 4-bit quantiser's module also calls
+    logging.basicConfig when imported (a root handler at INFO, which would print every later
+    library's INFO lines): a handler added meanwhile is removed and the levels restored."""
     root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
+    loggers = [root, logging.getLogger(_NBITS_LOGGER)]
+    levels = [logger.level for logger in loggers]
+    handlers = list(root.handlers)
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             yield
     finally:
-        root.setLevel(level)
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def quantize_int8(source: Path, target: Path) -> None:
@@ -49,6 +66,27 @@ def quantize_int8(source: Path, target: Path) -> None:
     model = onnx.load(str(target))
     restore_scopes(model.graph)
     onnx.save(model, str(target))
+
+
+def quantize_int4(source: Path, target: Path) -> None:
+    """`source` (a float32 ONNX file) with its MatMul weights in 4-bit blocks into `target`."""
+    settings = {k: v for k, v in INT4_QUANTIZATION.items() if k != "tool"}
+    with quiet_quantizer():
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
+            DefaultWeightOnlyQuantConfig,
+            MatMulNBitsQuantizer,
+        )
+
+        config = DefaultWeightOnlyQuantConfig(**settings)
+        quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), algo_config=config)
+        quantizer.process()
+    model = quantizer.model.model
+    restore_scopes(model.graph)
+    onnx.save(model, str(target))
+
+
+# dtype -> the quantiser that makes it from the float32 export
+QUANTIZERS = {"int8": quantize_int8, "int4": quantize_int4}
 
 
 NAMESPACE = "namespace"  # the dynamo exporter's record of a node's module scope

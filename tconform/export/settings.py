@@ -29,16 +29,24 @@ OPSETS = tuple(range(17, max(MAX_OPSET.values()) + 1))
 # module in that type (weights, activations, inputs and outputs: what `module.to(dtype)` and
 # torch.onnx.export give a user); int8 is the float32 export quantised by ONNX Runtime's
 # quantisation tool (`quantize_dynamic`: int8 weights, activations quantised at run time;
-# the settings below), its inputs and outputs float32.
+# the settings below), its inputs and outputs float32; int4 is the float32 export's weights in
+# 4-bit blocks by ONNX Runtime's weight-only quantiser (MatMulNBits), inputs and outputs float32.
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
     "int8": torch.float32,
+    "int4": torch.float32,
 }
 assert tuple(DTYPES) == MODEL_DTYPES  # the command line offers config's names
 # What each dtype's inputs and outputs are (the goldens are fed and compared at that type).
-IO_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int8": "float32"}
+IO_DTYPES = {
+    "float32": "float32",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "int8": "float32",
+    "int4": "float32",
+}
 # onnxruntime.quantization.quantize_dynamic's arguments for the int8 dtype (part of the cache
 # key). reduce_range: 7-bit weights. ONNX Runtime's x86 int8 kernels multiply uint8 activations
 # by int8 weights with VPMADDUBSW, whose int16 pair sums saturate on CPUs without VNNI (AVX2:
@@ -47,6 +55,21 @@ IO_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
 # computes the same numbers on every x86 CPU, and the int8 row holds on all of them.
 # per_channel: one scale per output column, which 7-bit weights need to keep their resolution.
 INT8_QUANTIZATION = {"weight_type": "QInt8", "per_channel": True, "reduce_range": True}
+# onnxruntime.quantization.matmul_nbits_quantizer's settings for the int4 dtype (part of the
+# cache key): what ONNX Runtime GenAI's model builder writes for the CPU. Every MatMul with a
+# weight becomes MatMulNBits: 4-bit weights in blocks of 32 along the reduction, one float32
+# scale per block (symmetric: no zero point); accuracy_level 4 lets the CPU kernel quantise the
+# activations to int8 per block and multiply in integers (MLAS's fast path; level 0 would
+# dequantise the weights and multiply in float32). Embedding tables (Gather) stay float32.
+INT4_QUANTIZATION = {
+    "tool": "MatMulNBitsQuantizer",
+    "bits": 4,
+    "block_size": 32,
+    "is_symmetric": True,
+    "accuracy_level": 4,
+}
+# The dtypes made by quantising the float32 export, with the quantiser's settings.
+QUANTIZATIONS = {"int8": INT8_QUANTIZATION, "int4": INT4_QUANTIZATION}
 DEFAULT_OPSET = 18
 # ONNX's Attention op, which the "sdpa" kernel exports to, exists from opset 23 on; below it
 # the exporter spells the fused call out as MatMul, Softmax, Where, ... again.
@@ -113,7 +136,7 @@ class ExportSettings:
 
 def quantization(dtype: str) -> dict[str, object] | None:
     """The quantisation a dtype's models are made with (None: none, the module's own type)."""
-    return dict(INT8_QUANTIZATION) if dtype == "int8" else None
+    return dict(QUANTIZATIONS[dtype]) if dtype in QUANTIZATIONS else None
 
 
 def _source_digest() -> str:
@@ -139,7 +162,7 @@ def cache_key(case: Case, settings: ExportSettings) -> str:
         },
         sort_keys=True,
     )
-    if settings.dtype == "int8":  # the quantiser's settings decide the bytes too
+    if settings.dtype in QUANTIZATIONS:  # the quantiser's settings decide the bytes too
         blob += json.dumps(quantization(settings.dtype), sort_keys=True)
     if settings.checkpoint:  # the trained weights, by their recorded sha256
         blob += f"checkpoint {settings.checkpoint} {read_record(settings.checkpoint)['sha256']}"

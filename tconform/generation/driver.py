@@ -173,6 +173,20 @@ def generate(
     return _one_per_sequence(stepper, log_probs, decoding, strategy)
 
 
+def teacher_forced(
+    stepper: Stepper, src_ids: np.ndarray, src_keep: np.ndarray, tokens: np.ndarray
+) -> np.ndarray:
+    """(B, T, V): the stepper's log-probabilities at each step, fed the begin token and then
+    `tokens` (another decoder's, the oracle's), whatever it would have chosen itself. Steps past
+    a sequence's end are fed its padding and are not meant to be scored."""
+    stepper.start(src_ids, src_keep)
+    keep = np.ones(len(src_ids), dtype=bool)
+    steps = [stepper.step(np.full(len(src_ids), BOS), keep)]
+    for column in tokens.T[:-1]:
+        steps.append(stepper.step(column, keep))
+    return np.stack(steps, axis=1)
+
+
 def _one_per_sequence(stepper, log_probs, decoding: Decoding, strategy: Strategy) -> Generation:
     batch, vocab = log_probs.shape
     rng = np.random.default_rng(strategy.seed)

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from tconform import golden as golden_files
-from tconform.config import ModelConfig, get_preset
+from tconform.config import MAX_SEED, ModelConfig, get_preset
 from tconform.errors import EXIT_FAILURE, UsageError
 from tconform.files import atomic_write_json, require_inside, sha256_bytes
 from tconform.folders import GOLDEN, MANIFEST, folder_lock, read_json_manifest
@@ -46,13 +46,15 @@ from tconform.generation.driver import (
     Decoding,
     Generation,
     Strategy,
+    check_request,
     generate,
 )
 from tconform.generation.steppers import CachedStepper, oracle_sessions
 from tconform.golden import Drift, InputSet
 from tconform.reference import Transformer
+from tconform.schema import SHA256, config_of, expect_int, expect_object, expect_str, fail
 from tconform.versions import library_versions, tool_version
-from tconform.weights import checkpoint_params, read_record, same_weights_config
+from tconform.weights import available, checkpoint_params, read_record, same_weights_config
 
 INPUTS = ("src_ids", "src_keep", "prefix_ids", "prefix_keep")
 OUTPUTS = ("tokens", "lengths", "log_probs")
@@ -269,6 +271,8 @@ def write(folder: Path, cfg: ModelConfig, seed: int, preset: str, force: bool = 
 
 
 def read_generation_manifest(folder: Path) -> dict:
+    """The generation manifest, its config, seed and checkpoint checked: the checkpoint is one
+    tconform holds, looked up by name (a name, never a path), and the config is its own."""
     path = folder / MANIFEST
     if not path.is_file():
         raise UsageError(f"{path}: missing (run `tconform golden --generation` to make it)")
@@ -282,6 +286,19 @@ def read_generation_manifest(folder: Path) -> dict:
         raise UsageError(
             f"{path}: records no checkpoint (goldens of seeded weights, from before the trained "
             "checkpoint): run `tconform golden --generation --force` to remake them"
+        )
+    if recorded["name"] not in available():
+        raise fail(
+            path, "'checkpoint' 'name'", f"is not one of the checkpoints tconform holds "
+            f"({', '.join(available())}): a name, never a path"
+        )  # fmt: skip
+    expect_str(recorded["sha256"], path, "'checkpoint' 'sha256'", SHA256)
+    cfg = config_of(manifest, path)
+    expect_int(manifest.get("seed"), path, "'seed'", 0, MAX_SEED)
+    trained = ModelConfig.from_dict(read_record(recorded["name"])["config"])
+    if not same_weights_config(trained, cfg):
+        raise fail(
+            path, "'config'", f"is not the one checkpoint {recorded['name']!r} was trained at"
         )
     return manifest
 
@@ -301,27 +318,34 @@ def require_current_checkpoint(folder: Path, recorded: dict[str, str]) -> str:
 
 def read_cases(folder: Path) -> tuple[ModelConfig, int, dict[str, str], list[GenerationCase]]:
     """Config, seed, checkpoint record (name, sha256) and the stored cases, every file checked
-    against the manifest's sha256 and shape."""
+    against the manifest's sha256 and shape, and every case's decoding settings and tensors
+    against the config (read_case_tensors), all before anything runs."""
     manifest = read_generation_manifest(folder)
+    path = folder / MANIFEST
     cfg = ModelConfig.from_dict(manifest["config"])
     by_name = {f"{s.name}-{t.name}": (s, t) for s in SETS for t in s.strategies}
     cases = []
     for name, entry in manifest["cases"].items():
         if name not in by_name:
-            raise UsageError(f"{folder / MANIFEST}: unknown generation case {name!r}")
+            raise fail(path, f"case {name!r:.80}", "is not a generation case this tconform knows")
         source_set, strategy = by_name[name]
-        if not isinstance(entry, dict) or not all(
-            isinstance(entry.get(key), dict) for key in ("sha256", "shapes", "decoding")
-        ):
-            raise UsageError(f"{folder / MANIFEST}: case {name!r} lacks sha256, shapes or decoding")
+        where = f"case {name!r}"
+        entry = expect_object(entry, path, where)
+        for key in ("sha256", "shapes", "decoding"):
+            expect_object(entry.get(key), path, f"{where} {key!r}")
         tensors = {}
         for kind, names in (("input", INPUTS), ("output", OUTPUTS)):
             for k, tensor in enumerate(names):
                 rel = f"test_data_set_0/{kind}_{k}.pb"
+                shape = entry["shapes"].get(tensor)
+                if not isinstance(shape, list):
+                    raise fail(path, f"{where} shape of {tensor!r}", "must be a list of sizes")
+                for size in shape:
+                    expect_int(size, path, f"{where} shape of {tensor!r}", 0, 2**31)
                 stored_name, array = golden_files._read_tensor(
                     folder / name / rel,
-                    entry["sha256"].get(rel, ""),
-                    entry["shapes"].get(tensor),
+                    expect_str(entry["sha256"].get(rel), path, f"{where} sha256 of {rel}", SHA256),
+                    shape,
                     folder,
                 )
                 if stored_name != tensor:
@@ -329,12 +353,13 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, dict[str, str], list[Gen
                         f"{folder / name / rel}: holds {stored_name!r}, not {tensor!r}"
                     )
                 tensors[tensor] = array
+        set_cfg = set_config(cfg, source_set)
+        decoding = _decoding(entry["decoding"], path, where)
         try:
-            decoding = Decoding(**entry["decoding"])
-        except TypeError:
-            raise UsageError(
-                f"{folder / MANIFEST}: case {name!r} has unknown decoding settings"
-            ) from None
+            check_request(set_cfg, decoding, strategy, tensors["prefix_ids"].shape[-1])
+        except UsageError as exc:
+            raise fail(path, where, f"decoding: {exc}") from None
+        _check_tensors(folder / name, tensors, set_cfg, decoding)
         input_set = InputSet(
             "test_data_set_0",
             {n: tensors[n] for n in INPUTS},
@@ -342,6 +367,52 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, dict[str, str], list[Gen
         )
         cases.append(GenerationCase(name, source_set, replace(strategy), decoding, input_set))
     return cfg, int(manifest["seed"]), dict(manifest["checkpoint"]), cases
+
+
+def _decoding(settings: dict, path: Path, where: str) -> Decoding:
+    """A case's decoding settings: Decoding's fields, each an integer (the end token may be
+    null: none); ranges are check_request's."""
+    fields = set(vars(Decoding(1)))
+    if set(settings) - fields or "max_new_tokens" not in settings:
+        raise fail(path, f"{where} 'decoding'", f"must hold {', '.join(sorted(fields))} only")
+    for key, number in settings.items():
+        if not (type(number) is int or (key == "eos_id" and number is None)):
+            raise fail(path, f"{where} decoding {key!r}", f"must be an integer, not {number!r}")
+    return Decoding(**settings)
+
+
+def _check_tensors(where: Path, tensors: dict[str, np.ndarray], cfg: ModelConfig, decoding) -> None:
+    """A case's tensors fit one another and the config: ids int64 within their vocabulary,
+    keep masks boolean, one batch, sources no longer than the preset's maximum length, and the
+    outputs of `decoding.max_new_tokens` steps over the target vocabulary."""
+    batch = len(tensors["src_ids"])
+    steps = decoding.max_new_tokens
+    shapes = {
+        "src_ids": (batch, tensors["src_ids"].shape[-1]),
+        "src_keep": (batch, tensors["src_ids"].shape[-1]),
+        "prefix_ids": (batch, tensors["prefix_ids"].shape[-1]),
+        "prefix_keep": (batch, tensors["prefix_ids"].shape[-1]),
+        "tokens": (batch, steps),
+        "lengths": (batch,),
+        "log_probs": (batch, steps, cfg.tgt_vocab),
+    }
+    types = {"src_keep": np.bool_, "prefix_keep": np.bool_, "log_probs": np.float32}
+    for name, array in tensors.items():
+        if array.shape != shapes[name] or array.dtype != types.get(name, np.int64):
+            raise UsageError(
+                f"{where}: {name} is {array.dtype} {list(array.shape)}, where "
+                f"{np.dtype(types.get(name, np.int64))} {list(shapes[name])} is expected"
+            )
+    if not 1 <= tensors["src_ids"].shape[1] <= cfg.max_seq_len:
+        raise UsageError(f"{where}: sources of {tensors['src_ids'].shape[1]} tokens, where "
+                         f"1..{cfg.max_seq_len} (the preset's maximum length) fit")  # fmt: skip
+    bounds = {"src_ids": cfg.src_vocab, "prefix_ids": cfg.tgt_vocab, "tokens": cfg.tgt_vocab,
+              "lengths": steps + 1}  # fmt: skip
+    for name, high in bounds.items():
+        values = tensors[name]
+        if values.size and (values.min() < 0 or values.max() >= high):
+            bad = int(values.min() if values.min() < 0 else values.max())
+            raise UsageError(f"{where}: {name} holds {bad}, outside 0..{high - 1}")
 
 
 def check(folder: Path) -> list[Drift]:

@@ -38,9 +38,10 @@ from tconform.generation.driver import DegenerateOutput, generate
 from tconform.generation.steppers import make_stepper
 from tconform.generation.verdict import Verdict, judge
 from tconform.models import ModelUnderTest, given_model, held_model, model_from_record
-from tconform.plan import Progress, VerifyOptions, verify_runtimes
+from tconform.plan import Progress, request_runtimes
 from tconform.registry import GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.report import RunReport
+from tconform.request import Request
 from tconform.results import Result, Status, allow_missing
 from tconform.runtimes import label
 
@@ -89,7 +90,7 @@ def export_models(
 
 
 def models_under_test(
-    options: VerifyOptions,
+    request: Request,
     configs: list[ModelConfig],
     preset_cfg: ModelConfig,
     seed: int,
@@ -100,7 +101,7 @@ def models_under_test(
     export), the artifacts folder's as it is (--no-export), or tconform's export."""
     chosen = {
         (preset_cfg, name): given_model(generation_case(name), preset_cfg, path)
-        for name, path in options.models.items()
+        for name, path in request.subject.models.items()
     }
     for (_, name), model in chosen.items():
         if model.precision != "float32":  # the steppers hold a float32 cache
@@ -109,23 +110,24 @@ def models_under_test(
             f"  {name}: the given model {model.path} (sha256 {model.provenance.sha256[:12]}), "
             f"on the goldens of mask fill {preset_cfg.mask_fill} (a model holds one fill)"
         )
-    if not options.export:
+    if not request.subject.export:
         for cfg in configs:
-            folder = model_folder(options.artifacts_dir, cfg, preset_cfg)
+            folder = model_folder(request.subject.artifacts_dir, cfg, preset_cfg)
             manifest = read_artifacts_manifest(folder)
             for case in GENERATION_CASES:
                 if (cfg, case.name) not in chosen:
                     key = cache_key(case, export_settings(cfg, seed, checkpoint))
                     chosen[cfg, case.name] = held_model(case, cfg, folder, manifest, key)
         return chosen
-    records = export_models(configs, preset_cfg, seed, options.artifacts_dir, progress, checkpoint)
+    folder = request.subject.artifacts_dir
+    records = export_models(configs, preset_cfg, seed, folder, progress, checkpoint)
     for (cfg, name), record in records.items():
         chosen.setdefault((cfg, name), model_from_record(generation_case(name), record))
     return chosen
 
 
 def verify_generation(
-    options: VerifyOptions,
+    request: Request,
     golden_dir: Path,
     report: RunReport,
     progress: Progress = lambda _: None,
@@ -133,26 +135,28 @@ def verify_generation(
     preset_cfg, seed, recorded, cases = golden.read_cases(golden_dir)
     checkpoint = golden.require_current_checkpoint(golden_dir, recorded)
     configs = list(dict.fromkeys(golden.set_config(preset_cfg, c.source_set) for c in cases))
-    runtimes = verify_runtimes(options)
+    runtimes = request_runtimes(request)
     report.settings = {
         "golden_generation": str(golden_dir),
         "golden_manifest_sha256": sha256_file(golden_dir / "manifest.json"),
-        "artifacts": str(options.artifacts_dir),
+        "artifacts": str(request.subject.artifacts_dir),
         "config": preset_cfg.to_dict(),
         "seed": seed,
         "checkpoint": recorded,
-        "eps": list(options.runtimes.eps),
+        "eps": list(request.runtimes.eps),
         "runtimes": {label(r): r.settings() for r in runtimes},
         "cases": [c.name for c in cases],
     }
-    progress(f"generation models for {len(configs)} mask fill(s) in {options.artifacts_dir}")
-    models = models_under_test(options, configs, preset_cfg, seed, checkpoint, progress)
+    progress(
+        f"generation models for {len(configs)} mask fill(s) in {request.subject.artifacts_dir}"
+    )
+    models = models_under_test(request, configs, preset_cfg, seed, checkpoint, progress)
     for cfg in configs:
         params = golden.golden_params(cfg, checkpoint)
         for runtime in runtimes:
             own = [c for c in cases if golden.set_config(preset_cfg, c.source_set) == cfg]
             report.results += _runtime_results(runtime, cfg, params, models, own, progress)
-    if options.allow_missing_ep:
+    if request.allow_missing_ep:
         report.results = allow_missing(report.results)
 
 

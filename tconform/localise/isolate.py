@@ -16,9 +16,6 @@ and onnxruntime, and a README with the tolerance, versions and provenance.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,15 +25,22 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tconform.compare import OutputComparison, Tolerance
-from tconform.errors import UsageError
 from tconform.execution import Subject, open_subject
 from tconform.files import atomic_write_bytes
+from tconform.folders import BUNDLE_MARKER, BUNDLE_TOOL, replace_whole
 from tconform.localise.capture import Call
-from tconform.localise.judge import Boundary, compare_boundary
+from tconform.localise.crosscheck import CrossCheck, NotEvaluable, cross_check
+from tconform.localise.judge import Boundary, compare_boundary, share_used
+from tconform.localise.observe import PlainRun
 from tconform.localise.scopes import Graph
 from tconform.models import derived_file
 from tconform.runtimes import Runtime
 from tconform.versions import library_versions
+
+# Modules cut out and run while naming one (along the error's path, and again inside a module
+# named): bounds the cost on a model whose every boundary leaves a tolerance tighter than its
+# arithmetic.
+MAX_ISOLATED = 24
 
 
 @dataclass
@@ -50,10 +54,40 @@ class Isolation:
     comparisons: list[OutputComparison]
     nodes: int
     model_nodes: int
+    check: CrossCheck | None = None  # the plain evaluations, where the runtime's run fails
+    unchecked: str = ""  # why they could not run
 
     @property
     def status(self) -> str:
         return "fail" if any(c.status == "fail" for c in self.comparisons) else "pass"
+
+    @property
+    def finding(self) -> str:
+        """Where the isolated run fails: 'function', 'runtime' or 'rounding' (crosscheck.py),
+        'unchecked' where the plain evaluations could not run; '' where it passes."""
+        if self.status == "pass":
+            return ""
+        return self.check.finding if self.check is not None else "unchecked"
+
+    @property
+    def proves(self) -> bool:
+        """Whether the module's own error leaves tolerance by more than rounding: it is named."""
+        return self.finding in ("function", "runtime", "unchecked")
+
+
+def not_isolatable(graph: Graph, boundary: Boundary) -> str:
+    """Why `boundary` cannot be cut out and fed the reference's inputs ('' where it can): a
+    float tensor entering it that no reference input was paired with would be fed the model's
+    own value, error and all, and prove nothing."""
+    if not boundary.region:
+        return "no ONNX node carries its scope"
+    if not boundary.onnx_outputs:
+        return "its outputs are not matched"
+    fed = set(boundary.onnx_inputs.values())
+    unfed = [n for n in graph.entering(boundary.region) if n not in fed]
+    if unfed:
+        return f"its input {unfed[0]} is not matched to one of the reference's"
+    return ""
 
 
 def value_infos(names: list[str], values: dict[str, np.ndarray]) -> list[onnx.ValueInfoProto]:
@@ -84,21 +118,24 @@ def isolate(
     values: dict[str, np.ndarray],
     runtime: Runtime,
     tol: Tolerance,
+    keep: np.ndarray | None = None,
 ) -> Isolation:
     """`boundary`'s nodes on `runtime`, fed `reference`'s inputs (the call whose inputs the
-    boundary starts at) and judged against `outputs_of`'s outputs. `values` holds the ONNX
-    tensors entering the region and leaving it, as the whole model computed them."""
+    boundary starts at) and judged against `outputs_of`'s outputs (at the real positions
+    `keep`, where given). `values` holds the ONNX tensors entering the region and leaving it,
+    as the whole model computed them."""
     entering = graph.entering(boundary.region, floats_only=False)
     subgraph = cut(model, entering, boundary.onnx_outputs, values)
     by_onnx = {name: k for k, name in boundary.onnx_inputs.items()}
-    feeds, inputs_from = {}, {}
+    feeds, exact, inputs_from = {}, {}, {}
     for name in entering:
         own = values[name]
         if name in by_onnx:  # a float input the reference computed exactly
-            feeds[name] = reference.inputs[by_onnx[name]].reshape(own.shape).astype(own.dtype)
+            exact[name] = reference.inputs[by_onnx[name]].reshape(own.shape)
+            feeds[name] = exact[name].astype(own.dtype)
             inputs_from[name] = "reference"
         else:  # an integer or boolean input (exact), or a float one not matched
-            feeds[name] = own
+            feeds[name] = exact[name] = own
             inputs_from[name] = "model"
     expected = {
         name: outputs_of.outputs[k]
@@ -110,10 +147,12 @@ def isolate(
         with open_subject(runtime, Subject(derived_file(path, subgraph))) as opened:
             actual = opened.run(feeds, list(expected))
     comparisons = [
-        compare_boundary(f"{boundary.label} (isolated) <- {name}", out, expected[name], tol)
+        compare_boundary(
+            f"{boundary.label} (isolated) <- {name}", out, expected[name], tol, keep=keep
+        )
         for name, out in zip(expected, actual, strict=True)
     ]
-    return Isolation(
+    found = Isolation(
         subgraph,
         feeds,
         inputs_from,
@@ -122,9 +161,50 @@ def isolate(
         len(subgraph.graph.node),
         len(model.graph.node),
     )
+    if found.status == "fail":
+        try:
+            found.check = cross_check(subgraph, feeds, exact, expected, comparisons, tol, keep)
+        except NotEvaluable as why:
+            found.unchecked = str(why)
+    return found
 
 
-BUNDLE_MARKER = "bundle.json"  # what tconform wrote into a repro folder
+def isolate_whole(
+    model: onnx.ModelProto,
+    boundary: Boundary,
+    feeds: dict[str, np.ndarray],
+    reference: Call,
+    plain: PlainRun,
+    tol: Tolerance,
+    keep: np.ndarray | None = None,
+) -> Isolation:
+    """The whole module as its own isolation: the model fed its own inputs, which are the
+    reference's, is the plain run (`boundary` was judged on it), cross-checked as a cut is."""
+    inputs = [i.name for i in model.graph.input if i.name in feeds]
+    rounded = {n: np.asarray(feeds[n]) for n in inputs}
+    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    for name in inputs:
+        numpy_type = helper.tensor_dtype_to_np_dtype(types[name])
+        if rounded[name].dtype.kind == "f" and numpy_type.kind == "f":
+            rounded[name] = rounded[name].astype(numpy_type)
+    exact = {n: v.astype(np.float64) if v.dtype.kind == "f" else v for n, v in feeds.items()}
+    exact = {n: exact[n] for n in inputs}
+    expected = dict(zip(plain.outputs, reference.outputs, strict=True))
+    found = Isolation(
+        model,
+        rounded,
+        dict.fromkeys(inputs, "reference"),
+        {n: value.astype(plain.outputs[n].dtype) for n, value in expected.items()},
+        list(boundary.outputs),
+        len(model.graph.node),
+        len(model.graph.node),
+    )
+    if found.status == "fail":
+        try:
+            found.check = cross_check(model, rounded, exact, expected, found.comparisons, tol, keep)
+        except NotEvaluable as why:
+            found.unchecked = str(why)
+    return found
 
 
 def write_bundle(
@@ -134,34 +214,44 @@ def write_bundle(
     tol: Tolerance,
     about: dict[str, object],
 ) -> Path:
-    """The repro bundle in `folder` (new, empty, or a bundle tconform wrote there before),
-    written beside it and moved into place whole. `about`: the model's provenance, the runtime
-    and the command, for the README."""
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{folder}: exists and is not a folder (--repro)")
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / BUNDLE_MARKER).is_file():
-        raise UsageError(
-            f"{folder}: not empty and not a tconform repro bundle; --repro needs a folder of its "
-            "own"
-        )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        _write_files(staging, isolation, boundary, tol, about)
-        if folder.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
-            os.replace(folder, old / folder.name)
-            os.replace(staging, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+    """The repro bundle in `folder` (new, empty, or a bundle tconform wrote there and that is as
+    it wrote it: folders.replace_whole), written beside it and moved into place whole. `about`:
+    the model's provenance, the runtime and the command, for the README."""
+    # Each output's atol as it was judged: the tolerance's, scaled to the output's RMS where
+    # the tolerance is a row's (tconform.compare.Tolerance.atol_for).
+    atols = {
+        o.name: c.atol
+        for o, c in zip(isolation.subgraph.graph.output, isolation.comparisons, strict=True)
+    }
+    record = {
+        "tool": BUNDLE_TOOL,
+        "module": boundary.label,
+        "class": boundary.cls,
+        "atol": tol.atol,
+        "atol_by_output": atols,
+        "rtol": tol.rtol,
+        "inputs_from": isolation.inputs_from,
+        "nodes": isolation.nodes,
+        "model_nodes": isolation.model_nodes,
+        "isolated": [c.to_dict() for c in isolation.comparisons],
+        "cumulative": [c.to_dict() for c in boundary.outputs],
+        "versions": library_versions(),
+        **about,
+    }
+
+    def write(staging: Path) -> None:
+        _write_files(staging, isolation, boundary, tol, about, atols)
+
+    return replace_whole(folder, BUNDLE_MARKER, record, write, "--repro")
 
 
 def _write_files(
-    folder: Path, isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dict
+    folder: Path,
+    isolation: Isolation,
+    boundary: Boundary,
+    tol: Tolerance,
+    about: dict,
+    atols: dict[str, float],
 ) -> None:
     atomic_write_bytes(folder / "model.onnx", isolation.subgraph.SerializeToString())
     data = folder / "test_data_set_0"
@@ -172,31 +262,22 @@ def _write_files(
     for k, value in enumerate(o.name for o in isolation.subgraph.graph.output):
         tensor = numpy_helper.from_array(isolation.expected[value], name=value)
         atomic_write_bytes(data / f"output_{k}.pb", tensor.SerializeToString())
-    record = {
-        "tool": "tconform localise --repro",
-        "module": boundary.label,
-        "class": boundary.cls,
-        "atol": tol.atol,
-        "rtol": tol.rtol,
-        "inputs_from": isolation.inputs_from,
-        "nodes": isolation.nodes,
-        "model_nodes": isolation.model_nodes,
-        "isolated": [c.to_dict() for c in isolation.comparisons],
-        "cumulative": [c.to_dict() for c in boundary.outputs],
-        "versions": library_versions(),
-        **about,
-    }
-    atomic_write_bytes(folder / BUNDLE_MARKER, (json.dumps(record, indent=2) + "\n").encode())
     atomic_write_bytes(
-        folder / "reproduce.py", _REPRODUCE.format(atol=tol.atol, rtol=tol.rtol).encode()
+        folder / "reproduce.py", _REPRODUCE.format(atols=atols, rtol=tol.rtol).encode()
     )
     atomic_write_bytes(folder / "README.md", _readme(isolation, boundary, tol, about).encode())
 
 
 def _readme(isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dict) -> str:
-    worst = max(isolation.comparisons, key=lambda c: c.tolerance_used or 0.0)
+    worst = max(isolation.comparisons, key=share_used)
     cumulative = boundary.worst
     model = about.get("model") or {}
+    scaled = (
+        f" times an output's RMS over {tol.atol_rms:g} where that is below 1 (each output's: "
+        "bundle.json, atol_by_output)"
+        if tol.atol_rms is not None
+        else ""
+    )
     lines = [
         f"# Repro: `{boundary.label}` ({boundary.cls})",
         "",
@@ -210,8 +291,8 @@ def _readme(isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dic
         + ", ".join(f"`{n}` from the {src}" for n, src in isolation.inputs_from.items())
         + " (the reference's values rounded to the model's type; integer and boolean inputs as "
         "the model computed them).",
-        f"- Rule: |actual - expected| <= atol + rtol * |expected|, atol {tol.atol:g}, rtol "
-        f"{tol.rtol:g} ({tol.why}).",
+        f"- Rule: |actual - expected| <= atol + rtol * |expected|, atol {tol.atol:g}{scaled}, "
+        f"rtol {tol.rtol:g} ({tol.why}).",
         f"- Isolated (this subgraph on these inputs, {about.get('runtime')}): {worst.status}, "
         f"max abs err {worst.max_abs_err:.3g}, {worst.mismatches} elements outside tolerance.",
     ]
@@ -253,7 +334,7 @@ import onnx
 import onnxruntime
 from onnx import numpy_helper
 
-ATOL, RTOL = {atol!r}, {rtol!r}
+ATOL, RTOL = {atols!r}, {rtol!r}  # atol by output
 here = Path(__file__).resolve().parent
 data = here / "test_data_set_0"
 session = onnxruntime.InferenceSession(str(here / "model.onnx"), providers=["CPUExecutionProvider"])
@@ -275,9 +356,9 @@ for name, want in expected.items():
     limit = float(np.finfo(actual[name].dtype).max)  # a masked fill compares as itself
     got, want = np.clip(got, -limit, limit), np.clip(want, -limit, limit)
     err = np.abs(got - want)
-    bad = ~(err <= ATOL + RTOL * np.abs(want))
+    bad = ~(err <= ATOL[name] + RTOL * np.abs(want))
     print(f"{{name}}: max abs err {{np.nanmax(err):.3g}}, {{int(bad.sum())}} of {{bad.size}} "
-          f"elements outside atol {{ATOL:g}} + rtol {{RTOL:g}}*|expected|")
+          f"elements outside atol {{ATOL[name]:.3g}} + rtol {{RTOL:g}}*|expected|")
     failed = failed or bool(bad.any())
 sys.exit(1 if failed else 0)
 '''

@@ -23,6 +23,7 @@ the BatchNorm's outputs.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
@@ -129,18 +130,26 @@ def compare_boundary(
     tol: Tolerance,
     reshaped: bool = False,
     keep: np.ndarray | None = None,
+    range_of: np.dtype | None = None,
 ) -> OutputComparison:
-    """An ONNX tensor against its float64 reference value, both clamped to the ONNX type's
-    finite range (reshaped to the ONNX tensor's shape where the pair was made by size); where
-    `keep` (a (batch, sequence) mask: the real positions) leads the tensor's shape, only there."""
+    """An ONNX tensor against its float64 reference value, both clamped to the finite range of
+    the ONNX type (or of `range_of`: the model's type, for a float64 evaluation of its nodes);
+    reshaped to the ONNX tensor's shape where the pair was made by size; where `keep` (a
+    (batch, sequence) mask: the real positions) leads the tensor's shape, only there."""
     if reshaped:
         expected = expected.reshape(actual.shape)
     where = None
     if keep is not None and actual.shape[: keep.ndim] == keep.shape:
         where = keep.reshape(keep.shape + (1,) * (actual.ndim - keep.ndim))
-    return compare_output(
-        name, clamped(actual, actual.dtype), clamped(expected, actual.dtype), tol, where=where
-    )
+    limit = actual.dtype if range_of is None else range_of
+    return compare_output(name, clamped(actual, limit), clamped(expected, limit), tol, where=where)
+
+
+def share_used(comparison: OutputComparison) -> float:
+    """The share of its tolerance a comparison used; infinite where there was none to use
+    (atol = rtol = 0 and an error) or nothing could be compared (a shape)."""
+    used = comparison.tolerance_used
+    return math.inf if used is None else used
 
 
 @dataclass
@@ -168,6 +177,12 @@ class Boundary:
     region: list[int] = field(default_factory=list, repr=False)  # its nodes
     isolated: list[OutputComparison] | None = None  # its own error, fed reference inputs
     isolated_status: str = ""  # pass | fail | "" (not isolated)
+    # where the isolated run fails: function | runtime | rounding | unchecked (crosscheck.py)
+    finding: str = ""
+    plain_used: float | None = None  # the plain evaluation's share of the tolerance
+    exact_used: float | None = None  # the float64 evaluation's share
+    unchecked: str = ""  # why the plain evaluations could not run
+    not_isolated: str = ""  # why it could not be cut out, where it was a candidate
 
     @property
     def key(self) -> tuple[str, int]:
@@ -191,13 +206,12 @@ class Boundary:
 
     @property
     def worst(self) -> OutputComparison | None:
-        compared = [o for o in self.outputs if o.tolerance_used is not None]
-        return max(compared, key=lambda o: o.tolerance_used or 0.0) if compared else None
+        return worst_of(self.outputs)
 
     @property
     def worst_input_used(self) -> float | None:
-        used = [o.tolerance_used for o in self.inputs if o.tolerance_used is not None]
-        return max(used) if used else None
+        worst = worst_of(self.inputs)
+        return None if worst is None else share_used(worst)
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -216,10 +230,10 @@ def inside(path: str, parent: str) -> bool:
 
 
 @dataclass
-class Plan:
+class Regions:
     """What to fetch: per call its region and the ONNX tensors crossing it."""
 
-    regions: dict[tuple[str, int], list[int]]  # (path, call) -> nodes
+    nodes: dict[tuple[str, int], list[int]]  # (path, call) -> its nodes (its region)
     leaving: dict[tuple[str, int], list[str]]
     entering: dict[tuple[str, int], list[str]]
     shared: dict[str, str]  # path -> why its calls share one region
@@ -246,11 +260,11 @@ class Plan:
         return list(found)
 
 
-def plan(calls: list[Call], graph: Graph, tree: ModuleTree) -> Plan:
+def regions_of(calls: list[Call], graph: Graph, tree: ModuleTree) -> Regions:
     by_path: dict[str, list[Call]] = defaultdict(list)
     for c in calls:
         by_path[c.path].append(c)
-    result = Plan({}, {}, {}, {}, {})
+    result = Regions({}, {}, {}, {}, {})
     if graph.scope_source == "none":
         return result
     for path, path_calls in by_path.items():
@@ -262,25 +276,46 @@ def plan(calls: list[Call], graph: Graph, tree: ModuleTree) -> Plan:
             regions = [graph.region(path)] * len(path_calls)
         for c, region in zip(path_calls, regions, strict=True):
             key = (path, c.call)
-            result.regions[key] = region
+            result.nodes[key] = region
             result.leaving[key] = graph.leaving(region)
             result.entering[key] = graph.entering(region)
     for path, path_calls in by_path.items():
-        if path and not result.regions.get((path, 0)) and tree.parameters.get(path):
-            host = _fused_host(path, result.regions, graph)
+        if path and not result.nodes.get((path, 0)) and tree.parameters.get(path):
+            host = _fused_host(path, result.nodes, graph)
             if host is not None and len(by_path[host]) == len(path_calls):
-                result.fused[path] = host
+                # the exporter fused `path` into `host`'s nodes only if `path` feeds `host` alone
+                if _feeds_only(path_calls, by_path[host], calls):
+                    result.fused[path] = host
             elif host is None:
-                before = _folded_into(path_calls, by_path, result.regions)
+                before = _folded_into(path_calls, by_path, result.nodes, calls)
                 if before is not None:
                     result.absorbed[before] = path
     return result
 
 
-def _folded_into(path_calls: list[Call], by_path, regions) -> str | None:
+def _feeds_only(producers: list[Call], readers: list[Call], calls: list[Call]) -> bool:
+    """Whether, call for call, an output of each producer is an input of the reader and of no
+    other module call (the reader's own submodules and the modules around it aside): only then
+    can an exporter have folded the one into the other's nodes. A value that other modules read
+    too (a parallel-residual layer's input, read by both its norms) stays a tensor of its own,
+    and pairing it with the reader's outputs would compare two different values."""
+    for made, reader in zip(producers, readers, strict=True):
+        outputs = [out for out in made.outputs if any(out is x for x in reader.inputs)]
+        if not outputs:
+            return False
+        for c in calls:
+            # the reader, its submodules, and the modules around it (which pass the value on)
+            if c is reader or inside(c.path, reader.path) or inside(reader.path, c.path):
+                continue
+            if any(out is x for out in outputs for x in c.inputs):
+                return False
+    return True
+
+
+def _folded_into(path_calls: list[Call], by_path, regions, calls: list[Call]) -> str | None:
     """The module whose every call's output is, in the same call, the input of `path_calls`
-    (a module with weights but no nodes, and no node reading them): the one its computation
-    was folded into, if it has nodes of its own."""
+    and of nothing else (a module with weights but no nodes, and no node reading them): the one
+    its computation was folded into, if it has nodes of its own."""
     first = path_calls[0]
     for host, host_calls in by_path.items():
         if host == first.path or len(host_calls) != len(path_calls):
@@ -288,11 +323,7 @@ def _folded_into(path_calls: list[Call], by_path, regions) -> str | None:
         related = first.path.startswith(host + ".") or host.startswith(first.path + ".")
         if not regions.get((host, 0)) or related:
             continue
-        feeds = all(
-            any(out is x for out in h.outputs for x in c.inputs)
-            for h, c in zip(host_calls, path_calls, strict=True)
-        )
-        if feeds:
+        if _feeds_only(host_calls, path_calls, calls):
             return host
     return None
 
@@ -311,7 +342,7 @@ def judge_call(
     c: Call,
     calls: dict[tuple[str, int], Call],
     graph: Graph,
-    planned: Plan,
+    regions: Regions,
     values,
     tol,
     keep: np.ndarray | None = None,
@@ -323,17 +354,17 @@ def judge_call(
         b.region = graph.region("")
         b.ops, b.own_ops = graph.op_types(b.region), graph.op_types(b.region, "")
         return b
-    guest = next((g for g, host in planned.fused.items() if host == c.path), "")
+    guest = next((g for g, host in regions.fused.items() if host == c.path), "")
     # A fused unit starts at the folded module's inputs (the Conv's, read by the fused node),
     # and ends at the outputs of a module folded into this one's nodes (a BatchNorm's).
     inputs_of = calls[(guest, c.call)] if guest else c
-    judged = replace(c, outputs=calls[(planned.judged_by(c.path), c.call)].outputs)
-    region = planned.regions.get((c.path, c.call), [])
-    b = _judged(judged, inputs_of, region, planned, values, tol, keep)
+    judged = replace(c, outputs=calls[(regions.judged_by(c.path), c.call)].outputs)
+    region = regions.nodes.get((c.path, c.call), [])
+    b = _judged(judged, inputs_of, region, regions, values, tol, keep)
     b.ops, b.own_ops = graph.op_types(region), graph.op_types(region, c.path)
     b.fused_from = guest
-    b.absorbed = planned.absorbed.get(c.path, "")
-    folded_into = planned.folded_into(c.path)
+    b.absorbed = regions.absorbed.get(c.path, "")
+    folded_into = regions.folded_into(c.path)
     if folded_into is not None:
         b.status = "fused"
         b.reason = f"the exporter folded it into {folded_into}'s nodes"
@@ -341,8 +372,8 @@ def judge_call(
         b.reason = "the model records no module scopes"
     elif not region:
         b.reason = "no ONNX node carries its scope (the exporter removed or inlined it)"
-    elif c.path in planned.shared and b.status == "unmatched":
-        b.reason = "; ".join(filter(None, [b.reason, planned.shared[c.path]]))
+    elif c.path in regions.shared and b.status == "unmatched":
+        b.reason = "; ".join(filter(None, [b.reason, regions.shared[c.path]]))
     return b
 
 
@@ -373,10 +404,10 @@ def _whole_module(c: Call, graph: Graph, values, tol, keep) -> Boundary:
     return b
 
 
-def _judged(c: Call, inputs_of: Call, region, planned: Plan, values, tol, keep) -> Boundary:
+def _judged(c: Call, inputs_of: Call, region, regions: Regions, values, tol, keep) -> Boundary:
     key = (c.path, c.call)
-    out_pairs, out_why = pair_tensors(c.outputs, planned.leaving.get(key, []), values)
-    entering = planned.entering.get(key, [])
+    out_pairs, out_why = pair_tensors(c.outputs, regions.leaving.get(key, []), values)
+    entering = regions.entering.get(key, [])
     in_pairs, _ = pair_tensors(inputs_of.inputs, entering, values, by_size=True)
     outputs = [
         compare_boundary(f"{c.path} <- {p.onnx}", values[p.onnx], c.outputs[k], tol, keep=keep)
@@ -413,6 +444,12 @@ def _judged(c: Call, inputs_of: Call, region, planned: Plan, values, tol, keep) 
         reason="; ".join(dict.fromkeys(out_why.values())),
         region=region,
     )
+
+
+def worst_of(comparisons: list[OutputComparison]) -> OutputComparison | None:
+    """The comparison that used the largest share of its tolerance, of those with figures."""
+    compared = [o for o in comparisons if o.max_abs_err is not None]
+    return max(compared, key=share_used, default=None)
 
 
 def _status(comparisons: list[OutputComparison]) -> str:

@@ -3,10 +3,12 @@ markdown report show the same text)."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from tconform.localise.judge import Boundary, inside
+from tconform.localise.isolate import MAX_ISOLATED
+from tconform.localise.judge import Boundary, inside, share_used, worst_of
 
 if TYPE_CHECKING:  # the result type, for hints only (it lives above this module)
     from tconform.localise import Localisation
@@ -19,83 +21,165 @@ def _ops(ops: dict[str, int]) -> str:
 def _share(used: float | None) -> str:
     if used is None:
         return "-"
+    if math.isinf(used):
+        return "inf"
     return f"{used:.1%}" if used < 10 else f"{used:.0f}x"
 
 
-def _isolated_line(first: Boundary) -> str:
-    if first.isolated is None:
-        return ""
-    worst = max(first.isolated, key=lambda c: c.tolerance_used or 0.0, default=None)
-    if worst is None:
-        return ""
-    figures = f"max abs err {worst.max_abs_err:.3g}, {_share(worst.tolerance_used)} of tolerance"
-    if first.isolated_status == "fail":
-        return f"; isolated on the reference's inputs it fails too ({figures}): it computes wrong"
+def _figures(comparison) -> str:
     return (
-        f"; isolated on the reference's inputs it passes ({figures}): it amplifies the error it "
-        "inherited within tolerance"
+        f"max abs err {comparison.max_abs_err:.3g}, {_share(share_used(comparison))} of the "
+        "tolerance"
     )
 
 
-def verdict(boundaries: list[Boundary], first: Boundary | None) -> str:
-    root = next((b for b in boundaries if b.path == ""), None)
-    failing = [b for b in boundaries if b.status == "fail"]
-    if root is not None and root.status != "fail":
-        absorbed = [b.label for b in failing]
-        if absorbed:
-            return (
-                "no divergence: the outputs are within tolerance; inside, "
-                f"{', '.join(absorbed)} left it (absorbed before the outputs)"
-            )
-        return "no divergence: every matched module boundary is within tolerance"
-    if first is None:
-        if failing:
-            return (
-                "every module outside tolerance already had an input outside it (or one that "
-                f"could not be matched); the earliest is {failing[0].label}"
-            )
-        return "the outputs leave tolerance, but no module boundary could be matched"
-    worst = first.worst
-    assert worst is not None
-    where = f"{first.label} ({first.cls})"
+# Why a module's isolated failure is more than rounding, once its nodes are evaluated plainly.
+_FINDINGS = {
+    "function": "its nodes compute another function than the module (evaluated in float64 on "
+    "the reference's exact inputs: {exact} of the tolerance)",
+    "runtime": "the runtime computes its nodes worse than a plain evaluation in the model's own "
+    "types does ({plain} of the tolerance)",
+    "unchecked": "not cross-checked by a plain evaluation of its nodes ({why})",
+}
+
+
+def _named(loc: Localisation, first: Boundary) -> str:
+    """The named module: where the run shows the error, and the isolated run that proves it."""
+    cumulative = first.worst
+    changed = loc.observer is not None and loc.observer.changed
+    where = "the run with the boundaries as outputs" if changed else "the run"
     figures = (
-        f"max abs err {worst.max_abs_err:.3g} at {worst.max_abs_index}, max rel err "
-        f"{worst.max_rel_err:.3g}, {worst.mismatches} elements outside tolerance, "
-        f"{_share(worst.tolerance_used)} of the tolerance used"
+        "not matched in the run"
+        if cumulative is None
+        else (
+            f"in {where} max abs err {cumulative.max_abs_err:.3g} at "
+            f"{cumulative.max_abs_index}, max rel err {cumulative.max_rel_err:.3g}, "
+            f"{cumulative.mismatches} elements outside tolerance, "
+            f"{_share(share_used(cumulative))} of the tolerance used"
+        )
     )
     inputs = {
         "pass": f"its inputs were within tolerance ({_share(first.worst_input_used)} used)",
+        "fail": "its inputs were already outside tolerance",
         "none": "it has no floating-point inputs",
         "given": "its inputs are the model's inputs",
+        "unjudged": "not all its inputs could be matched",
     }[first.inputs_status]
     fused = (
         f"; the exporter fused {first.fused_from} into its nodes, so the two are one unit"
         if first.fused_from
         else ""
     )
-    inner = [
-        b
-        for b in boundaries
-        if b.status not in ("unmatched", "fused") and inside(b.path, first.path)
-    ]
-    hidden = [b.label for b in boundaries if inside(b.path, first.path) and b.status == "unmatched"]
-    own = ""
-    if not any(b.status == "fail" and b.inputs_status != "fail" for b in inner):
-        own = (
-            "; none of its submodules diverged, so the error starts in its own ops "
-            f"({_ops(first.own_ops)})"
-        )
-        if hidden:
-            own += f" or in a submodule whose boundary could not be matched ({', '.join(hidden)})"
-    return (
-        f"first divergence: {where}: {figures}; {inputs}; ONNX ops inside: {_ops(first.ops)}"
-        f"{fused}{own}{_isolated_line(first)}"
+    finding = _FINDINGS[first.finding].format(
+        exact=_share(first.exact_used), plain=_share(first.plain_used), why=first.unchecked
     )
+    return (
+        f"first divergence: {first.label} ({first.cls}): {figures}; {inputs}; ONNX ops inside: "
+        f"{_ops(first.ops)}{fused}{_own_ops(loc, first)}; isolated on the reference's inputs it "
+        f"fails too ({_figures(worst_of(first.isolated or []))}): it computes wrong: {finding}"
+    )
+
+
+def _own_ops(loc: Localisation, first: Boundary) -> str:
+    """Where inside the named module the error lies, as far as its submodules tell."""
+    inner = [b for b in loc.boundaries if inside(b.path, first.path)]
+    hidden = [b.label for b in inner if b.status == "unmatched" or b.not_isolated]
+    cut = [b for b in inner if b.isolated]
+    if not inner:
+        return ""
+    own = "; none of its submodules fails on its own"
+    if cut:
+        largest = max(cut, key=lambda b: share_used(worst_of(b.isolated)))
+        used = _share(share_used(worst_of(largest.isolated)))
+        own += f" (the largest own error inside it: {largest.label}, {used})"
+    own += f", so the error starts in its own ops ({_ops(first.own_ops)})"
+    if cut:
+        own += " or grows from errors within tolerance of the submodules it composes"
+    if hidden:
+        own += f" or in a submodule that could not be isolated ({', '.join(hidden)})"
+    return own
+
+
+def _some(items: list[str], most: int = 5) -> str:
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more
+
+
+def _unnamed(loc: Localisation) -> str:
+    """Why no module is named although the outputs leave tolerance."""
+    parts = []
+    if loc.isolate_modules == "none":
+        parts.append("nothing is cut out and isolated (--isolate none)")
+    cut = [b for b in loc.boundaries if b.isolated is not None]
+    rounding = [b.label for b in cut if b.finding == "rounding"]
+    if rounding:
+        parts.append(
+            f"{_some(rounding)} leave tolerance isolated only as far as a plain evaluation of "
+            "their nodes in the model's own types does: the tolerance is tighter than that "
+            "precision's rounding there"
+        )
+    passing = [b for b in cut if b.isolated_status == "pass"]
+    if loc.path is not None and loc.path in passing:
+        used = _share(share_used(worst_of(loc.path.isolated or [])))
+        parts.append(
+            f"{loc.path.label}, the first boundary outside tolerance on inputs within it, passes "
+            f"isolated ({used}): it amplifies an error it inherited within tolerance"
+        )
+    elif passing:
+        parts.append(f"{len(passing)} module(s) cut out pass isolated ({passing[0].label} first)")
+    blocked = [f"{b.label} ({b.not_isolated})" for b in loc.boundaries if b.not_isolated]
+    if blocked:
+        parts.append(f"not isolated: {_some(blocked)}")
+    if loc.not_reached:
+        parts.append(
+            f"{loc.not_reached} more candidate(s) were not cut out (at most {MAX_ISOLATED} are, "
+            "along the path)"
+        )
+    if not parts:
+        parts.append("no module boundary could be matched")
+    return "no module is named: " + "; ".join(parts)
+
+
+def verdict(loc: Localisation) -> str:
+    """One paragraph: what is named and the numbers that prove it, or why nothing is."""
+    root = next((b for b in loc.boundaries if b.path == ""), None)
+    failing = [b.label for b in loc.boundaries if b.status == "fail" and b.path]
+    inside_note = (
+        f"inside, {', '.join(failing)} left it (absorbed before the outputs)"
+        if failing
+        else "every matched module boundary is within tolerance"
+    )
+    observed = ""
+    if loc.observer is not None and loc.observer.changed:
+        observed = (
+            f"observing changed the run: {loc.observer.describe()}; its boundary values are not "
+            "the judged run's, so a module is named by isolation alone. "
+        )
+    if loc.padding_only:
+        mask = loc.real_positions or "the padding mask"
+        advice = f"; compare those only with --padding-mask {mask}" if loc.real_positions else ""
+        return (
+            f"no module is named: the outputs leave tolerance only where {mask} is 0 (padding, "
+            f"whose outputs no framework defines); at the real positions {inside_note}{advice}"
+        )
+    if root is None or root.status != "fail":
+        what = "the outputs are within tolerance; " + inside_note if failing else inside_note
+        return f"{observed}no divergence: {what}"
+    return observed + (_named(loc, loc.first) if loc.first is not None else _unnamed(loc))
 
 
 # How the table marks a boundary's inputs: within tolerance, outside it, no float inputs, not
 # all matched, or the model's own inputs.
 _INPUT_MARKS = {"pass": "ok", "fail": "OUT", "none": "-", "unjudged": "?", "given": "in"}
+
+
+def _status(b: Boundary, run_fails: bool) -> str:
+    """FAIL for a boundary outside tolerance in a failing run; in a run whose outputs pass, such a
+    boundary left tolerance and was absorbed before the outputs: `outside`, which the verdict
+    lists (a tolerance tighter than an intermediate value's rounding)."""
+    if b.status != "fail":
+        return b.status
+    return "FAIL" if run_fails else "outside"
 
 
 def render(loc: Localisation) -> str:
@@ -107,23 +191,31 @@ def render(loc: Localisation) -> str:
         f"a temporary copy of {model} returned {loc.extra_outputs} boundary tensors in "
         f"{loc.fetch_runs} run(s); atol {loc.atol:g}, rtol {loc.rtol:g}",
     ]
+    if loc.observer is not None:
+        lines.append(f"observer check: {loc.observer.describe()}")
+    if loc.real_positions:
+        lines.append(
+            f"compared at the real positions of {loc.real_positions} only (where it is 1): "
+            "padded positions' outputs are whatever a framework computes there"
+        )
+    run_fails = any(b.path == "" and b.status == "fail" for b in loc.boundaries)
     header = ("module", "class", "max abs err", "tol used", "isolated", "inputs", "status")
     rows = [header]
     for b in loc.boundaries:
         worst = b.worst
         isolated = "-"
         if b.isolated is not None:
-            best = max(b.isolated, key=lambda c: c.tolerance_used or 0.0, default=None)
-            isolated = _share(best.tolerance_used if best else None)
+            own = worst_of(b.isolated)
+            isolated = " ".join(filter(None, [_share(own and share_used(own)), b.finding]))
         rows.append(
             (
                 b.label,
                 b.cls.rsplit(".", 1)[-1],
                 "-" if worst is None else f"{worst.max_abs_err:.2e}",
-                _share(worst.tolerance_used if worst else None),
+                _share(worst and share_used(worst)),
                 isolated,
                 "-" if b.status in ("unmatched", "fused") else _INPUT_MARKS[b.inputs_status],
-                b.status.upper() if b.status == "fail" else b.status,
+                _status(b, run_fails),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

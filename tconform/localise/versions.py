@@ -15,10 +15,13 @@ fusion part in the plain run and not in these.
 from __future__ import annotations
 
 import itertools
+import sys
+from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tconform.files import atomic_write_bytes
+from tconform.runtimes import Runtime, label
 from tconform.runtimes.specs import base_name
 
 JUDGED = ("pass", "fail")  # boundaries compared with the reference (not unmatched or fused)
@@ -99,18 +102,32 @@ def parting(a, b) -> Parting:
     return Parting((a.runtime, b.runtime), None, compared=compared)
 
 
-def version_partings(located: list[tuple[str, str, object]]) -> list[Parting]:
-    """For each runtime localised on one provider under two or more specs ((runtime name or
-    spec, provider, localisation), in the order they ran): where each consecutive pair parts."""
-    groups: dict[tuple[str, str], list] = {}
-    for name, ep, loc in located:
-        groups.setdefault((base_name(name), ep), []).append(loc)
+def version_partings(located: list[tuple[str, Hashable, object]]) -> list[Parting]:
+    """For each runtime localised in one place under two or more specs ((runtime name or
+    spec, place, localisation), in the order they ran; a place: the provider, and whatever
+    else must be the same, such as the case and cell): where each consecutive pair parts."""
+    groups: dict[tuple[str, Hashable], list] = {}
+    for name, place, loc in located:
+        groups.setdefault((base_name(name), place), []).append(loc)
     return [parting(a, b) for locs in groups.values() for a, b in itertools.pairwise(locs)]
 
 
-def add_version_runs(bundle: Path, interpreters: dict[str, str]) -> None:
-    """The repro bundle's README, with how to run it on each version: the interpreter of each
-    (an environment tconform made holds exactly that release)."""
+def interpreter(runtime: Runtime) -> str:
+    """The Python a runtime runs in: its worker's environment, or this one."""
+    environment = getattr(runtime, "environment", None)
+    return str(environment.python) if environment is not None else sys.executable
+
+
+def add_version_runs(localisations: list, runtimes: list[Runtime]) -> None:
+    """Each repro bundle of `localisations` (tconform.localise.Localisation), its README with
+    how to run it on each version of `runtimes` (the ONNX runtimes the run compared): the
+    interpreter of each (an environment tconform made holds exactly that release)."""
+    interpreters = {label(r): interpreter(r) for r in runtimes}
+    for bundle in dict.fromkeys(loc.repro for loc in localisations if loc.repro):
+        _add_runs(Path(bundle), interpreters)
+
+
+def _add_runs(bundle: Path, interpreters: dict[str, str]) -> None:
     readme = bundle / "README.md"
     lines = [
         "",

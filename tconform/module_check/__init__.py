@@ -1,11 +1,5 @@
-"""Check your own PyTorch module: export it (or take an ONNX file made elsewhere), run it on the
-requested runtimes and providers, judge every output against the module's own float64 copy,
-and name the first submodule that diverges (docs/check.md).
-
-    report = tconform.check(module, example_inputs)   # -> Report; report.exit_code as the CLI
+"""A user's PyTorch module, as the suite of `tconform check` (tconform.suites.module) uses it:
+its factory and inputs (inputs.py), the shapes it is checked at (shapes.py), its float64 copy
+(float64_copy.py), its export (exporting.py) and its reduced-precision models (convert.py).
+`tconform.check` (tconform.api) runs it (docs/check.md).
 """
-
-from tconform.localise import Localisation
-from tconform.module_check.run import Report, check
-
-__all__ = ["Localisation", "Report", "check"]

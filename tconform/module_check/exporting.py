@@ -51,6 +51,7 @@ __all__ = [
     "check_opset",
     "default_export_dir",
     "export_module",
+    "record_own_files",
     "require_own_export_folder",
 ]
 

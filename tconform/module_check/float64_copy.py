@@ -20,13 +20,16 @@ softmax upcast to float32, where float64's mask fill becomes -inf), the module i
 own dtype stands in for it, and every result says so and why (`reference: float32`, the JSON
 field naming what it was judged against).
 
-The copy runs once with every module call captured (tconform.localise.capture: localisation's
-reference side), once more to see that it is deterministic, and is then dropped.
+The copy runs twice, to see that it is deterministic, and is then dropped. Localisation's
+reference side (every module call's inputs and outputs, tconform.localise.capture) comes from a
+new copy run once more, only when a localisation asks for it.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,16 +64,27 @@ def run_module(module: nn.Module, inputs: ModuleInputs) -> list[tuple[str, torch
 
 @dataclass
 class Float64Copy:
-    """What the outputs are judged against: the copy's outputs, and every module call it made
-    (localisation's reference side). The copy itself is not kept: on a large model it is twice
-    the model's size."""
+    """What the outputs are judged against: the copy's outputs, and, on demand, every module
+    call it makes (localisation's reference side). Neither the copy nor its calls are kept: on
+    a large model the copy is twice the model's size, and on a large input every call's float64
+    inputs and outputs are many times the input, which a check that localises nothing never
+    needs. `calls` runs a new copy once more with every call captured."""
 
     outputs: dict[str, np.ndarray]  # name -> float64 array
-    kind: str  # "float64", or "float32" where the float64 copy could not run
-    calls: list[Call]
+    kind: str  # "float64", or the module's own dtype where the float64 copy could not run
     tree: ModuleTree
     provenance: ModelProvenance  # the copy that ran
+    capture: Callable[[], list[Call]] = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    _calls: list[Call] | None = field(default=None, repr=False)
+
+    @property
+    def calls(self) -> list[Call]:
+        """Every module call of the reference, captured at the first use (the run must give
+        the outputs judged: NotDeterministic otherwise)."""
+        if self._calls is None:
+            self._calls = self.capture()
+        return self._calls
 
 
 def _as_float64(outputs: list[tuple[str, torch.Tensor]]) -> dict[str, np.ndarray]:
@@ -80,34 +94,12 @@ def _as_float64(outputs: list[tuple[str, torch.Tensor]]) -> dict[str, np.ndarray
     }
 
 
-def _run_copy(copied: nn.Module, inputs: ModuleInputs, kind: str, notes: list[str]) -> Float64Copy:
-    """Run the copy once with every call captured, once more to see that it is deterministic."""
-    calls, out = capture_calls(copied, inputs.args, inputs.kwargs)
-    outputs = flatten_outputs(out)
-    narrow = [n for n, t in outputs if t.is_floating_point() and t.dtype != DTYPES[kind]]
-    if kind == "float64" and narrow:
-        raise TypeError(
-            f"output {narrow[0]} came back in {dict(outputs)[narrow[0]].dtype}, not float64 "
-            "(the module casts or creates tensors of a fixed dtype)"
-        )
-    first = _as_float64(outputs)
-    with eval_mode(copied), plain_composition(), torch.no_grad():
-        again = _as_float64(flatten_outputs(copied(*inputs.args, **inputs.kwargs)))
-    worst = _differences(first, again)
-    if worst != 0.0:
-        raise NotDeterministic(worst)
-    return Float64Copy(
-        first, kind, calls, ModuleTree.of(copied), module_provenance(copied, kind), notes
-    )
-
-
 class NotDeterministic(Exception):
-    def __init__(self, worst: float) -> None:
-        super().__init__(f"two runs differ by up to {worst:.3g}")
-        self.worst = worst
+    def __init__(self) -> None:
+        super().__init__("two runs give different outputs")
 
 
-def _copy_in_float64(module: nn.Module, inputs: ModuleInputs) -> Float64Copy:
+def _in_float64(module: nn.Module) -> nn.Module:
     # deepcopy takes each parameter and floating buffer from the memo as a float64 tensor made
     # from the original, never through a float32 copy first: on a large model that copy would
     # be the largest allocation of the run. (Tied weights stay tied: one memo entry each.)
@@ -120,46 +112,92 @@ def _copy_in_float64(module: nn.Module, inputs: ModuleInputs) -> Float64Copy:
                 if isinstance(tensor, nn.Parameter)
                 else double
             )
-    copied = copy.deepcopy(module, memo).double().eval()
-    converted = inputs.converted(torch.float64, module_device(module))
-    return _run_copy(copied, converted, "float64", [])
+    return copy.deepcopy(module, memo).double().eval()
 
 
-def _float32_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Float64Copy:
+def _in_own_dtype(module: nn.Module) -> nn.Module:
     try:
-        copied = copy.deepcopy(module).eval()
+        return copy.deepcopy(module).eval()
     except Exception:  # a module that cannot be copied is used itself, in eval mode
-        copied = module
-    converted = inputs.converted(None, module_device(module))
-    note = f"reference: float32 (the module in its own dtype), since the float64 copy {why}"
-    return _run_copy(copied, converted, "float32", [note])
+        return module
 
 
-def _differences(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
-    worst = 0.0
-    for name, x in a.items():
-        y = b[name]
-        if x.shape != y.shape:
-            return float("inf")
-        same = (x == y) | (np.isnan(x) & np.isnan(y)) if x.dtype.kind == "f" else x == y
-        if not same.all():
-            with np.errstate(invalid="ignore"):
-                worst = max(worst, float(np.nanmax(np.abs(x - y))) if x.dtype.kind == "f" else 1.0)
-    return worst
+def _reference(module: nn.Module, inputs: ModuleInputs, kind: str):
+    """The reference module and its inputs: the float64 copy, or the module in its own dtype."""
+    device = module_device(module)
+    if kind == "float64":
+        return _in_float64(module), inputs.converted(torch.float64, device)
+    return _in_own_dtype(module), inputs.converted(None, device)
+
+
+def _run_copy(module: nn.Module, inputs: ModuleInputs, kind: str, notes: list[str]) -> Float64Copy:
+    """Run the reference twice, to see that it is deterministic; its calls are captured only
+    where localisation asks for them (Float64Copy.calls)."""
+    copied, converted = _reference(module, inputs, kind)
+    with eval_mode(copied), plain_composition(), torch.no_grad():
+        outputs = flatten_outputs(copied(*converted.args, **converted.kwargs))
+        narrow = [n for n, t in outputs if t.is_floating_point() and t.dtype != DTYPES[kind]]
+        if kind == "float64" and narrow:
+            raise TypeError(
+                f"output {narrow[0]} came back in {dict(outputs)[narrow[0]].dtype}, not float64 "
+                "(the module casts or creates tensors of a fixed dtype)"
+            )
+        # Only a fingerprint of the first run is kept while the second runs, whose outputs are
+        # the reference: two copies of a large output at once would be the run's peak.
+        first = _fingerprint(_as_float64(outputs))
+        del outputs
+        kept = _as_float64(flatten_outputs(copied(*converted.args, **converted.kwargs)))
+    if _fingerprint(kept) != first:
+        raise NotDeterministic()
+
+    def capture() -> list[Call]:
+        copied, converted = _reference(module, inputs, kind)
+        calls, out = capture_calls(copied, converted.args, converted.kwargs)
+        if _fingerprint(_as_float64(flatten_outputs(out))) != first:
+            raise NotDeterministic()
+        return calls
+
+    return Float64Copy(
+        kept, kind, ModuleTree.of(copied), module_provenance(copied, kind), capture, notes
+    )
+
+
+def _own_dtype_fallback(module: nn.Module, inputs: ModuleInputs, why: str) -> Float64Copy:
+    kind = str(floating_dtype(module)).removeprefix("torch.")
+    note = f"reference: {kind} (the module in its own dtype), since the float64 copy {why}"
+    return _run_copy(module, inputs, kind, [note])
+
+
+def _fingerprint(outputs: dict[str, np.ndarray]) -> str:
+    """sha256 over each output's name, dtype, shape and values (every NaN alike), read a
+    chunk at a time."""
+    digest = hashlib.sha256()
+    for name, value in outputs.items():
+        digest.update(f"{name}:{value.dtype}:{value.shape}".encode())
+        flat = value.reshape(-1)
+        for start in range(0, flat.size, FINGERPRINT_CHUNK):
+            part = flat[start : start + FINGERPRINT_CHUNK]
+            if part.dtype.kind == "f":
+                part = np.where(np.isnan(part), np.nan, part)
+            digest.update(np.ascontiguousarray(part).tobytes())
+    return digest.hexdigest()
+
+
+FINGERPRINT_CHUNK = 1 << 20
 
 
 def _nonfinite_where_finite(
-    reference: dict[str, np.ndarray], own: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray], own_finite: dict[str, np.ndarray]
 ) -> str | None:
     """The first output that the float64 copy makes NaN or infinite where the module itself
-    (in its own dtype) is finite: the copy then computes something else (a module that
-    computes parts in a fixed dtype: a mask fill of float64's minimum cast to float32 is -inf,
-    and a fully masked softmax row NaN)."""
+    (in its own dtype) is finite (`own_finite`: where it is, per output): the copy then
+    computes something else (a module that computes parts in a fixed dtype: a mask fill of
+    float64's minimum cast to float32 is -inf, and a fully masked softmax row NaN)."""
     for name, value in reference.items():
-        mine = own.get(name)
-        if mine is None or value.dtype.kind != "f" or mine.shape != value.shape:
+        finite = own_finite.get(name)
+        if finite is None or value.dtype.kind != "f" or finite.shape != value.shape:
             continue
-        if (~np.isfinite(value) & np.isfinite(mine.astype(np.float64))).any():
+        if (~np.isfinite(value) & finite).any():
             return name
     return None
 
@@ -168,10 +206,12 @@ def build_float64_copy(
     module: nn.Module,
     inputs: ModuleInputs,
     label: str,
-    own: dict[str, np.ndarray] | None = None,
+    own_finite: dict[str, np.ndarray] | None = None,
 ) -> Float64Copy:
-    """The float64 copy of `module` at `inputs` (the module in float32 where float64 cannot
-    run, or gives NaN or infinity where the module's own outputs `own` are finite).
+    """The float64 copy of `module` at `inputs` (the module in its own dtype where float64
+    cannot run, or gives NaN or infinity where the module's own outputs are finite: where
+    `own_finite` is true, per output; a mask, not the outputs, since a large output is kept
+    as little as possible).
 
     Raises UsageError when the module is not deterministic in eval mode: nothing exists to
     judge it against.
@@ -179,15 +219,15 @@ def build_float64_copy(
     with calling_user_code(f"{label}: its float64 copy"):
         try:
             try:
-                copy64 = _copy_in_float64(module, inputs)
+                copy64 = _run_copy(module, inputs, "float64", [])
             except NotDeterministic:
                 raise
             except Exception as exc:  # no float64 kernel, a dtype clash, not copyable
-                copy64 = _float32_fallback(module, inputs, f"could not run: {first_line(exc)}")
+                copy64 = _own_dtype_fallback(module, inputs, f"could not run: {first_line(exc)}")
             else:
-                odd = _nonfinite_where_finite(copy64.outputs, own or {})
+                odd = _nonfinite_where_finite(copy64.outputs, own_finite or {})
                 if odd is not None:
-                    copy64 = _float32_fallback(
+                    copy64 = _own_dtype_fallback(
                         module,
                         inputs,
                         f"gives NaN or infinity in {odd} where the module itself is finite (it "

@@ -18,7 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from tconform.check_folder import require_target
 from tconform.errors import UsageError, calling_user_code
+from tconform.runtimes.torch import as_array
 
 
 @dataclass
@@ -56,7 +58,7 @@ class ModuleInputs:
         )
 
     def feeds(self) -> dict[str, np.ndarray]:
-        return {name: t.detach().cpu().numpy() for name, t in self.named().items()}
+        return {name: as_array(t) for name, t in self.named().items()}
 
 
 def _positional_names(module: nn.Module, count: int) -> tuple[str, ...]:
@@ -217,9 +219,7 @@ def parse_dynamic(
 
 
 def _import_target(target: str):
-    module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        raise UsageError(f"{target!r}: expected PACKAGE.MODULE:FACTORY, e.g. examples.gpt:make")
+    module_name, _, attribute = require_target(target).partition(":")
     # Like `python -m`, the current folder is importable, so a user's own package is found.
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
@@ -243,19 +243,39 @@ def _import_target(target: str):
     return factory
 
 
-def load_factory(target: str) -> tuple[nn.Module, object | None]:
-    """Call PACKAGE.MODULE:FACTORY; it returns (module, example_inputs) or just the module."""
+def load_factory(target: str) -> tuple[nn.Module, object | None, dict[str, dict[int, str]]]:
+    """Call PACKAGE.MODULE:FACTORY; it returns (module, example_inputs), (module,
+    example_inputs, dynamic axes: {input: {axis: name}}) or just the module. -> (module,
+    example_inputs or None, the axes it declares or {})."""
     factory = _import_target(target)
     with calling_user_code(f"{target}: the factory"):
         made = factory()
     if inspect.iscoroutine(made):
         made.close()  # never awaited: closed, so that Python does not warn about it on stderr
         raise UsageError(f"{target}: the factory is async; name a plain function")
-    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
-        return made[0], made[1]
     if isinstance(made, nn.Module):
-        return made, None
+        return made, None, {}
+    if isinstance(made, tuple) and len(made) in (2, 3) and isinstance(made[0], nn.Module):
+        declared = made[2] if len(made) == 3 else {}
+        return made[0], made[1], _declared_axes(target, declared)
     raise UsageError(
-        f"{target}: the factory returned {type(made).__name__}, not a torch.nn.Module or "
-        "(module, example_inputs)"
+        f"{target}: the factory returned {type(made).__name__}, not a torch.nn.Module, "
+        "(module, example_inputs) or (module, example_inputs, dynamic_axes)"
     )
+
+
+def _declared_axes(target: str, declared: object) -> dict[str, dict[int, str]]:
+    """A factory's dynamic axes, {input: {axis: name}} (a list of axes names them NAME_dimK)."""
+    shape = f"{target}: the dynamic axes must be {{input: {{axis: name}}}}"
+    if not isinstance(declared, dict):
+        raise UsageError(f"{shape}, not {type(declared).__name__}")
+    axes: dict[str, dict[int, str]] = {}
+    for name, found in declared.items():
+        if isinstance(found, list | tuple):
+            found = {axis: f"{name}_dim{axis}" for axis in found}
+        if not isinstance(name, str) or not isinstance(found, dict):
+            raise UsageError(f"{shape}; {name!r} holds {type(found).__name__}")
+        if not all(isinstance(a, int) and isinstance(n, str) for a, n in found.items()):
+            raise UsageError(f"{shape}; {name!r}: axes are integers, names text")
+        axes[name] = dict(found)
+    return axes

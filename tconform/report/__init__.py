@@ -23,6 +23,20 @@ class RunReport:
     environment: dict[str, object] = field(default_factory=dict)
     error: dict[str, object] | None = None  # {"message": ..., "exit_code": ...}
     details: dict[str, object] = field(default_factory=dict)  # a command's own payload
+    # tconform.localise.Localisation of each localised lane (the JSON's details hold them too)
+    localisations: list = field(default_factory=list, repr=False)
+    # tconform.localise.versions.Parting of each two versions of a runtime localised on one
+    # model: where they part (the JSON's details hold them too)
+    partings: list = field(default_factory=list, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+    def to_dict(self) -> dict[str, object]:
+        from tconform.report import json_report
+
+        return json_report.build(self)
 
     @property
     def exit_code(self) -> int:
@@ -31,11 +45,24 @@ class RunReport:
         return exit_code(r.status for r in self.results)
 
     def render(self) -> str:
-        """The terminal table of the results ('' when there are none), and the comparison of
-        a runtime's versions where the run has two or more."""
+        """The terminal table of the results ('' when there are none; a matrix run's pivot of
+        cases x cells too), each localisation, where localised versions of a runtime part, and
+        the comparison of a runtime's versions where the run has two or more."""
         from tconform.report import table
 
-        parts = [table.render(self.results) if self.results else "", self.versions_text()]
+        if not self.results:
+            return ""
+        from tconform.localise import render as render_localisation
+        from tconform.report.pivot import render_with_pivot
+
+        # a matrix run: its pivot of cases x cells too
+        rows = render_with_pivot(self.results) if self.settings.get("matrix") else None
+        parts = [
+            rows or table.render(self.results),
+            *map(render_localisation, self.localisations),
+            *(f"versions: {parting.verdict}" for parting in self.partings),
+            self.versions_text(),
+        ]
         return "\n\n".join(part for part in parts if part)
 
     def version_groups(self) -> list:

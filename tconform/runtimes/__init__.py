@@ -44,6 +44,9 @@ RUNTIMES: dict[str, str] = {
     "torch": "tconform.runtimes.torch:TorchRuntime",
     "torch-compile": "tconform.runtimes.torch:CompiledTorchRuntime",
     "torch-int8": "tconform.runtimes.torch:QuantizedTorchRuntime",
+    "torch-compile-int8": "tconform.runtimes.torch:CompiledQuantizedTorchRuntime",
+    "torch-bf16": "tconform.runtimes.torch:BFloat16TorchRuntime",
+    "torch-compile-bf16": "tconform.runtimes.torch:CompiledBFloat16TorchRuntime",
 }
 
 

@@ -32,6 +32,8 @@ class TensorInfo:
     name: str
     dtype: np.dtype | None = None
     rank: int | None = None
+    # the sizes the model fixes, per axis (None: free); None where it declares no shape
+    fixed: tuple[int | None, ...] | None = None
 
 
 @dataclass(frozen=True)

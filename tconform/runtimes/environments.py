@@ -41,8 +41,8 @@ from pathlib import Path
 
 from tconform.errors import UsageError
 from tconform.runtimes.specs import RuntimeSpec
+from tconform.variables import value
 
-CACHE_VARIABLE = "TCONFORM_RUNTIME_CACHE"
 RECORD = "tconform-environment.json"
 SCHEMA = "tconform-environment/1"
 # The packages a worker imports besides the runtime's (ml_dtypes comes with onnx).
@@ -74,17 +74,10 @@ class Environment:
 
 def cache_root() -> Path:
     """The folder environments are kept in (see the module docstring); a bad
-    TCONFORM_RUNTIME_CACHE is one line naming it."""
-    given = os.environ.get(CACHE_VARIABLE)
+    TCONFORM_RUNTIME_CACHE is one line naming it (tconform.variables)."""
+    given = value("TCONFORM_RUNTIME_CACHE")
     if given is not None:
-        path = Path(given)
-        if not given.strip() or "\0" in given:
-            raise UsageError(f"environment variable {CACHE_VARIABLE}={given!r}: must name a folder")
-        if path.exists() and not path.is_dir():
-            raise UsageError(
-                f"environment variable {CACHE_VARIABLE}={given!r}: exists and is not a folder"
-            )
-        return path.absolute()
+        return Path(given)
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
     return base / "tconform" / "runtimes"

@@ -51,6 +51,10 @@ class OnnxReferenceRuntime:
             if missing:  # e.g. DequantizeLinear below opset 19 (an int8 graph at opset 18)
                 op, version = missing.groups()
                 raise KernelMissing("onnx.reference", f"{op} (opset {version})", "any") from None
+            unknown = re.search(r"Node type '(\w+)' from domain '([\w.]+)' is unknown", first)
+            if unknown:  # a contrib op: MatMulNBits of an int4 graph (com.microsoft)
+                op, domain = unknown.groups()
+                raise KernelMissing("onnx.reference", f"{op} ({domain})", "any") from None
             raise UsageError(f"{model_path}: onnx.reference cannot load it: {first}") from None
         return OnnxReferenceSession(evaluator, model)
 

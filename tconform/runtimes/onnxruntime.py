@@ -282,10 +282,13 @@ _ORT_TYPES = {
 def _declared(value) -> TensorInfo:
     numpy_type = _NUMPY_TYPES.get(value.type)
     shape = value.shape
+    if not isinstance(shape, list):
+        return TensorInfo(value.name, np.dtype(numpy_type) if numpy_type is not None else None)
     return TensorInfo(
         value.name,
         np.dtype(numpy_type) if numpy_type is not None else None,
-        len(shape) if isinstance(shape, list) else None,
+        len(shape),
+        tuple(dim if isinstance(dim, int) else None for dim in shape),
     )
 
 

@@ -27,7 +27,6 @@ import dataclasses
 import functools
 import json
 import os
-import re
 import shlex
 import signal
 import struct
@@ -58,31 +57,12 @@ from tconform.runtimes.crashes import write_crash_bundle
 from tconform.runtimes.environments import Environment, given_environment, made_environment
 from tconform.runtimes.protocol import Channel, ChannelClosed, ChannelTimeout, dtype_of
 from tconform.runtimes.specs import RuntimeSpec
+from tconform.variables import value
 
-TIMEOUT_VARIABLE = "TCONFORM_WORKER_TIMEOUT"
-DEFAULT_TIMEOUT_S = 600.0  # per request: compiling a large model takes seconds, not minutes
 STOP_GRACE_S = 5.0
 # The modules a worker imports, sent to it as sources (tconform itself is not installed there).
 WORKER_MODULES = ("tconform", "tconform.errors", "tconform.compare", "tconform.provenance")
 WORKER_PACKAGE = "tconform.runtimes"  # all of it
-
-
-# ASCII digits with an optional fraction: float() also reads 'nan', 'inf' and other scripts' digits.
-_SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{0,9})?|\.[0-9]{1,9}")
-
-
-def worker_timeout() -> float:
-    """Seconds a worker may take to answer one request; a bad TCONFORM_WORKER_TIMEOUT is one
-    line naming it."""
-    text = os.environ.get(TIMEOUT_VARIABLE)
-    if text is None:
-        return DEFAULT_TIMEOUT_S
-    if not _SECONDS.fullmatch(text) or float(text) <= 0:
-        raise UsageError(
-            f"environment variable {TIMEOUT_VARIABLE}={text[:40]!r}: must be a number of seconds "
-            "> 0 in ASCII digits (e.g. 600 or 0.5)"
-        )
-    return float(text)
 
 
 @functools.cache
@@ -109,7 +89,7 @@ class WorkerProcess:
     def __init__(self, python: Path, what: str) -> None:
         self.python = python
         self.what = what  # for messages: the spec it was started for
-        self.timeout = worker_timeout()
+        self.timeout = float(value("TCONFORM_WORKER_TIMEOUT"))  # per request
         self.ended: str | None = None  # how it ended, once it has
         self.lock = threading.Lock()  # one request at a time
         self.released: list[int] = []  # handles the proxy dropped, freed with the next request
@@ -451,8 +431,13 @@ class RemoteSession(Session):
         self.fallback_ops = dict(about["fallback_ops"])
         self.precision = str(about["precision"])
         self.inputs = [
-            TensorInfo(name, dtype_of(dtype) if dtype else None, rank)
-            for name, dtype, rank in about["inputs"]
+            TensorInfo(
+                name,
+                dtype_of(dtype) if dtype else None,
+                rank,
+                tuple(fixed) if fixed is not None else None,
+            )
+            for name, dtype, rank, fixed in about["inputs"]
         ]
         self.outputs = list(about["outputs"])
         self.notes = list(about["notes"])

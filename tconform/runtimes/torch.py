@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tconform.compare import BFLOAT16
 from tconform.errors import ProviderUnavailable
 from tconform.provenance import module_provenance
 from tconform.runtimes.base import ModuleTarget, Session, TensorInfo, TimedCall, select
@@ -28,6 +29,24 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float64": torch.float64,
 }
+
+
+def as_array(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor as a NumPy array on the host; bfloat16, which NumPy lacks, as ml_dtypes'
+    bfloat16 (the type ONNX tools use), bit for bit."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(BFLOAT16)
+    return tensor.numpy()
+
+
+def as_tensor(array: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:
+    """A NumPy array as a new tensor on `device` (a copy: golden arrays are read-only views of
+    their files); ml_dtypes' bfloat16 as torch.bfloat16, bit for bit."""
+    array = np.asarray(array)
+    if array.dtype == BFLOAT16:
+        return torch.tensor(array.view(np.int16), device=device).view(torch.bfloat16)
+    return torch.tensor(array, device=device)
 
 
 def flatten_outputs(out: object, prefix: str = "output") -> list[tuple[str, torch.Tensor]]:
@@ -72,10 +91,16 @@ def plain_composition() -> Iterator[None]:
 
 @dataclass
 class TorchRuntime:
+    """PyTorch eager. Its variants (the classes below) are what a PyTorch user reaches for to go
+    faster: torch.compile (`compiled`), autocast to a lower precision (`autocast`: matrix
+    products in bfloat16, the rest float32) and dynamic int8 Linear layers (`quantized`)."""
+
     name: ClassVar[str] = "torch"
     consumes: ClassVar[str] = "module"
     eps: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     compiled: ClassVar[bool] = False
+    autocast: ClassVar[str | None] = None  # torch.autocast's dtype, by name
+    quantized: ClassVar[bool] = False
 
     ep: str = "cpu"
     dtype: str = "float32"
@@ -83,19 +108,30 @@ class TorchRuntime:
 
     @property
     def precision(self) -> str:
-        return self.dtype
+        """What its matrix products compute in: int8 (quantised Linear layers), the autocast
+        dtype, else the module's own dtype."""
+        return "int8" if self.quantized else self.autocast or self.dtype
 
     @property
     def device(self) -> str:
         return "cpu" if self.ep == "cpu" else f"cuda:{self.device_id}"
 
+    @property
+    def device_type(self) -> str:
+        return "cpu" if self.ep == "cpu" else "cuda"
+
     def settings(self) -> dict[str, object]:
-        return {
+        settings: dict[str, object] = {
             "device": self.device,
             "dtype": self.dtype,
             "compiled": self.compiled,
             "torch": torch.__version__,
         }
+        if self.autocast:
+            settings["autocast"] = {"device_type": self.device_type, "dtype": self.autocast}
+        if self.quantized:
+            settings["quantization"] = QUANTIZATION
+        return settings
 
     def open(self, target: ModuleTarget) -> TorchSession:
         if self.ep == "cuda" and not torch.cuda.is_available():
@@ -104,8 +140,23 @@ class TorchRuntime:
         return TorchSession(self.prepared(module), target, self)
 
     def prepared(self, module: nn.Module) -> nn.Module:
-        """The module as this runtime runs it (eager: as built)."""
-        return module
+        """The module as this runtime runs it: as built, or with its Linear layers dynamically
+        quantised to int8 as a PyTorch user gets an int8 model."""
+        if not self.quantized:
+            return module
+        import warnings
+
+        from torch.ao.quantization import quantize_dynamic
+
+        with warnings.catch_warnings():  # torch.ao.quantization's deprecation notices
+            warnings.simplefilter("ignore")
+            return quantize_dynamic(module.eval(), {nn.Linear}, dtype=torch.qint8)
+
+    def precision_context(self) -> contextlib.AbstractContextManager:
+        """What a forward pass runs under: torch.autocast where the runtime asks for it."""
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=DTYPES[self.autocast])
 
 
 @dataclass
@@ -126,22 +177,36 @@ class QuantizedTorchRuntime(TorchRuntime):
 
     name: ClassVar[str] = "torch-int8"
     eps: ClassVar[tuple[str, ...]] = ("cpu",)
+    quantized: ClassVar[bool] = True
 
-    @property
-    def precision(self) -> str:
-        return "int8"
 
-    def settings(self) -> dict[str, object]:
-        return {**super().settings(), "quantization": QUANTIZATION}
+@dataclass
+class CompiledQuantizedTorchRuntime(QuantizedTorchRuntime):
+    """torch.compile of the dynamically quantised module (the int8 Linear kernels are called as
+    they are; Inductor compiles what lies between them)."""
 
-    def prepared(self, module: nn.Module) -> nn.Module:
-        import warnings
+    name: ClassVar[str] = "torch-compile-int8"
+    compiled: ClassVar[bool] = True
 
-        from torch.ao.quantization import quantize_dynamic
 
-        with warnings.catch_warnings():  # torch.ao.quantization's deprecation notices
-            warnings.simplefilter("ignore")
-            return quantize_dynamic(module.eval(), {nn.Linear}, dtype=torch.qint8)
+@dataclass
+class BFloat16TorchRuntime(TorchRuntime):
+    """The float32 module under `torch.autocast("cpu", dtype=torch.bfloat16)`, as a PyTorch user
+    runs it in bfloat16 on a CPU: matrix products (Linear, matmul, bmm) in bfloat16 (oneDNN's
+    AMX or AVX512-BF16 kernels where the CPU has them), the rest float32. Judged by the
+    bfloat16 rows, like OpenVINO's bf16 inference; its outputs come back as float32."""
+
+    name: ClassVar[str] = "torch-bf16"
+    eps: ClassVar[tuple[str, ...]] = ("cpu",)
+    autocast: ClassVar[str | None] = "bfloat16"
+
+
+@dataclass
+class CompiledBFloat16TorchRuntime(BFloat16TorchRuntime):
+    """torch.compile of the module under bfloat16 autocast (Inductor's CPU code)."""
+
+    name: ClassVar[str] = "torch-compile-bf16"
+    compiled: ClassVar[bool] = True
 
 
 # What QuantizedTorchRuntime asks of torch.ao.quantization.quantize_dynamic (recorded).
@@ -150,6 +215,15 @@ QUANTIZATION = {
     "modules": ["Linear"],
     "dtype": "qint8",
 }
+
+
+def _host_array(tensor: torch.Tensor, autocast: str | None) -> np.ndarray:
+    """An output as NumPy. Under autocast an output of the float32 module can come out in the
+    autocast dtype (bfloat16, which NumPy lacks): it is returned as float32, the module's own
+    type, which holds every bfloat16 value exactly."""
+    if autocast is not None and tensor.dtype == DTYPES[autocast]:
+        tensor = tensor.float()
+    return as_array(tensor)  # a bfloat16 module's outputs stay bfloat16
 
 
 class TorchSession(Session):
@@ -169,8 +243,7 @@ class TorchSession(Session):
         self.notes: list[str] = []
 
     def _tensor(self, name: str, value: np.ndarray) -> torch.Tensor:
-        # torch.tensor copies: golden arrays are read-only views of the .pb files.
-        tensor = torch.tensor(value, device=self.runtime.device)
+        tensor = as_tensor(value, self.runtime.device)
         return tensor.to(DTYPES[self.runtime.dtype]) if name in self.target.floats else tensor
 
     def arguments(self, feeds: Mapping[str, np.ndarray]) -> tuple[list, dict]:
@@ -182,7 +255,12 @@ class TorchSession(Session):
         """One forward pass (eval mode, submodules' own modes restored), finished on the
         device; the first call of a compiled module records how long it took."""
         started = time.perf_counter()
-        with torch.inference_mode(), eval_mode(self.module), plain_composition():
+        with (
+            torch.inference_mode(),
+            eval_mode(self.module),
+            plain_composition(),
+            self.runtime.precision_context(),
+        ):
             out = self.forward(*args, **kwargs)
         if self.runtime.ep == "cuda":
             torch.cuda.synchronize()
@@ -194,7 +272,7 @@ class TorchSession(Session):
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
     ) -> list[np.ndarray]:
         out = self.call(*self.arguments(feeds))
-        values = [t.detach().cpu().numpy() for _, t in flatten_outputs(out)]
+        values = [_host_array(t, self.runtime.autocast) for _, t in flatten_outputs(out)]
         return select(self.outputs, values, outputs)
 
     def timed_call(self, feeds: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:

@@ -110,7 +110,12 @@ class Worker:
                 "fallback_ops": dict(session.fallback_ops),
                 "precision": session.precision,
                 "inputs": [
-                    [i.name, dtype_name(i.dtype) if i.dtype is not None else None, i.rank]
+                    [
+                        i.name,
+                        dtype_name(i.dtype) if i.dtype is not None else None,
+                        i.rank,
+                        list(i.fixed) if i.fixed is not None else None,
+                    ]
                     for i in session.inputs
                 ],
                 "outputs": list(session.outputs),

@@ -14,6 +14,7 @@ from tconform import registry
 from tconform.bench.accuracy import judge_outputs
 from tconform.bench.engines import open_engine
 from tconform.bench.measure import measure
+from tconform.bench.workload import case_workload
 from tconform.compare import tolerance_for
 from tconform.config import PRESETS
 from tconform.execution import Subject, case_module
@@ -30,14 +31,9 @@ CASE = registry.get_case("feed_forward")
 
 def _measured(engine: str, subject: Subject, params, runtime: str | None = None) -> dict:
     shape = example_shape(TINY)
-    feeds = registry.make_inputs(CASE, TINY, shape, np.random.default_rng(0))
-    names = [spec.name for spec in CASE.outputs(TINY)]
-    golden = dict(zip(names, registry.run_oracle(CASE, TINY, params, feeds), strict=True))
-    opener = partial(open_engine, make_runtime(runtime or engine), subject, feeds)
-    return measure(
-        CASE, TINY, shape.batch, shape.src_seq, engine, "cpu", opener, CEILING, TIMING,
-        lambda: golden,
-    )  # fmt: skip
+    workload = case_workload(CASE, TINY, params, shape.batch, shape.src_seq, {})
+    opener = partial(open_engine, make_runtime(runtime or engine), subject, workload.feeds)
+    return measure(workload, engine, "cpu", opener, CEILING, TIMING)
 
 
 @pytest.mark.unit
@@ -64,7 +60,7 @@ def test_outputs_beyond_the_floor_fail_and_say_by_how_much():
     assert judged["max_abs_err"] == pytest.approx(0.05, rel=1e-3)
     assert judge_outputs(golden, golden, "int8", "component")["status"] == Status.PASS
     # a precision without a row is not judged, and says why
-    assert judge_outputs(golden, golden, "int4", "component")["status"] == Status.SKIP
+    assert judge_outputs(golden, golden, "int2", "component")["status"] == Status.SKIP
 
 
 @pytest.mark.integration

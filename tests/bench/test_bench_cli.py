@@ -82,6 +82,9 @@ def test_short_run_writes_the_documented_reports(tmp_path, monkeypatch, capsys):
     assert {"environment", "ceiling", "results"} <= set(report)
     assert report["settings"]["disabled_optimizers"] == {"cpu": []}  # --skip-layer-norm-fusion
     assert report["ceiling"]["gemm_gflops"] > 0
+    # float32 engines only: the float32 ceiling, the best of its probes, and no other
+    (precision,) = report["ceiling"]["precisions"]
+    assert report["ceiling"]["precisions"][precision]["gflops"] == report["ceiling"]["gemm_gflops"]
     assert report["settings"]["intra_op_threads"] == report["settings"]["torch_threads"] == 1
     rows = report["results"]
     assert {(r["engine"], r["batch"], r["seq"]) for r in rows} == {
@@ -89,7 +92,7 @@ def test_short_run_writes_the_documented_reports(tmp_path, monkeypatch, capsys):
     }  # fmt: skip
     for row in rows:
         assert set(row) >= RESULT_KEYS
-        assert row["runs"] == 3
+        assert row["runs"] == 3 and row["precision"] == "float32"
         assert row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
         assert row["tokens_per_s"] == pytest.approx(
             row["batch"] * row["seq"] / (row["p50_ms"] / 1e3), rel=1e-3
@@ -141,4 +144,4 @@ def test_graph_variants_are_engines_and_the_report_names_the_best(tmp_path, monk
     assert best["gain_over_plain"] == pytest.approx(
         rows["onnxruntime"]["p50_ms"] / rows[fastest]["p50_ms"], abs=1e-3
     )
-    assert f"best {fastest} p50" in capsys.readouterr().out
+    assert f"best {fastest} (float32) p50" in capsys.readouterr().out

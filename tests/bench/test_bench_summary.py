@@ -1,5 +1,6 @@
-"""The best-variant summary: per case, shape and provider the fastest ONNX Runtime graph, its
-gain over the plain export and its ratios to torch eager and the memory floor."""
+"""The best-variant summary: per case, shape and provider the fastest verified graph variant,
+the precision it ran in, its gain over the plain export and its ratios to torch eager float32,
+to the fastest verified torch engine and to its own memory floor."""
 
 from __future__ import annotations
 
@@ -46,18 +47,40 @@ def test_one_entry_per_shape_and_none_without_an_onnx_runtime_row():
     assert "vs_torch" not in summary[0]
 
 
-def test_an_int8_graph_enters_best_with_its_dtype_its_own_floor_and_its_verdict():
-    int8_details = {"attention": "plain", "dtype": "int8"}
+def test_the_fastest_verified_variant_wins_and_names_the_precision_it_ran_in():
     rows = [
         row("onnxruntime", 30.0, memory_floor_ms=10.0, accuracy={"status": "pass"}),
-        row("onnxruntime-int8", 12.0, memory_floor_ms=3.0, accuracy={"status": "fail"}),
-        row("torch", 60.0),
-        row("torch-int8", 8.0),  # a module runtime, not a graph variant
+        row("onnxruntime-int8", 12.0, memory_floor_ms=3.0, accuracy={"status": "pass"}),
+        row("onnxruntime-int4", 9.0, accuracy={"status": "fail"}),  # faster, not verified
+        row("torch", 60.0, accuracy={"status": "pass"}),
+        row("torch-int8", 15.0, accuracy={"status": "pass"}),  # a module runtime: the peer
+        row("torch-bf16", 10.0, accuracy={"status": "fail"}),  # fastest torch, not verified
     ]
-    rows[1]["details"] = int8_details
+    rows[1].update(precision="int8", details={"attention": "plain", "dtype": "int8"})
     (best,) = best_variants(rows)
-    assert (best["best_engine"], best["dtype"]) == ("onnxruntime-int8", "int8")
+    assert (best["best_engine"], best["dtype"], best["verified"]) == (
+        "onnxruntime-int8",
+        "int8",
+        True,
+    )
     assert best["vs_memory_floor"] == pytest.approx(4.0)  # 12 ms over its own 3 ms floor
-    assert best["accuracy"] == "fail"
+    assert best["vs_torch"] == pytest.approx(0.2)  # torch eager float32
+    assert (best["best_torch_engine"], best["vs_best_torch"]) == ("torch-int8", 0.8)
+    (line,) = summary_lines([best])
+    assert "best onnxruntime-int8 (int8)" in line and "0.20x torch eager float32" in line
+    assert "0.80x the fastest verified torch engine (torch-int8" in line
+
+
+def test_bf16_names_bfloat16_though_its_export_is_float32_and_a_failing_best_says_so():
+    rows = [
+        row("openvino-bf16", 5.0, precision="bfloat16", accuracy={"status": "fail"}),
+        row("onnxruntime", 9.0, precision="float32", accuracy={"status": "fail"}),
+    ]
+    rows[0]["details"] = {"attention": "plain", "dtype": "float32"}
+    (best,) = best_variants(rows)  # nothing verified: the fastest, marked as such
+    assert (best["best_engine"], best["dtype"], best["export_dtype"]) == (
+        "openvino-bf16", "bfloat16", "float32",
+    )  # fmt: skip
+    assert best["verified"] is False and best["accuracy"] == "fail"
     (line,) = summary_lines([best])
     assert "outputs judged: fail" in line

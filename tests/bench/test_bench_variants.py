@@ -1,14 +1,16 @@
 """The bench's engine registry: every graph variant (the int8 graph and OpenVINO's bf16 among
 them) and the torch-int8 module runtime are engines, each export a variant runs is exported once
-into a folder of its own, and a reduced precision the CPU cannot compute is reported as not
-available, never timed as if it ran."""
+into a folder of its own, a reduced precision the CPU cannot compute is reported as not
+available, never timed as if it ran, and neither is a shape the model's export fixed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from tconform import registry
 from tconform.bench.engines import (
@@ -21,9 +23,11 @@ from tconform.bench.engines import (
 )
 from tconform.bench.measure import measure
 from tconform.bench.run import bench_settings
+from tconform.bench.workload import case_workload
 from tconform.config import PRESETS
-from tconform.execution import Subject
+from tconform.execution import FixedDimension, Subject
 from tconform.export import example_shape
+from tconform.models import derived_file
 from tconform.results import Status
 from tconform.runtimes import RUNTIMES, make_runtime
 from tconform.runtimes.openvino import OpenVinoRuntime
@@ -39,6 +43,8 @@ def test_the_int8_and_bf16_variants_and_torch_int8_are_engines():
     names = engine_names()
     assert {"onnxruntime-int8", "openvino-bf16", "torch-int8"} <= set(names)
     assert GRAPH_VARIANTS["onnxruntime-int8"].export == ("plain", "int8")
+    assert GRAPH_VARIANTS["onnxruntime-fp16"].export == ("plain", "float16")
+    assert GRAPH_VARIANTS["onnxruntime-bf16"].export == ("plain", "bfloat16")
     assert GRAPH_VARIANTS["openvino-bf16"].runtime == "openvino"
     assert "torch-int8" in RUNTIMES and make_runtime("torch-int8").precision == "int8"
     # canonical order whatever the order asked in
@@ -67,12 +73,10 @@ def test_bf16_without_native_kernels_is_reported_unavailable_not_timed(monkeypat
 
     monkeypatch.setattr(OpenVinoRuntime, "open", must_not_open)
     case = registry.get_case("feed_forward")
-    feeds = registry.make_inputs(case, TINY, example_shape(TINY), np.random.default_rng(0))
-    ((engine, ep, opener),) = engine_openers(
-        ("openvino-bf16",), ("cpu",), case, TINY, {}, feeds, {}, make_runtime
-    )
     shape = example_shape(TINY)
-    row = measure(case, TINY, shape.batch, shape.src_seq, engine, ep, opener, CEILING, TIMING)
+    workload = case_workload(case, TINY, {}, shape.batch, shape.src_seq, {})
+    ((engine, ep, opener),) = engine_openers(("openvino-bf16",), ("cpu",), workload, make_runtime)
+    row = measure(workload, engine, ep, opener, CEILING, TIMING)
     assert row["status"] == Status.SKIP
     assert row["reason"].startswith("not available") and "bfloat16" in row["reason"]
     assert "p50_ms" not in row and "runs" not in row
@@ -95,3 +99,21 @@ def test_a_runtime_reading_back_the_asked_precision_is_opened(monkeypatch):
 class _Model:
     path = Path("model.onnx")
     precision = "float32"
+
+
+def test_a_dimension_the_model_fixes_is_named_and_not_timed(tmp_path):
+    """A model exported at one shape (a user's model at its example's) and timed at another:
+    the row says which dimension the export fixed, and nothing is timed."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "fixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+    )
+    path = tmp_path / "fixed.onnx"
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), path
+    )
+    feeds = {"x": np.zeros((1, 4), np.float32)}
+    with pytest.raises(FixedDimension, match="fixes input 'x' axis 0 at 2"):
+        open_engine(make_runtime("onnxruntime"), Subject(derived_file(path)), feeds)

@@ -4,6 +4,7 @@ quantised Linear's packed int8 weight), with a gathered table read one row per t
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,10 @@ from tconform.bench.ceiling import memory_floor_ms
 from tconform.bench.engines import open_engine
 from tconform.bench.measure import measure
 from tconform.bench.weights import module_weight_bytes, onnx_weight_bytes
+from tconform.bench.workload import case_workload
 from tconform.config import PRESETS
 from tconform.execution import Subject
-from tconform.export import ExportJob, ExportSettings, example_shape, export_jobs
+from tconform.export import ExportJob, ExportSettings, build_module, example_shape, export_jobs
 from tconform.models import ModelUnderTest
 from tconform.runtimes import make_runtime
 
@@ -80,16 +82,16 @@ def test_an_int8_runs_floor_is_its_own_weight_bytes(tmp_path):
         for dtype in ("float32", "int8")
     ]
     records = export_jobs(jobs)
-    feeds = registry.make_inputs(case, TINY, example_shape(TINY), np.random.default_rng(0))
     shape = example_shape(TINY)
+    _, params = build_module(case, ExportSettings(TINY))
+    workload = case_workload(case, TINY, params, 1, shape.src_seq, {})
     rows = {}
     for job, record in zip(jobs, records, strict=True):
         model = ModelUnderTest(case, Path(record.location), record.provenance())
-        opener = lambda model=model: open_engine(make_runtime("onnxruntime"), Subject(model), feeds)  # noqa: E731
-        rows[job.settings.dtype] = measure(
-            case, TINY, 1, shape.src_seq, f"onnxruntime-{job.settings.dtype}", "cpu", opener,
-            CEILING, TIMING,
-        )  # fmt: skip
+        runtime = make_runtime("onnxruntime")
+        opener = partial(open_engine, runtime, Subject(model), workload.feeds)
+        engine = f"onnxruntime-{job.settings.dtype}"
+        rows[job.settings.dtype] = measure(workload, engine, "cpu", opener, CEILING, TIMING)
         assert rows[job.settings.dtype]["weight_bytes"] == onnx_weight_bytes(
             record.location, shape.src_seq
         )

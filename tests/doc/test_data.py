@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tconform.doc import cases
+from tconform.doc import worked
 from tconform.doc.data import ENTRIES, TABLES, Entry, PeTerm, paper
 
 pytestmark = pytest.mark.unit
@@ -18,11 +18,11 @@ DOCUMENT_FILE = re.compile(r"(\d{3})_[0-9a-f]{16}\.txt")
 
 
 @pytest.fixture(scope="module")
-def document_cases() -> list[cases.DocCase]:
-    return cases.document_cases()
+def document_cases() -> list[worked.DocCase]:
+    return worked.document_cases()
 
 
-def disagreements(doc_cases: list[cases.DocCase], entries: dict[str, Entry]) -> list[str]:
+def disagreements(doc_cases: list[worked.DocCase], entries: dict[str, Entry]) -> list[str]:
     """Where the cases and the tables disagree: an entry used by no case or by several, a case
     with no entry, or a case whose citation or printed values are not its entry's."""
     used = Counter(case.id for case in doc_cases)
@@ -37,7 +37,7 @@ def disagreements(doc_cases: list[cases.DocCase], entries: dict[str, Entry]) -> 
             found.append(f"{case.id} cites other than its entry")
         if entry.printed is None:  # a listing: its printed value is the listing's own output
             continue
-        printed = cases.printed_values(entry)
+        printed = worked.printed_values(entry)
         if printed.shape != case.exact.shape or not np.array_equal(printed, case.printed):
             found.append(f"{case.id} printed values are not its entry's")
     return found

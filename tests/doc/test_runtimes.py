@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tconform.commands.doc import doc
-from tconform.doc import cases, checks, properties, report_results, run_document_checks
+from tconform.doc import checks, properties, report_results, run_document_checks, worked
 from tconform.doc.run import OpenedComponents, RuntimeOutcome, doc_runtimes
 from tconform.runtimes import RuntimeOptions
 from tconform.runtimes.providers import available_eps, unavailable_reason
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 FAST = settings(max_examples=25, deadline=None)
 FLOAT32_LIMIT = properties.LIMITS["float32"]
 RUNTIMES = ["ort-cpu", "torch"]
-WITH_RUNTIME = [c for c in cases.document_cases() if c.runtime is not None]
+WITH_RUNTIME = [c for c in worked.document_cases() if c.runtime is not None]
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

@@ -128,12 +128,17 @@ def test_bench_generate_reports_per_token_figures_floor_and_plot(cli, tmp_path):
     assert code == 0, err
     report = json.loads(report_path.read_text())
     rows = {row["engine"]: row for row in report["rows"]}
-    assert set(rows) == {"ort-cpu", "torch"}
+    assert set(rows) == {"onnxruntime", "torch"}
     assert {row["cache_on"] for row in rows.values()} == {"numpy"}  # IO binding is for CUDA
     for row in rows.values():
         assert len(row["cached_by_prefix_ms"]) == len(row["no_cache_by_prefix_ms"]) == 4
         assert 0 < row["cached_p50_ms"] <= row["cached_p90_ms"]
         assert row["cache_bytes"] > 0 and row["floor_ratio"] > 0 and row["tokens_per_s"] > 0
+        # judged against the float64 oracle's steps, fed its tokens
+        assert row["precision"] == "float32" and row["accuracy"]["status"] == "pass"
+        assert row["step_weight_bytes"] > 0 and row["memory_floor_ms"] > 0
+    assert rows["torch"]["vs_torch_cached"] == 1.0
+    assert report["fastest_verified"]["engine"] in rows
     assert report["memory_floor_ms"] > 0 and "memory floor per token" in out
     assert plot.read_bytes().startswith(b"\x89PNG")
 

@@ -8,8 +8,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper
-from torch import nn
+from onnx import TensorProto
 
 from tconform.compare import Tolerance
 from tconform.files import sha256_file
@@ -18,72 +17,29 @@ from tconform.localise.judge import pair_tensors
 from tconform.localise.scopes import Graph, dynamo_scope, torchscript_scope
 from tconform.models import derived_file
 from tconform.runtimes import make_runtime
+from tests.localise.graphs import Chain, save_model, scoped_node
 
 pytestmark = pytest.mark.unit
 
 TOL = Tolerance(1e-5, 1e-5, "test")
 
 
-class Scale(nn.Module):
-    def __init__(self, factor: float) -> None:
-        super().__init__()
-        self.factor = factor
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.factor
-
-
-class Net(nn.Module):
-    """y = b(a(x) + 1), a: x*2, b: h*3."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = Scale(2.0)
-        self.b = Scale(3.0)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(self.a(x) + 1.0)
-
-
-def _node(op, inputs, outputs, scope, style):
-    """A node with the dynamo exporter's `namespace` metadata or TorchScript's node name."""
-    node = helper.make_node(op, inputs, outputs, name=f"node_{outputs[0]}")
-    if scope is None:  # made by an optimiser: no scope recorded
-        return node
-    if style == "dynamo":
-        parts = [": test.Net", *(f"{p}: test.Scale" for p in scope)]
-        entry = node.metadata_props.add()
-        entry.key, entry.value = "namespace", "/".join([*parts, f"{op.lower()}: aten.op"])
-    else:
-        node.name = "/" + "/".join([*scope, f"{op}_{outputs[0]}"])
-    return node
-
-
 def _model(path, style="dynamo", two=2.0, one=1.0, three=3.0):
     consts = {"two": two, "one": one, "three": three, "unit": 1.0}
     nodes = [
-        _node("Mul", ["x", "two"], ["t"], ["a"], style),
-        _node("Identity", ["t"], ["t2"], None, style),  # no scope: inferred to sit in a
-        _node("Mul", ["t2", "unit"], ["h1"], ["a"], style),
-        _node("Add", ["h1", "one"], ["h2"], [], style),  # the parent's own op
-        _node("Mul", ["h2", "three"], ["y"], ["b"], style),
+        scoped_node("Mul", ["x", "two"], ["t"], ["a"], style),
+        scoped_node("Identity", ["t"], ["t2"], None, style),  # no scope: inferred to sit in a
+        scoped_node("Mul", ["t2", "unit"], ["h1"], ["a"], style),
+        scoped_node("Add", ["h1", "one"], ["h2"], [], style),  # the parent's own op
+        scoped_node("Mul", ["h2", "three"], ["y"], ["b"], style),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "net",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
-        [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
+    initializers = {k: np.array(v, np.float32) for k, v in consts.items()}
+    return save_model(path, nodes, {"x": (TensorProto.FLOAT, [2, 3])}, {"y": [2, 3]}, initializers)
 
 
 def _localise(path):
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
-    net = Net().double()
+    net = Chain().double()
     calls, _ = capture_calls(net, (torch.from_numpy(x).double(),), {})
     model = derived_file(path)
     return localise(model, calls, ModuleTree.of(net), {"x": x}, make_runtime("onnxruntime"), TOL)

@@ -57,6 +57,18 @@ def test_the_reference_is_the_module_in_float64():
     assert module.linear.weight.dtype == torch.float32  # the user's module is not converted
 
 
+def test_the_calls_are_captured_only_when_asked_for_from_a_run_of_the_same_outputs():
+    torch.manual_seed(0)
+    module = Scaled().eval()
+    x, ids = torch.randn(2, 4), torch.tensor([1, 2])
+    ref = build_float64_copy(module, _inputs(module, x, ids), "test")
+    assert ref._calls is None  # a check that localises nothing never holds them
+    calls = {(c.path, c.call): c for c in ref.calls}
+    assert set(calls) == {("", 0), ("linear", 0), ("drop", 0)}
+    assert (calls[("linear", 0)].outputs[0] == ref.outputs["output_0"]).all()
+    assert ref.calls is ref.calls  # captured once
+
+
 def test_a_module_in_training_mode_is_checked_in_eval_mode_and_left_as_it_was():
     torch.manual_seed(0)
     module = Scaled().train()

@@ -16,6 +16,7 @@ from tconform.fp16 import (
     float16_notes,
     ops_run_in_float32,
 )
+from tconform.results import Result
 from tconform.runtimes.onnxruntime import OrtRuntime
 
 pytestmark = pytest.mark.integration
@@ -108,3 +109,17 @@ def test_verify_notes_name_the_minus_inf_fill_and_the_ops_run_in_float32(fp16_ar
     assert any("float32" in n and "MatMul" in n for n in notes)
     # The same model on another provider: only the fill, since the Cast insertion is the CPU's.
     assert len(float16_notes(fp16_artifacts / "attention" / "model.onnx", "cuda")) == 1
+
+
+def test_every_float16_result_carries_the_notes(fp16_artifacts):
+    """The execution layer stamps them on every result of a float16 model (the function above
+    alone would not put them in a report)."""
+    from tconform.execution import Subject, open_subject
+    from tconform.models import given_file
+
+    model = given_file(fp16_artifacts / "attention" / "model.onnx")
+    with open_subject(OrtRuntime(), Subject(model)) as opened:
+        assert opened.precision == "float16"
+        row = opened.stamp(Result.about("attention", "attention"))
+    assert any("-inf" in n and "NaN" in n for n in row.notes)
+    assert any("ran them in float32" in n for n in row.notes)

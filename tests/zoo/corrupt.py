@@ -1,4 +1,6 @@
-"""Corrupt one weight of one named module in an exported ONNX model, for localisation tests.
+"""Corrupt one weight of one named module in an exported ONNX model, for localisation tests:
+noise far outside any tolerance (`corrupt_module_weight`), or the weight scaled by a factor
+such as 1.01 (`scale_module_weight`).
 
 The module's nodes are found from what the exporter recorded, read here independently of
 tconform's own reader (so a test of localisation does not test the reader against itself):
@@ -167,13 +169,32 @@ def corrupt_module_weight(
     written to `out_dir` (default: a new temporary folder the caller removes) as
     `corrupted.onnx`; the source is only read.
     """
+
+    def noisy(array: np.ndarray) -> np.ndarray:
+        spread = scale * max(float(np.abs(array).max()), 0.1)
+        noise = np.random.default_rng(seed).standard_normal(array.shape) * spread
+        return (array.astype(np.float64) + noise).astype(array.dtype)
+
+    return _rewrite_weight(model_path, module, out_dir, noisy)
+
+
+def scale_module_weight(
+    model_path: str | Path, module: str, out_dir: str | Path | None = None, factor: float = 1.01
+) -> Corruption:
+    """A copy of the ONNX model at `model_path` with one weight of `module` (the matrix of a
+    Linear, as `corrupt_module_weight` finds it) multiplied by `factor`: a subtle mistake, 1 %
+    by default, of the size a wrong scale or a stale checkpoint makes."""
+    return _rewrite_weight(
+        model_path, module, out_dir, lambda a: (a.astype(np.float64) * factor).astype(a.dtype)
+    )
+
+
+def _rewrite_weight(model_path, module: str, out_dir, change) -> Corruption:
     model = onnx.load(str(model_path))
     name, reader, shared = find_weight(model, module)
     weight = next(t for t in model.graph.initializer if t.name == name)
     array = numpy_helper.to_array(weight)
-    spread = scale * max(float(np.abs(array).max()), 0.1)
-    noise = np.random.default_rng(seed).standard_normal(array.shape) * spread
-    changed = (array.astype(np.float64) + noise).astype(array.dtype)
+    changed = change(array)
     written_as = name
     _, inside = module_nodes(model, module)
     if shared and inside:

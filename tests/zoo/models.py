@@ -9,14 +9,16 @@ exports in seconds on a 2-core machine.
 After construction every floating-point parameter is nudged with seeded noise, as training
 would move it (and the ResNet's batch-norm statistics are set away from 0 and 1): fresh-init
 values (LayerNorm gain 1, bias 0, zero biases) would hide a fault in a gain or a bias, and
-identical layers would let a wrong pairing of boundaries pass unnoticed.
+identical layers would let a wrong pairing of boundaries pass unnoticed (`gpt_neox` keeps its
+norms' initial values on purpose: see there).
 
 What the zoo covers, for the tool:
 - keyword inputs (a dict): `bert`, `bart`, `t5`, `torch_encoder`, `llama_left_padded`;
-  positional inputs (a tuple): `gpt2`, `llama`, `vit`, `resnet`, `inplace_mlp`;
+  positional inputs (a tuple): `gpt2`, `llama`, `gpt_neox`, `vit`, `resnet`, `inplace_mlp`;
 - an output that is a transformers `ModelOutput` (a dict) left unwrapped: `bert`
   (last_hidden_state and pooler_output); the others return one tensor (logits or features);
 - padding: `bert` and `torch_encoder` right-padded, `llama_left_padded` left-padded;
+- a parallel residual whose two norms the exporter merges into one node: `gpt_neox`;
 - vision code habits: `resnet` (in-place ReLU, BatchNorm with running statistics, one ReLU
   instance called twice, a `+=` residual) and the smallest in-place case, `inplace_mlp`.
 
@@ -333,6 +335,41 @@ def llama_left_padded(
     }
 
 
+def gpt_neox(attn_implementation: str = "eager") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """GPTNeoXForCausalLM (parallel residual: attention and MLP both read the layer's input,
+    each through its own LayerNorm; partial rotary embeddings) returning logits.
+
+    Every parameter is nudged except the LayerNorms', which keep their initial 1 and 0 as a
+    model fresh from its config has them: each layer's two norms then compute the same
+    function of the same tensor, and the exporter computes it once, under one norm's scope
+    (the other has no node of its own). A value that several modules read, beside a module
+    without nodes, is what localisation must not pair with that module's outputs."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        max_position_embeddings=64,
+        use_parallel_residual=True,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        attn_implementation=attn_implementation,
+    )
+    with _seeded():
+        model = GPTNeoXForCausalLM(config)
+        norms = {p for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()}
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter not in norms:
+                    parameter.add_(0.02 * torch.randn_like(parameter))
+        input_ids = _tokens()
+    return CausalLMLogits(model.eval()).eval(), (input_ids,)
+
+
 # --- PyTorch's own encoder ---------------------------------------------------------------------
 
 
@@ -445,6 +482,7 @@ ZOO: dict[str, Factory] = {
     "vit": vit,
     "llama": llama,
     "llama_left_padded": llama_left_padded,
+    "gpt_neox": gpt_neox,
     "torch_encoder": torch_encoder,
     "resnet": resnet,
     "resnet_torchscript": resnet,  # exported by TorchScript (EXPORTERS): BatchNorm folded away
@@ -473,6 +511,12 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "llama_left_padded": (
         "model.model.layers.1.mlp.up_proj",
         "model.model.layers.0.post_attention_layernorm",
+    ),
+    # the MLP's output projection, read after the two branches meet; the attention's, beside
+    # a norm without nodes
+    "gpt_neox": (
+        "model.gpt_neox.layers.1.mlp.dense_4h_to_h",
+        "model.gpt_neox.layers.0.attention.dense",
     ),
     "torch_encoder": ("layers.1.linear1", "layers.0.norm2"),
     "resnet": ("layer1.0.conv2", "layer2.0.bn1"),

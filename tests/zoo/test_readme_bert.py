@@ -4,6 +4,7 @@ of the broken file fails and names the corrupted module; the repro bundle reprod
 
 from __future__ import annotations
 
+import re
 import runpy
 import subprocess
 import sys
@@ -29,7 +30,7 @@ def test_the_readme_bert_example_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))  # `examples.bert` as from the checkout's root
     code, out = run_cli("check", "examples.bert:make", "-q")
     assert code == 0, out
-    assert "2 results: 2 pass" in out
+    assert re.search(r"^(\d+) results: \1 pass$", out, re.M), out
 
     runpy.run_path(str(ROOT / "examples" / "corrupt_bert.py"))
     code, out = run_cli(
@@ -42,4 +43,7 @@ def test_the_readme_bert_example_runs_as_written(tmp_path, monkeypatch):
         [sys.executable, "bert-repro/reproduce.py"], capture_output=True, text=True, check=False
     )
     assert reproduced.returncode == 1, reproduced.stdout + reproduced.stderr
-    assert "outside atol 1e-05 + rtol 1e-05" in reproduced.stdout
+    # the row's atol 1e-05, scaled to the output's RMS (about 0.16; its last digit differs
+    # between CPUs): docs/tolerances.md
+    scaled = re.search(r"outside atol ([0-9.e+-]+) \+ rtol 1e-05", reproduced.stdout)
+    assert scaled and 1.5e-06 < float(scaled.group(1)) < 1.7e-06, reproduced.stdout

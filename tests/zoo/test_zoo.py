@@ -1,8 +1,10 @@
 """The real-model tier (`pytest -m zoo`): `tconform check` on the models users bring, built from
-config (tests/zoo/models.py). For each model: the check passes and localising it names nothing;
-a corruption of one named module's weight in the export is named as the first divergence,
-exactly by module path, also behind in-place ops; its repro bundle reproduces the failure with
-plain onnxruntime on a small part of the model. And the padding and exporter cases."""
+config (tests/zoo/models.py). For each model: the check passes, localising it names nothing and
+shows no FAIL row, and no repro bundle is written; one weight matrix scaled by 1.01 in the
+export, and another module's weight corrupted, are each named as the first divergence, exactly
+by module path (also behind in-place ops and beside a norm the exporter merged away), with a
+repro bundle that reproduces the failure with plain onnxruntime on a small part of the model.
+And the float16, padding and exporter cases."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ import onnx
 import onnxruntime
 import pytest
 from onnx import numpy_helper
+from onnxruntime.transformers.float16 import convert_float_to_float16
 
 import tconform
-from tests.zoo.corrupt import corrupt_module_weight
+from tests.zoo.corrupt import corrupt_module_weight, scale_module_weight
 from tests.zoo.models import EXPORTERS, TARGETS, ZOO, llama_left_padded, t5
 
 pytestmark = pytest.mark.zoo
@@ -33,7 +36,12 @@ def checked(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     exporter = EXPORTERS.get(request.param, "auto")
     report = tconform.check(
-        module, inputs, out_dir=folder / "export", localise=True, exporter=exporter
+        module,
+        inputs,
+        out_dir=folder / "export",
+        localise=True,
+        exporter=exporter,
+        repro=folder / "repro",
     )
     return request.param, module, inputs, folder, report
 
@@ -45,6 +53,8 @@ def test_the_model_passes_and_localising_it_names_nothing(checked):
     (loc,) = report.localisations
     assert loc.first is None and loc.verdict.startswith("no divergence"), loc.verdict
     assert not [b.label for b in loc.boundaries if b.status == "fail"]
+    assert not loc.observer.changed, loc.observer.describe()
+    assert not (folder / "repro").exists()  # a bundle only for a module proven wrong
     matched = [b for b in loc.boundaries if b.status == "pass"]
     assert len(matched) >= len(loc.boundaries) // 2, [b.label for b in loc.boundaries]
     model = report.results[0].model
@@ -52,7 +62,8 @@ def test_the_model_passes_and_localising_it_names_nothing(checked):
 
 
 def _reproduces(bundle: Path) -> bool:
-    """The bundle on plain onnxruntime: some output outside the tolerance its record states."""
+    """The bundle on plain onnxruntime: some output outside the tolerance its record states
+    (each output's own atol: the row's, scaled to the output's RMS)."""
     record = json.loads((bundle / "bundle.json").read_text())
     session = onnxruntime.InferenceSession(str(bundle / "model.onnx"))
     data = bundle / "test_data_set_0"
@@ -66,14 +77,18 @@ def _reproduces(bundle: Path) -> bool:
     expected = dict(read(p) for p in sorted(data.glob("output_*.pb")))
     names = [o.name for o in session.get_outputs()]
     outputs = dict(zip(names, session.run(None, feeds), strict=True))
-    tol = {"atol": record["atol"], "rtol": record["rtol"]}
-    return any(not np.allclose(outputs[n], want, **tol) for n, want in expected.items())
+    return any(
+        not np.allclose(outputs[n], want, atol=record["atol_by_output"][n], rtol=record["rtol"])
+        for n, want in expected.items()
+    )
 
 
 def test_a_corrupted_weight_is_named_and_its_bundle_reproduces_it(checked, tmp_path):
+    """The first target's weight matrix scaled by 1.01, the second's corrupted by noise."""
     name, module, inputs, folder, _ = checked
-    for target in TARGETS[name]:
-        corrupted = corrupt_module_weight(folder / "export" / "model.onnx", target, tmp_path)
+    scaled, noisy = TARGETS[name]
+    for target, corrupt in ((scaled, scale_module_weight), (noisy, corrupt_module_weight)):
+        corrupted = corrupt(folder / "export" / "model.onnx", target, tmp_path / target)
         bundle = tmp_path / f"repro-{target}"
         report = tconform.check(
             module, inputs, onnx_model=corrupted.path, runtimes=("onnxruntime",), repro=bundle
@@ -82,6 +97,7 @@ def test_a_corrupted_weight_is_named_and_its_bundle_reproduces_it(checked, tmp_p
         assert report.exit_code == 1
         assert loc.first is not None and target in loc.first.modules, (target, loc.verdict)
         assert loc.first.isolated_status == "fail"  # it computes wrong, on exact inputs too
+        assert loc.first.finding == "function"  # in float64 too: more than rounding
         assert _reproduces(bundle), target
         bundled = len(onnx.load(str(bundle / "model.onnx")).graph.node)
         whole = len(onnx.load(str(corrupted.path)).graph.node)
@@ -104,17 +120,38 @@ def test_a_left_padded_decoder_fails_naming_padding_and_passes_with_the_mask(tmp
     # transformers' default attention (sdpa): ONNX Runtime and PyTorch differ at the padded
     # query positions, whose outputs no framework defines.
     module, inputs = llama_left_padded("sdpa")
-    report = tconform.check(module, inputs, out_dir=tmp_path / "export", localise=False)
-    ort = next(r for r in report.results if r.runtime == "onnxruntime")
+    report = tconform.check(  # at the example's shape: the padding is the example's
+        module,
+        inputs,
+        out_dir=tmp_path / "export",
+        runtimes=("onnxruntime",),
+        repro=tmp_path / "r",
+        shapes=False,
+    )
+    (ort,) = report.results
     assert report.exit_code == 1 and ort.status == "fail"
     assert "lies where attention_mask is 0" in ort.message
     assert "--padding-mask attention_mask" in ort.message
+    (loc,) = report.localisations  # padding only: no module is named, no bundle written
+    assert loc.padding_only and loc.first is None and not (tmp_path / "r").exists(), loc.verdict
+    assert not [b.label for b in loc.boundaries if b.status == "fail"]
+    assert "first divergence" not in ort.message
+    # a real mistake beside the padding: named exactly, at the real positions
+    target = TARGETS["llama_left_padded"][0]
+    scaled = scale_module_weight(tmp_path / "export" / "model.onnx", target, tmp_path / "scaled")
+    report = tconform.check(
+        module, inputs, onnx_model=scaled.path, runtimes=("onnxruntime",), shapes=False
+    )
+    (loc,) = report.localisations
+    assert not loc.padding_only and loc.real_positions == "attention_mask"
+    assert loc.first is not None and target in loc.first.modules, loc.verdict
     masked = tconform.check(
         module,
         inputs,
         onnx_model=tmp_path / "export" / "model.onnx",
         padding_mask="attention_mask",
         localise=True,
+        shapes=False,
     )
     assert masked.exit_code == 0, [r.message for r in masked.results]
     assert masked.localisations[0].first is None
@@ -123,6 +160,29 @@ def test_a_left_padded_decoder_fails_naming_padding_and_passes_with_the_mask(tmp
     left_out = sum(o.excluded for o in ort.outputs)
     assert left_out == padded * ort.outputs[0].shape[-1] > 0
     assert any(f"{left_out} of" in n for n in ort.notes)
+
+
+def test_a_float16_conversion_names_nothing_clean_and_the_module_corrupted(checked, tmp_path):
+    """onnxruntime's float16 converter (inputs and outputs kept float32): judged by the float16
+    row, a clean conversion shows no FAIL row and names nothing; a corrupted weight is named."""
+    name, module, inputs, folder, _ = checked
+    if name != "llama":
+        pytest.skip("one model is enough for the conversion")
+    half = tmp_path / "half.onnx"
+    converted = convert_float_to_float16(
+        onnx.load(str(folder / "export" / "model.onnx")), keep_io_types=True
+    )
+    onnx.save(converted, str(half))
+    ort = ("onnxruntime",)
+    report = tconform.check(module, inputs, onnx_model=half, runtimes=ort, localise=True)
+    (loc,) = report.localisations
+    assert report.exit_code == 0 and report.results[0].precision == "float16"
+    assert loc.first is None and not [b.label for b in loc.boundaries if b.status == "fail"]
+    target = "model.model.layers.1.self_attn.o_proj"
+    corrupted = corrupt_module_weight(half, target, tmp_path / "bad")
+    report = tconform.check(module, inputs, onnx_model=corrupted.path, runtimes=ort)
+    (loc,) = report.localisations
+    assert report.exit_code == 1 and loc.first is not None and loc.first.path == target
 
 
 def test_auto_falls_back_to_torchscript_where_dynamo_fails(tmp_path):

@@ -1,7 +1,7 @@
 """The numbers the documents state, as data: one table per source document.
 
 Each module holds one document's table (`TABLE`, a tuple of Entry) and the inputs its worked
-examples start from; nothing here computes or judges. tconform/doc/cases.py builds one case per
+examples start from; nothing here computes or judges. tconform/doc/worked.py builds one case per
 entry (the case id is the entry id), computes the exact value and judges the printed one.
 
 To add a document check:

@@ -18,7 +18,7 @@ topological and the names of the graph's inputs and outputs:
 
 Models are checked with onnx.checker (full check) and keep their IR version, so ONNX Runtime
 1.31 (IR <= 10 from the exporters) loads them. The catalogue of named faults built from these
-edits is tconform.fault_catalogue.
+edits is tconform.studies.fault_catalogue.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Sensitivity: how far past the tolerance line each fault of `tconform.fault_catalogue` lands.
+"""Sensitivity: how far past the tolerance line each fault of
+`tconform.studies.fault_catalogue` lands.
 
 For each fault and case: export the case as the golden folder's config and seed describe, inject
 the fault, run the faulty file with ONNX Runtime (CPU) on every golden input set and compare each
@@ -7,8 +8,8 @@ output with its golden under the case's tolerance row. The worst share of tolera
 little it is missed. scripts/sensitivity.py prints the table that docs/sensitivity.md keeps.
 
 Under a reduced-precision dtype the fault is the same mistake in the model a user would have:
-int8 injects it into the float32 export and quantises the faulty model with the int8 dtype's own
-settings (a mistake made before quantisation, carried by it); bfloat16 injects it into the
+int8 and int4 inject it into the float32 export and quantise the faulty model with the dtype's
+own settings (a mistake made before quantisation, carried by it); bfloat16 injects it into the
 bfloat16 export. Each runs where its graph runs (bfloat16: OpenVINO, since ONNX Runtime's CPU
 provider has no bfloat16 MatMul) and is judged by its own row.
 """
@@ -25,14 +26,14 @@ import onnx
 from tconform import golden, registry
 from tconform.compare import judge_outputs, tolerance_for
 from tconform.execution import Subject, execute
-from tconform.export import ExportJob, ExportSettings, export_jobs, quantize_int8
-from tconform.fault_catalogue import DETECTABLE, FAULTS, MARGIN_FACTOR, MARGINAL, Fault
+from tconform.export import QUANTIZERS, ExportJob, ExportSettings, export_jobs
 from tconform.files import atomic_write_bytes
 from tconform.golden import InputSet
 from tconform.models import derived_file
 from tconform.registry import Case
 from tconform.results import Result, Status
 from tconform.runtimes import make_runtime
+from tconform.studies.fault_catalogue import DETECTABLE, FAULTS, MARGIN_FACTOR, MARGINAL, Fault
 
 # The runtime each dtype's models are checked on: ONNX Runtime's CPU provider, except where it
 # has no kernels for the graph's type.
@@ -143,8 +144,8 @@ def measure(
     cases = [c for c in registry.CASES if c.name in wanted]
     names = [c.name for c in cases]
     clean_models = export_models(names, golden_dir, work_dir / f"clean-{dtype}", dtype)
-    # int8 faults go into the float32 graph, which is then quantised like the clean one
-    injected = "float32" if dtype == "int8" else dtype
+    # int8 and int4 faults go into the float32 graph, which is then quantised like the clean one
+    injected = "float32" if dtype in QUANTIZERS else dtype
     models = export_models(names, golden_dir, work_dir / f"clean-{injected}", injected)
     runtime = RUNTIME_FOR.get(dtype, "onnxruntime")
     sets = {c.name: golden.read_case(golden_dir, manifest, c, cfg) for c in cases}
@@ -155,10 +156,10 @@ def measure(
             case = registry.get_case(name)
             faulty = fault.inject(onnx.load(str(models[name])))
             path = work_dir / fault.name / f"{name}-{dtype}.onnx"
-            if dtype == "int8":
+            if dtype in QUANTIZERS:
                 before = path.with_name(f"{name}-float32.onnx")
                 atomic_write_bytes(before, faulty.SerializeToString())
-                quantize_int8(before, path)
+                QUANTIZERS[dtype](before, path)
             else:
                 atomic_write_bytes(path, faulty.SerializeToString())
             check = check_model(path, case, sets[name], runtime)

@@ -5,14 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from tconform.doc import cases, verdict
+from tconform.doc import verdict, worked
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(scope="module")
-def by_id() -> dict[str, cases.DocCase]:
-    return {case.id: case for case in cases.document_cases()}
+def by_id() -> dict[str, worked.DocCase]:
+    return {case.id: case for case in worked.document_cases()}
 
 
 def test_every_case_cites_a_source_and_section(by_id):
@@ -85,8 +85,8 @@ def test_listings_that_contradict_their_formula_deviate(by_id, case_id):
 
 
 def test_the_doc002_pe_listing_agrees_with_the_formula_in_column_0_only():
-    listing = cases.oracle.sinusoid_table(80, 512, formula="doc002_listing")
-    formula = cases.oracle.sinusoid_table(80, 512)
+    listing = worked.oracle.sinusoid_table(80, 512, formula="doc002_listing")
+    formula = worked.oracle.sinusoid_table(80, 512)
     agrees = np.all(np.abs(listing - formula) < 1e-12, axis=0)
     assert agrees[0]  # column 0: exponent 0 in both
     assert not agrees[1:].any()

@@ -11,7 +11,7 @@ from onnx import numpy_helper
 
 from tconform import registry
 from tconform.config import PRESETS
-from tconform.localise.cases import localise_case
+from tconform.localise.registry_case import localise_case
 from tconform.registry import Shape
 
 pytestmark = pytest.mark.integration

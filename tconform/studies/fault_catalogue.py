@@ -2,12 +2,12 @@
 comparison can say about each.
 
 Each fault is a plain function ModelProto -> new ModelProto made from the graph edits of
-tconform.faults, written for tconform's dynamo exports at opset 18 (`tconform export`,
+tconform.studies.faults, written for tconform's dynamo exports at opset 18 (`tconform export`,
 float32). `FAULTS` lists them with the cases they apply to and whether an output comparison can
 see them at all: some mistakes are mathematically invisible (a dropped key-projection bias
 shifts every score of a query by the same amount, which softmax cancels), and a conformance tool
 should say so rather than hide them. docs/sensitivity.md has the measured table
-(scripts/sensitivity.py, tconform.sensitivity).
+(scripts/sensitivity.py, tconform.studies.sensitivity).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from tconform.faults import (
+from tconform.oracle.positional import sinusoid_table
+from tconform.studies.faults import (
     bypass,
     cast_round_trip,
     constant_input,
@@ -41,7 +42,6 @@ from tconform.faults import (
     scale_input,
     set_attribute,
 )
-from tconform.oracle.positional import sinusoid_table
 
 # What an output comparison under tconform's float32 tolerances can say about a fault.
 DETECTABLE = "detectable"  # lands far past the line: verify must fail

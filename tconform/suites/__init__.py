@@ -1,0 +1,28 @@
+"""Suites: where a run's cases come from and what they are judged against (the seam is
+tconform.plan.Suite; the pipeline that runs them is tconform.pipeline).
+
+  reference.py   tconform's own cases against the goldens of a golden folder (`verify`)
+  module.py      a user's model against its own float64 copy (`check`)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from tconform.plan import Progress, Suite
+from tconform.request import References, Request
+
+
+@contextlib.contextmanager
+def open_suite(request: Request, progress: Progress = lambda _: None) -> Iterator[Suite]:
+    """The suite of `request`'s subject, open for the block."""
+    if isinstance(request.subject, References):
+        from tconform.suites.reference import reference_suite
+
+        with reference_suite(request) as suite:
+            yield suite
+        return
+    from tconform.suites.module import module_suite
+
+    yield module_suite(request, progress)

@@ -1,0 +1,505 @@
+"""A user's model as a suite: one case, its module judged against the module's own float64 copy.
+
+The case's input sets are the example's and, where its batch and sequence axes are free, the
+shapes it never had (tconform.module_check.shapes), each with the float64 copy's outputs, and
+the batch-consistency set (row i of a batch against row i run alone). Its cells are those of the
+request's axes: the one export of a plain run (in the export folder itself), or every cell of
+`--matrix` (each under <export folder>/matrix/<cell>/): the float32 export, float16 and int8
+made from it with ONNX Runtime's own tools, the module exported in bfloat16. A given model
+(`--model`) is the case's model as it is. The PyTorch runtimes run the module itself, in its own
+dtype and on its own device. Localisation compares every module call of the float64 copy, on
+the input set that failed, with the model's boundary tensors.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from tconform.check_folder import require_repro_folder
+from tconform.compare import Tolerance, judge_outputs, tolerance_for, tolerance_value
+from tconform.errors import (
+    EndedByUserCode,
+    TconformError,
+    UsageError,
+    calling_user_code,
+    first_line,
+)
+from tconform.execution import BatchRows, InputSet, Judge
+from tconform.golden import InputSet as ExpectedSet
+from tconform.localise import ISOLATE, Localisation, localise
+from tconform.models import ModelUnderTest, given_file
+from tconform.module_check.convert import CONVERTED, DTYPES, convert
+from tconform.module_check.exporting import (
+    EXPORTERS,
+    check_opset,
+    default_export_dir,
+    export_module,
+    record_own_files,
+    require_own_export_folder,
+)
+from tconform.module_check.float64_copy import (
+    Float64Copy,
+    build_float64_copy,
+    floating_dtype,
+    module_device,
+    run_module,
+)
+from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
+from tconform.module_check.shapes import batch_axes, infer_axes, variants
+from tconform.plan import Lane, Progress, Suite, matrix_cells
+from tconform.request import Axes, Request, UserModel
+from tconform.results import Result
+from tconform.runtimes import ModuleTarget, Runtime, make_runtime
+from tconform.runtimes.torch import DTYPES as TORCH_DTYPES
+from tconform.runtimes.torch import eval_mode
+from tconform.units import GIVEN, Cell
+
+AUTO = "auto"  # the exporter setting that tries dynamo, then TorchScript where dynamo fails
+# The tolerance row of a module nobody has measured: the loosest float32 row (a whole model).
+TOLERANCE_CLASS = "model"
+EXAMPLE = "example"
+BATCH_CONSISTENCY = "batch-consistency"
+MATRIX_FOLDER = "matrix"
+
+
+@dataclass(frozen=True)
+class ModuleCase:
+    name: str  # the factory (PACKAGE.MODULE:FACTORY) or the module's name
+    component: str  # the module's class
+    tolerance: str = TOLERANCE_CLASS
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """The tolerances of a user's model: the "model" row of tconform.compare.TOLERANCES for the
+    run's precision, unless atol/rtol override it, then per-output overrides."""
+
+    outputs: tuple[str, ...]
+    atol: float | None = None
+    rtol: float | None = None
+    per_output: tuple[tuple[str, tuple[float, float]], ...] = ()
+
+    def __post_init__(self) -> None:
+        # Finite and >= 0 whoever gives them (the command line's types check the same): NaN
+        # passes nothing, infinity everything, and a report holds neither.
+        for what in ("atol", "rtol"):
+            value = getattr(self, what)
+            if value is not None:
+                object.__setattr__(self, what, tolerance_value(value, what))
+        checked = []
+        for item in self.per_output:
+            try:
+                name, (atol, rtol) = item
+            except (TypeError, ValueError):
+                raise UsageError(f"tolerances: {item!r} is not OUTPUT: (ATOL, RTOL)") from None
+            where = f"--tolerance {name}"
+            atol = tolerance_value(atol, f"{where} atol")
+            checked.append((name, (atol, tolerance_value(rtol, f"{where} rtol"))))
+            if name not in self.outputs:
+                raise UsageError(
+                    f"--tolerance {name}=...: the module has no output {name!r} "
+                    f"(its outputs: {', '.join(self.outputs)})"
+                )
+        object.__setattr__(self, "per_output", tuple(checked))
+
+    def module(self, precision: str) -> Tolerance:
+        """For the module as a whole (and every boundary localisation compares)."""
+        row = tolerance_for(precision, TOLERANCE_CLASS)
+        if self.atol is None and self.rtol is None:
+            # The row's own reason describes tconform's Transformer, not the user's module.
+            why = f"tconform's {precision} {TOLERANCE_CLASS} row, check's default"
+            return replace(row, why=why)
+        # The row's atol keeps scaling to each output's RMS; an atol the user set is theirs.
+        return Tolerance(
+            row.atol if self.atol is None else self.atol,
+            row.rtol if self.rtol is None else self.rtol,
+            "set by the user",
+            atol_rms=row.atol_rms if self.atol is None else None,
+        )
+
+    def by_output(self, precision: str) -> dict[str, Tolerance]:
+        overrides = dict(self.per_output)
+        return {
+            name: Tolerance(*overrides[name], "set by the user for this output")
+            if name in overrides
+            else self.module(precision)
+            for name in self.outputs
+        }
+
+
+def run_eagerly(module: nn.Module, inputs: ModuleInputs, name: str):
+    """The module as it is (its own dtype, eval mode): its outputs."""
+    with calling_user_code(f"{name}: the module rejects its inputs"), eval_mode(module):
+        outputs = run_module(module, inputs)
+    if not outputs:
+        raise UsageError(f"{name}: the module returns no tensor")
+    return outputs
+
+
+class ModuleSuite(Suite):
+    """`module` called with `example_inputs` (a tensor, a tuple of tensors, or a dict of
+    keyword tensors), as `request`'s UserModel describes it; `declared`: dynamic axes the
+    factory declared ({input: {axis: name}})."""
+
+    def __init__(
+        self,
+        request: Request,
+        module: nn.Module,
+        example_inputs: object,
+        progress: Progress,
+        declared: dict[str, dict[int, str]] | None = None,
+    ) -> None:
+        subject = request.subject
+        assert isinstance(subject, UserModel)
+        self.request, self.subject, self.module = request, subject, module
+        name = self.where = subject.target
+        self.inputs = as_inputs(module, example_inputs, name)
+        cls = type(module)
+        self.case = ModuleCase(name, f"{cls.__module__}.{cls.__qualname__}")
+        self.cases = (self.case,)
+        self.notes: list[str] = []
+        if request.localise.isolate not in ISOLATE:
+            raise UsageError(f"isolate {request.localise.isolate!r}: one of {', '.join(ISOLATE)}")
+        self.export_dir = Path(subject.out_dir or default_export_dir(name))
+        if subject.model is None:
+            require_own_export_folder(self.export_dir)  # before anything slow runs
+        if request.localise.repro is not None:
+            read = [subject.model or self.export_dir, *([subject.inputs] if subject.inputs else [])]
+            require_repro_folder(request.localise.repro, read)
+        given = {**(declared or {}), **parse_dynamic(subject.dynamic, self.inputs)}
+        for input_name in given:
+            if input_name not in self.inputs.names:
+                raise UsageError(f"dynamic axes: the module has no input {input_name!r}")
+        self.declared = given
+        self.axes = infer_axes(self.inputs, given) if subject.shapes else given
+        self.references: dict[str, Float64Copy] = {}
+        self.sets: list[InputSet] = []
+        self._exported: dict[Path, ModelUnderTest] = {}
+        self.exported_with: str | None = None  # the exporter that ran (auto: which one)
+        self.exporter_reason = ""  # why it is not the one asked for ("" when it is)
+        self.export_axes: dict[str, dict[int, str]] = {}  # the axes the export kept free
+        # the given inputs' set is named after their file, as `--inputs` names it
+        self.example = subject.inputs.name if subject.inputs is not None else EXAMPLE
+        progress(f"{name}: running the module in eager mode")
+        self.output_names = self._add_set(self.example, self.inputs, progress)
+        self.tolerances = Tolerances(
+            tuple(self.output_names),
+            request.tolerances.atol,
+            request.tolerances.rtol,
+            request.tolerances.per_output,
+        )
+        if subject.padding_mask is not None and subject.padding_mask not in self.inputs.names:
+            raise UsageError(
+                f"--padding-mask {subject.padding_mask}: the module has no input of that name "
+                f"(its inputs: {', '.join(self.inputs.names)})"
+            )
+        if subject.shapes:
+            self._add_shapes(progress)
+
+    # --- input sets -------------------------------------------------------------------------
+
+    def _add_set(self, set_name: str, inputs: ModuleInputs, progress: Progress) -> list[str]:
+        """Run the module and its float64 copy at `inputs`; keep them as the input set
+        `set_name`. The module's output names."""
+        own = run_eagerly(
+            self.module, inputs.converted(None, module_device(self.module)), self.where
+        )
+        finite = {n: torch.isfinite(t).cpu().numpy() for n, t in own if t.is_floating_point()}
+        names = [n for n, _ in own]
+        del own
+        progress(f"{self.where}: running its float64 copy ({set_name})")
+        reference = build_float64_copy(self.module, inputs, self.where, finite)
+        self.references[set_name] = reference
+        self.sets.append(ExpectedSet(set_name, inputs.feeds(), reference.outputs))
+        return names
+
+    def _add_shapes(self, progress: Progress) -> None:
+        """The shapes the example never had, where the module runs at them, and the batch
+        consistency of the larger batch."""
+        size = _nbytes(self.inputs)
+        for variant in variants(self.inputs, self.axes):
+            if size > LARGER_SHAPES_BUDGET and _nbytes(variant.inputs) > size:
+                self.notes.append(
+                    f"{variant.name}: not checked: the example's inputs hold {size / 2**20:.0f} "
+                    "MiB, and a larger shape would multiply the check's memory (the smaller "
+                    "shapes are checked)"
+                )
+                continue
+            try:
+                self._add_set(variant.name, variant.inputs, progress)
+            except (EndedByUserCode, KeyboardInterrupt):
+                raise
+            except TconformError as exc:
+                self.notes.append(f"{variant.name}: not checked: {first_line(exc)}")
+                continue
+            if variant.name.startswith("batch-") and variant.name != "batch-1":
+                rows = batch_axes(variant.inputs, self.axes)
+                count = next(iter(variant.inputs.named()[n].shape[a] for n, a in rows.items()))
+                self.sets.append(BatchRows(BATCH_CONSISTENCY, variant.inputs.feeds(), rows, count))
+
+    # --- planning ---------------------------------------------------------------------------
+
+    def cells(self, axes: Axes) -> list[Cell]:
+        if axes.matrix:
+            return matrix_cells(axes)
+        return [Cell(axes.exporters[0], axes.opsets[0], axes.dtypes[0], axes.graph_opts[0])]
+
+    def not_applicable(self, cell: Cell) -> str:
+        if cell.dtype not in DTYPES:
+            return f"no {cell.dtype} model of a user's module (dtypes: {', '.join(DTYPES)})"
+        if cell.exporter not in (*EXPORTERS, AUTO):
+            return f"no exporter {cell.exporter!r} (exporters: {', '.join((*EXPORTERS, AUTO))})"
+        try:
+            check_opset("dynamo" if cell.exporter == AUTO else cell.exporter, cell.opset)
+        except UsageError as exc:
+            return str(exc)
+        return ""
+
+    def given(self, case: ModuleCase) -> bool:
+        return self.subject.model is not None
+
+    def module_runtimes(self, requested: list[Runtime]) -> list[Runtime]:
+        """The module runtimes once each, on the module's own device and in its own dtype:
+        they check the module as the user runs it."""
+        device = module_device(self.module)
+        own = {"dtype": module_dtype(self.module), "device_id": device.index or 0}
+        names = dict.fromkeys(r.name for r in requested if r.consumes == "module")
+        return [make_runtime(name, device.type, **own) for name in names]
+
+    def row(self, case: ModuleCase) -> Result:
+        reference = self.references[self.example]
+        notes = [*reference.notes, *self.notes]
+        if self.subject.padding_mask is not None:
+            notes.append(
+                f"--padding-mask {self.subject.padding_mask}: outputs led by its (batch, "
+                "sequence) shape are compared at the real positions only"
+            )
+        return Result.about(case.name, case.component, notes=notes, reference=reference.kind)
+
+    def set_names(self, case: ModuleCase) -> list[str]:
+        return [s.name for s in self.sets]
+
+    # --- models -----------------------------------------------------------------------------
+
+    def models(
+        self, lanes: list[Lane], mine: set[str], progress: Progress
+    ) -> dict[tuple[str, str], ModelUnderTest]:
+        if self.subject.model is not None:
+            return {(self.case.name, GIVEN): given_file(Path(self.subject.model))}
+        cells = {
+            lane.export.export_key: lane.export
+            for lane in lanes
+            if lane.export is not None and not lane.not_applicable
+        }
+        plain = not self.request.axes.matrix and len(cells) == 1
+        models: dict[tuple[str, str], ModelUnderTest] = {}
+        for key, cell in cells.items():
+            folder = self.export_dir if plain and cell.dtype == "float32" else self._cell_dir(cell)
+            models[(self.case.name, key)] = self._model(cell, folder, progress)
+        return models
+
+    def _cell_dir(self, cell: Cell) -> Path:
+        return self.export_dir / MATRIX_FOLDER / cell.export_key
+
+    def _model(self, cell: Cell, folder: Path, progress: Progress) -> ModelUnderTest:
+        """The case's model in `cell`: exported into `folder`, or converted there from the
+        float32 export of the cell's exporter and opset."""
+        if cell.dtype in CONVERTED:
+            float32 = replace(cell, dtype="float32")
+            base = self._model(float32, self._cell_dir(float32), progress)
+            require_own_export_folder(folder)
+            progress(f"{self.where}: converting to {cell.dtype} into {folder}")
+            folder.mkdir(parents=True, exist_ok=True)  # the quantiser writes no folder
+            convert(base.path, cell.dtype, folder / "model.onnx")
+            record_own_files(folder)  # so that the next run may replace it
+            return given_file(folder / "model.onnx", origin="exported")
+        path = folder / "model.onnx"
+        if path in self._exported:
+            return self._exported[path]
+        module, inputs = self.module, self.inputs.converted(None, module_device(self.module))
+        if cell.dtype == "bfloat16":
+            module = copy.deepcopy(self.module).to(TORCH_DTYPES["bfloat16"])
+            inputs = self.inputs.converted(TORCH_DTYPES["bfloat16"], module_device(self.module))
+        ran, why = self._export(module, inputs, path, cell, progress)
+        model = given_file(path, origin="exported")
+        notes = tuple(n for n in (why,) if n)
+        self._exported[path] = replace(model, notes=notes) if notes else model
+        self.exported_with, self.exporter_reason = ran, why
+        return self._exported[path]
+
+    def _export(self, module, inputs, path: Path, cell: Cell, progress) -> tuple[str, str]:
+        """Export with the cell's exporter ("auto": dynamo, then TorchScript) keeping the
+        free axes free; where the export cannot keep the inferred ones, at the example's shape
+        but for the axes declared. (the exporter that ran, why: '' unless it had to fall
+        back)."""
+        attempts = [(self.axes, "")]
+        if self.axes != self.declared:
+            attempts.append(
+                (self.declared, "the inferred batch and sequence axes could not stay free")
+            )
+        failed = None
+        for axes, because in attempts:
+            try:
+                ran, why = self._export_with(module, inputs, path, cell, axes, progress)
+            except EndedByUserCode:
+                raise
+            except UsageError as exc:
+                failed = exc
+                continue
+            fixed = (
+                f"exported at the example's shape ({because}: {first_line(failed)})"
+                if because
+                else ""
+            )
+            self.export_axes = axes
+            return ran, "; ".join(w for w in (why, fixed) if w)
+        raise failed
+
+    def _export_with(self, module, inputs, path, cell: Cell, axes, progress) -> tuple[str, str]:
+        names = self.output_names
+        if cell.exporter != AUTO:
+            progress(f"{self.where}: exporting with {cell.exporter} to {path}")
+            export_module(module, inputs, names, path, cell.exporter, cell.opset, axes, self.where)
+            return cell.exporter, ""
+        progress(f"{self.where}: exporting with dynamo to {path} (auto)")
+        try:
+            export_module(module, inputs, names, path, "dynamo", cell.opset, axes, self.where)
+            return "dynamo", ""
+        except EndedByUserCode:
+            raise  # the module ended itself: no exporter's limit for TorchScript to get round
+        except UsageError as exc:
+            failed = str(exc).split(" (full log:")[0]
+        progress(f"{self.where}: dynamo failed; exporting with torchscript (auto)")
+        opset = min(cell.opset, 20)
+        export_module(module, inputs, names, path, "torchscript", opset, axes, self.where)
+        return (
+            "torchscript",
+            f"exported by TorchScript (--exporter auto), since dynamo failed: {failed}",
+        )
+
+    # --- running ----------------------------------------------------------------------------
+
+    def input_sets(self, case: ModuleCase) -> list[InputSet]:
+        return self.sets
+
+    def module_target(self, case: ModuleCase) -> ModuleTarget:
+        inputs, module = self.inputs, self.module
+        return ModuleTarget(
+            lambda: module,
+            args=inputs.arg_names,
+            kwargs=tuple(inputs.kwargs),
+            floats=frozenset(n for n, t in inputs.named().items() if t.is_floating_point()),
+            outputs=tuple(self.output_names),
+        )
+
+    def judge(self, case: ModuleCase) -> Judge:
+        tolerances = self.tolerances
+        return judge_outputs(
+            lambda precision, output: tolerances.by_output(precision)[output],
+            self.subject.padding_mask,
+        )
+
+    def localise(
+        self, runtime: Runtime, model: ModelUnderTest, results: list[Result], sets
+    ) -> list[Localisation]:
+        """The first failing input set of the lane (the example, where every result passed
+        and localisation is asked for always) against the float64 copy's calls there."""
+        when = self.request.localise.when
+        failing = [r for r in results if r.status == "fail" and r.input_set in self.references]
+        if not failing and not (when == "always" and results):
+            return []
+        first = failing[0] if failing else next(r for r in results if r.input_set == self.example)
+        if first.status not in ("pass", "fail"):
+            return []
+        reference = self.references[first.input_set]
+        feeds = next(s for s in self.sets if s.name == first.input_set).inputs
+        mask = self.subject.padding_mask
+        keep = None if mask is None else np.asarray(feeds[mask]) != 0
+        tol = self.tolerances.module(first.precision)
+        where = self.request.localise
+        try:
+            found = localise(
+                model, reference.calls, reference.tree, dict(feeds), runtime, tol, first.model,
+                where.isolate, where.repro, self.request.command, keep,
+            )  # fmt: skip
+        except (KeyboardInterrupt, EndedByUserCode):
+            raise
+        except BaseException as exc:  # localisation explains a result; it never replaces one
+            first.notes.append(f"localisation could not run: {first_line(exc)}")
+            return []
+        first.notes.append(f"localisation ({first.input_set}): {found.verdict}")
+        if first.status == "fail" and found.first is not None:
+            first.message += f"; first divergence: {found.first.label} ({found.first.cls})"
+        return [found]
+
+    def settings(self) -> dict[str, object]:
+        subject, reference = self.subject, self.references[self.example]
+        tolerances = self.request.tolerances
+        return {
+            "module": self.case.name,
+            "class": self.case.component,
+            "input_set": self.example,
+            "input_sets": [s.name for s in self.sets],
+            "inputs": {
+                n: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+                for n, t in self.inputs.named().items()
+            },
+            "outputs": self.output_names,
+            "model": str(subject.model) if subject.model else str(self.export_dir),
+            "exporter": self.exported_with,
+            "exporter_reason": self.exporter_reason,
+            "exporter_asked": None if subject.model else list(self.request.axes.exporters),
+            "opset": None if subject.model else list(self.request.axes.opsets),
+            "dynamic": {n: {str(a): d for a, d in axes.items()} for n, axes in self.axes.items()},
+            "reference": reference.kind,
+            "padding_mask": subject.padding_mask,
+            "reference_model": reference.provenance.to_dict(),
+            # the row of TOLERANCES and the user's overrides; each output's atol/rtol is in results
+            "tolerance": {
+                "class": TOLERANCE_CLASS,
+                "atol": tolerances.atol,
+                "rtol": tolerances.rtol,
+                "per_output": {n: list(t) for n, t in self.tolerances.per_output},
+            },
+            "notes": self.notes,
+        }
+
+
+# Shapes larger than the example's are checked while its inputs hold at most this: a check of a
+# large input stays within a small multiple of it (docs/check.md, "Large inputs").
+LARGER_SHAPES_BUDGET = 64 * 2**20
+
+
+def _nbytes(inputs: ModuleInputs) -> int:
+    return sum(t.element_size() * t.nelement() for t in inputs.tensors)
+
+
+def module_dtype(module: nn.Module) -> str:
+    return str(floating_dtype(module)).removeprefix("torch.")
+
+
+def module_suite(request: Request, progress: Progress) -> ModuleSuite:
+    """The suite of `request`'s UserModel: its factory called (PACKAGE.MODULE:FACTORY, which
+    returns (module, example_inputs), optionally with the dynamic axes it declares, or the
+    module alone with an .npz of inputs)."""
+    from tconform.module_check.inputs import load_factory, read_npz
+
+    subject = request.subject
+    assert isinstance(subject, UserModel)
+    progress(
+        f"{subject.target}: importing {subject.target.partition(':')[0]!r} and calling the factory"
+    )
+    module, example_inputs, declared = load_factory(subject.target)
+    if subject.inputs is not None:
+        example_inputs = read_npz(subject.inputs, module)
+    elif example_inputs is None:
+        raise UsageError(
+            f"{subject.target}: the factory returned only a module; pass --inputs FILE.npz"
+        )
+    return ModuleSuite(request, module, example_inputs, progress, declared)

@@ -1,0 +1,185 @@
+"""`tconform bench PACKAGE.MODULE:FACTORY`: a user's model timed on ONNX Runtime's graph variants
+of its dtype cells and on torch, each row judged against the model's float64 copy under the
+tolerance row of the precision it computed in. A model that float16 cannot hold shows
+that row failing, and `best` passes over it; the report keeps its schema (input sets, null
+axes the model lacks); tconform's own cases, shapes and graphs are refused for a user's model,
+one line each, as is an input set the model does not have."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from tconform.bench import ceiling
+from tconform.bench.compare import compare_reports, load_report
+from tconform.bench.engines import MODULE_ENGINES, parse_engines
+from tconform.bench.report import BenchReport, write_json, write_markdown, write_plot
+from tconform.bench.run import bench_settings, module_elsewhere
+from tconform.bench.workload import Workload
+from tconform.commands.bench import bench_in_child
+from tconform.errors import EXIT_USAGE, UsageError
+from tconform.runtimes import ModuleTarget
+
+# A user's package in the current folder. `gains` multiplies by 1e5, beyond float16's largest
+# value (65504): its float16 conversion clamps the constant (onnxruntime.transformers.float16's
+# max_finite_val), and every output comes out 0.66 times what it should be.
+FACTORIES = """
+import torch
+from torch import nn
+
+class Gains(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("gain", torch.tensor(1e5))
+
+    def forward(self, x):
+        return self.fc(x) * self.gain
+
+def gains():
+    torch.manual_seed(0)
+    return Gains(), torch.randn(3, 8)
+
+def ends_itself():
+    import os
+    os._exit(0)
+"""
+
+
+@pytest.fixture
+def user_package(tmp_path, monkeypatch):
+    (tmp_path / "user_models_for_bench.py").write_text(FACTORIES)
+    monkeypatch.chdir(tmp_path)
+    return "user_models_for_bench"
+
+
+def settings(target: str, *engines: str, input_sets: tuple[str, ...] = ()):
+    return bench_settings(
+        None, (), (), engines, "cpu", 1, "all", 0, 2, 0.05, None, module=target,
+        input_sets=input_sets,
+    )  # fmt: skip
+
+
+@pytest.mark.unit
+def test_a_users_model_has_only_its_own_graph_variants():
+    assert parse_engines((), for_module=True) == MODULE_ENGINES
+    assert {"torch", "torch-compile", "torch-int8", "onnxruntime-int8"} <= set(MODULE_ENGINES)
+    with pytest.raises(UsageError, match="'onnxruntime-sdpa' times a graph only tconform's"):
+        parse_engines(("onnxruntime-sdpa",), for_module=True)
+    with pytest.raises(UsageError, match="--shape chooses among tconform's own cases"):
+        bench_settings(None, (), ((1, 4),), (), "cpu", 1, "all", 0, 2, 0.05, None, module="a:b")
+    with pytest.raises(UsageError, match="--input-set names the input sets of a user's model"):
+        bench_settings("tiny", (), (), (), "cpu", 1, "all", 0, 2, 0.05, None, input_sets=("x",))
+    plain = settings("a.b:c", "torch")
+    assert plain.exports == ()  # nothing exported for torch alone
+    assert plain.module.shapes is False  # the example's shape only: no other shape is made
+    assert settings("a.b:c", "torch", input_sets=("batch-1",)).module.shapes is True
+
+
+@pytest.mark.unit
+def test_a_module_on_a_provider_the_run_does_not_time_has_skipped_torch_rows():
+    on_cuda = Workload("m", "model", 1, None, {}, dict, ModuleTarget(dict, ()), input_set="example",
+                       module_ep="cuda")  # fmt: skip
+    engines = ("onnxruntime", "torch", "torch-int8")
+    rows = module_elsewhere(engines, ("cpu",), on_cuda)
+    assert [(r["engine"], r["ep"], r["status"]) for r in rows] == [
+        ("torch", "cuda", "skip"), ("torch-int8", "cuda", "skip"),
+    ]  # fmt: skip
+    assert "the module is on cuda" in rows[0]["reason"] and rows[0]["input_set"] == "example"
+    assert module_elsewhere(engines, ("cpu", "cuda"), on_cuda) == []
+
+
+@pytest.mark.integration
+def test_every_row_is_judged_and_best_passes_over_a_failing_conversion(
+    user_package, tmp_path, monkeypatch
+):
+    # A small ceiling measurement keeps the test fast; its value is not asserted.
+    monkeypatch.setattr(ceiling, "GEMM_SIZE", 128)
+    monkeypatch.setattr(ceiling, "COPY_BYTES", 2**20)
+    monkeypatch.setattr(ceiling, "PROBE_SECONDS", 0.1)
+    target = f"{user_package}:gains"
+    chosen = settings(
+        target, "onnxruntime", "onnxruntime-fp16", "torch", input_sets=("example", "batch-1")
+    )
+    sent: list = []
+    # The child's work, in this process; each message pickled as the pipe to the command does.
+    report = bench_in_child(
+        lambda message: sent.append(pickle.loads(pickle.dumps(message))), chosen
+    )
+
+    rows = {(r["engine"], r["input_set"]): r for r in report["results"]}
+    assert set(rows) == {
+        (e, s) for e in ("onnxruntime", "onnxruntime-fp16", "torch") for s in ("example", "batch-1")
+    }
+    for (engine, input_set), row in rows.items():
+        assert row["status"] == "pass" and row["case"] == target, row
+        assert (row["batch"], row["seq"]) == ((3 if input_set == "example" else 1), None)
+        assert row["tokens_per_s"] is None  # no sequence axis: no tokens to count
+        assert row["gflop"] == pytest.approx(2 * row["batch"] * 8 * 8 / 1e9)
+        judged = row["accuracy"]
+        assert judged["precision"] == row["precision"] and judged["tolerance"] == "model"
+        expected = "fail" if engine == "onnxruntime-fp16" else "pass"
+        assert judged["status"] == expected, (engine, judged)
+    fp16 = rows[("onnxruntime-fp16", "example")]
+    assert fp16["precision"] == "float16" and fp16["details"]["dtype"] == "float16"
+    assert fp16["details"]["sha256"] == report["settings"]["model"]["files"]["float16"]["sha256"]
+    assert rows[("onnxruntime", "batch-1")]["weight_bytes_from"] == "engine"  # batch 1: a floor
+    for best in report["best"]:  # the float16 row never wins, however fast it ran
+        assert best["best_engine"] == "onnxruntime" and best["verified"] is True
+        assert best["best_torch_engine"] == "torch" and "vs_best_torch" in best
+    assert {b["input_set"] for b in report["best"]} == {"example", "batch-1"}
+
+    # The command's process receives the report as it grows, and last as it ends.
+    snapshots = [payload for kind, payload in sent if kind == "report"]
+    assert [len(s["results"]) for s in snapshots] == [0, 1, 2, 3, 4, 5, 6, 6]
+    assert snapshots[-1] == report
+    assert any(kind == "progress" and "float64 copy" in line for kind, line in sent)
+
+    written = BenchReport(data=report)
+    write_json(tmp_path / "b.json", written)
+    write_markdown(tmp_path / "b.md", written)
+    write_plot(tmp_path / "b.png", written)
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["schema"] == "tconform-bench/5" and data["settings"]["module"] == target
+    assert data["settings"]["input_sets"] == ["example", "batch-1"]
+    assert data["settings"]["model"]["reference"] == "float64"
+    assert "preset" not in data["settings"]
+    assert f"model `{target}`" in (tmp_path / "b.md").read_text()
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+    # A report of a model compares with itself: every row, its input set the shape.
+    again = load_report(tmp_path / "b.json")
+    compared = compare_reports(again, again)
+    assert len(compared) == len(rows) and {r["input_set"] for r in compared} == {
+        "example",
+        "batch-1",
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["not a target"], ["expected PACKAGE.MODULE:FACTORY"]),
+        (["{pkg}:gains", "--shape", "1x4"], ["--shape chooses among tconform's own cases"]),
+        (["{pkg}:gains", "--preset", "tiny"], ["--preset chooses among tconform's own"]),
+        (["{pkg}:gains", "--engine", "onnxruntime-fused"], ["only tconform's own cases"]),
+        (["{pkg}:gains", "--generate", "4"], ["--generate is for tconform's own model"]),
+        # the child runs the factory and its float64 copy, then refuses before any export
+        (["{pkg}:gains", "--input-set", "seq-4"], ["has no such input set", "batch-"]),
+        (["{pkg}:ends_itself"], ["the bench's process exited with status 0", "factory"]),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, user_package, tmp_path, args, needles):
+    args = [a.format(pkg=user_package) for a in args]
+    code, out, err = cli("bench", *args, "--json", str(tmp_path / "r.json"))
+    assert code == EXIT_USAGE, out + err
+    assert "Traceback" not in out + err, err
+    last = err.strip().splitlines()[-1]  # after the progress lines of the child, if it ran
+    assert last.startswith("tconform: error: "), err
+    for needle in needles:
+        assert needle in last, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["exit_code"] == EXIT_USAGE and report["results"] == []
+    assert not (tmp_path / "artifacts").exists()  # refused before anything was exported

@@ -1,0 +1,257 @@
+"""Which module localisation names, on hand-built graphs whose verdict is known in advance: a
+module is named only where its isolated run proves it (more than rounding), a value read by
+two modules is never paired with the outputs of a module that has no nodes, a failure at padded
+positions names nothing, zero tolerances work, and a run that observing changes is localised by
+isolation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto
+from torch import nn
+
+from tconform.compare import Tolerance
+from tconform.localise import ModuleTree, capture_calls, localise, render
+from tconform.models import derived_file
+from tconform.runtimes import make_runtime
+from tests.localise.graphs import Chain, save_model, scoped_node
+
+pytestmark = pytest.mark.unit
+
+TOL = Tolerance(1e-5, 1e-5, "test")
+EXACT = Tolerance(0.0, 0.0, "test: exactness")
+
+
+def _localise(net: nn.Module, path, feeds: dict[str, np.ndarray], tol=TOL, **options):
+    reference = net.double().eval()
+    args = {
+        k: torch.from_numpy(v).double() if v.dtype.kind == "f" else torch.from_numpy(v)
+        for k, v in feeds.items()
+    }
+    calls, _ = capture_calls(reference, (), args)
+    return localise(
+        derived_file(path), calls, ModuleTree.of(reference), feeds, make_runtime("onnxruntime"),
+        tol, **options,
+    )  # fmt: skip
+
+
+def _failing(loc) -> list[str]:
+    return [b.label for b in loc.boundaries if b.status == "fail"]
+
+
+# --- a value two modules read: parallel residual ------------------------------------------------
+
+
+class Affine(nn.Module):
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((3,), scale))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight + 1.0
+
+
+class Parallel(nn.Module):
+    """y = n1(e) + n2(e) + e, e = emb(x): both norms read the layer's input, as in GPT-NeoX's
+    parallel residual; n1 and n2 are the same function, which the exporter computes once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = Affine(2.0)
+        self.n1 = Affine(1.0)
+        self.n2 = Affine(1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.emb(x)
+        return self.n1(e) + self.n2(e) + e
+
+
+def _parallel(path, emb_scale=2.0):
+    """Parallel's export after common-subexpression elimination: n2 has no node, and no node
+    reads its weight (deduplicated into n1's)."""
+    nodes = [
+        scoped_node("Mul", ["x", "emb.weight"], ["e0"], ["emb"]),
+        scoped_node("Add", ["e0", "one"], ["e"], ["emb"]),
+        scoped_node("Mul", ["e", "n1.weight"], ["p0"], ["n1"]),
+        scoped_node("Add", ["p0", "one"], ["p"], ["n1"]),
+        scoped_node("Add", ["p", "p"], ["q"], []),
+        scoped_node("Add", ["q", "e"], ["y"], []),
+    ]
+    weights = {
+        "emb.weight": np.full(3, emb_scale, np.float32),
+        "n1.weight": np.ones(3, np.float32),
+        "one": np.array(1.0, np.float32),
+    }
+    return save_model(path, nodes, {"x": (TensorProto.FLOAT, [2, 3])}, {"y": [2, 3]}, weights)
+
+
+def _x() -> np.ndarray:
+    return np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+
+
+def test_a_value_two_modules_read_is_not_paired_with_a_module_without_nodes(tmp_path):
+    loc = _localise(Parallel(), _parallel(tmp_path / "m.onnx"), {"x": _x()})
+    statuses = {b.path: b.status for b in loc.boundaries}
+    # n2's computation was merged into n1's node: nothing carries n2's output on its own, and
+    # emb's output (which n2 reads, beside n1) is not n2's output
+    assert statuses == {"emb": "pass", "n1": "pass", "n2": "unmatched", "": "pass"}
+    assert not _failing(loc) and loc.first is None, render(loc)
+    assert [b.label for b in loc.boundaries if b.fused_from or b.absorbed] == []
+
+
+def test_a_fault_beside_a_merged_module_names_that_module_alone(tmp_path):
+    loc = _localise(Parallel(), _parallel(tmp_path / "m.onnx", emb_scale=2.5), {"x": _x()})
+    assert loc.first is not None and loc.first.label == "emb", loc.verdict
+    assert loc.first.finding == "function" and loc.first.isolated_status == "fail"
+
+
+# --- zero and tight tolerances ------------------------------------------------------------------
+
+
+def _chain(path, three=3.0):
+    nodes = [
+        scoped_node("Mul", ["x", "two"], ["h1"], ["a"]),
+        scoped_node("Add", ["h1", "third"], ["h2"], []),
+        scoped_node("Mul", ["h2", "three"], ["y"], ["b"]),
+    ]
+    consts = {"two": 2.0, "third": 1.0 / 3.0, "three": three}
+    weights = {k: np.array(v, np.float32) for k, v in consts.items()}
+    return save_model(path, nodes, {"x": (TensorProto.FLOAT, [2, 3])}, {"y": [2, 3]}, weights)
+
+
+def test_zero_tolerance_names_no_module_for_rounding(tmp_path):
+    path = _chain(tmp_path / "m.onnx")
+    loc = _localise(Chain(1.0 / 3.0), path, {"x": _x()}, EXACT, repro_dir=tmp_path / "r")
+    assert loc.first is None and loc.verdict.startswith("no module is named"), loc.verdict
+    b = next(b for b in loc.boundaries if b.path == "b")
+    assert b.isolated_status == "fail" and b.finding == "rounding"  # float32 rounds it anyway
+    assert "inf" in render(loc)  # no tolerance to use: an unbounded share
+    assert not (tmp_path / "r").exists()  # no bundle for a module nothing proves
+
+
+def test_zero_tolerance_still_names_a_wrong_weight(tmp_path):
+    path = _chain(tmp_path / "m.onnx", three=3.001)
+    loc = _localise(Chain(1.0 / 3.0), path, {"x": _x()}, EXACT, repro_dir=tmp_path / "r")
+    assert loc.first is not None and loc.first.path == "b", loc.verdict
+    assert loc.first.finding == "function"
+    assert (tmp_path / "r" / "bundle.json").is_file()
+
+
+# --- padding ------------------------------------------------------------------------------------
+
+
+class Masked(Chain):
+    """Chain for a (batch, sequence, feature) x; the mask is for the exporter."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)
+
+
+def _masked(path, real_fault=False):
+    """Masked's graph, whose b computes something else where the mask is 0 (padding) and, with
+    `real_fault`, also at the first real position."""
+    nodes = [
+        scoped_node("Mul", ["x", "two"], ["h1"], ["a"]),
+        scoped_node("Add", ["h1", "third"], ["h2"], []),
+        scoped_node("Mul", ["h2", "three"], ["y0"], ["b"]),
+        scoped_node("Sub", ["mask", "fault"], ["kept"], ["b"]),
+        scoped_node("Cast", ["kept"], ["real"], ["b"], to=TensorProto.BOOL),
+        scoped_node("Unsqueeze", ["real", "last"], ["real3"], ["b"]),
+        scoped_node("Mul", ["y0", "half"], ["y1"], ["b"]),
+        scoped_node("Where", ["real3", "y0", "y1"], ["y"], ["b"]),
+    ]
+    consts = {"two": 2.0, "third": 1.0 / 3.0, "three": 3.0, "half": 0.5}
+    weights = {k: np.array(v, np.float32) for k, v in consts.items()}
+    weights["last"] = np.array([-1], np.int64)
+    weights["fault"] = np.zeros((2, 3), np.int64)
+    weights["fault"][0, 0] = int(real_fault)
+    inputs = {"x": (TensorProto.FLOAT, [2, 3, 4]), "mask": (TensorProto.INT64, [2, 3])}
+    return save_model(path, nodes, inputs, {"y": [2, 3, 4]}, weights)
+
+
+def test_a_failure_only_at_padded_positions_names_no_module(tmp_path):
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 4)
+    feeds = {"x": x, "mask": np.array([[1, 1, 1], [1, 1, 0]], np.int64)}
+    loc = _localise(Masked(1.0 / 3.0), _masked(tmp_path / "m.onnx"), feeds)
+    assert loc.padding_only and loc.real_positions == "mask" and loc.first is None, loc.verdict
+    assert "only where mask is 0" in loc.verdict and "--padding-mask mask" in loc.verdict
+    assert not _failing(loc)  # at the real positions every boundary is within tolerance
+    # wrong at a real position too: not padding, and b is named
+    loc = _localise(Masked(1.0 / 3.0), _masked(tmp_path / "f.onnx", real_fault=True), feeds)
+    assert not loc.padding_only and loc.first is not None and loc.first.path == "b", loc.verdict
+
+
+# --- observing changes the run ------------------------------------------------------------------
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(32)
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + r)
+
+
+class Residual(nn.Module):
+    """head(norm(x + r)): the residual Add in `block`'s own ops, the LayerNorm its submodule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+        self.head = nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(x, r))
+
+
+def _residual(path, net: Residual):
+    """Residual's graph as dynamo writes it. ONNX Runtime fuses the Add and the LayerNorm into
+    one SkipLayerNormalization, unless the Add's output is a graph output."""
+    nodes = [
+        scoped_node("Add", ["x", "r"], ["s"], ["block"]),
+        scoped_node(
+            "LayerNormalization", ["s", "g", "b"], ["n"], ["block", "block.norm"], epsilon=1e-5
+        ),
+        scoped_node("MatMul", ["n", "w"], ["m"], ["head"]),
+        scoped_node("Add", ["m", "bias"], ["y"], ["head"]),
+    ]
+    p = {k: v.detach().numpy().astype(np.float32) for k, v in net.named_parameters()}
+    weights = {
+        "g": p["block.norm.weight"],
+        "b": p["block.norm.bias"],
+        "w": p["head.weight"].T.copy(),
+        "bias": p["head.bias"],
+    }
+    inputs = {"x": (TensorProto.FLOAT, [2, 4, 32]), "r": (TensorProto.FLOAT, [2, 4, 32])}
+    return save_model(path, nodes, inputs, {"y": [2, 4, 8]}, weights)
+
+
+def test_a_fusion_that_observing_breaks_is_localised_by_isolation(tmp_path):
+    """A residual stream with a large common offset, on a grid float32 adds exactly: Add then
+    LayerNormalization is all but exact, while ONNX Runtime's fused SkipLayerNormalization
+    loses about 5e-3 to cancellation. The plain run (fused) fails; the run with the LayerNorm's
+    input as an output (not fused) passes, and its boundaries show nothing wrong. Isolation
+    cuts out `block` (Add and LayerNorm, fused again in the cut) and names it."""
+    torch.manual_seed(0)
+    net = Residual().eval()
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    rng = np.random.default_rng(0)
+    step = 2.0**-8  # 1000 + k * step and their sums are exact in float32
+    x = (1000 + step * rng.integers(-8, 9, (2, 4, 32))).astype(np.float32)
+    r = (step * rng.integers(-8, 9, (2, 4, 32))).astype(np.float32)
+    loc = _localise(net, _residual(tmp_path / "m.onnx", net), {"x": x, "r": r})
+    whole = next(b for b in loc.boundaries if b.path == "")
+    observed = [b for b in loc.boundaries if b.path]
+    # the premise: ONNX Runtime's fusion is what fails, and observing undoes it
+    assert whole.status == "fail" and all(b.status == "pass" for b in observed), render(loc)
+    assert loc.observer is not None and loc.observer.changed
+    assert loc.verdict.startswith("observing changed the run")
+    assert loc.first is not None and loc.first.path == "block", render(loc)
+    assert loc.first.finding == "runtime"  # a plain float32 evaluation of its nodes passes
+    norm = next(b for b in loc.boundaries if b.path == "block.norm")
+    assert norm.isolated_status == "pass"  # the LayerNorm alone computes right

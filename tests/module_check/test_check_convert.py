@@ -1,0 +1,37 @@
+"""A user's model's float16 cell: onnxruntime.transformers.float16's conversion of a model with a
+float input is a valid ONNX graph (the Cast the converter adds for the input comes before the
+nodes that read it), and ONNX Runtime runs it, close to the float32 model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tconform.module_check.convert import convert
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_float16_conversion_of_a_float_input_is_a_valid_graph(tmp_path):
+    weight = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "float_input",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(model, tmp_path / "float32.onnx")
+    convert(tmp_path / "float32.onnx", "float16", tmp_path / "float16.onnx")
+    converted = onnx.load(tmp_path / "float16.onnx")
+    onnx.checker.check_model(converted)  # refuses a graph whose nodes are out of order
+    assert [n.op_type for n in converted.graph.node] == ["Cast", "MatMul", "Cast"]
+    assert converted.graph.initializer[0].data_type == TensorProto.FLOAT16
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    session = ort.InferenceSession(tmp_path / "float16.onnx", providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(y, x @ weight, rtol=1e-2, atol=1e-2)

@@ -1,0 +1,61 @@
+"""The shapes a user's model is checked at (tconform.module_check.shapes): which axes are free,
+and the input sets made from the example's own values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tconform.module_check.inputs import ModuleInputs
+from tconform.module_check.shapes import BATCH, SEQUENCE, batch_axes, infer_axes, variants
+
+pytestmark = pytest.mark.unit
+
+
+def _inputs(**tensors: torch.Tensor) -> ModuleInputs:
+    return ModuleInputs((), tensors, ())
+
+
+def test_batch_and_sequence_are_inferred_from_ids_and_masks():
+    ids = torch.arange(12).reshape(2, 6)
+    mask = torch.ones(2, 6, dtype=torch.long)
+    hidden = torch.zeros(2, 6, 8)
+    axes = infer_axes(_inputs(input_ids=ids, attention_mask=mask, hidden=hidden), {})
+    assert axes == {
+        "input_ids": {0: BATCH, 1: SEQUENCE},
+        "attention_mask": {0: BATCH, 1: SEQUENCE},
+        "hidden": {0: BATCH, 1: SEQUENCE},
+    }
+
+
+def test_an_image_gets_a_batch_axis_and_nothing_else_is_guessed():
+    axes = infer_axes(_inputs(pixel_values=torch.zeros(2, 3, 8, 8)), {})
+    assert axes == {"pixel_values": {0: BATCH}}
+
+
+def test_declared_axes_win_and_inputs_of_other_leading_sizes_stay_fixed():
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    table = torch.zeros(7, 3)  # another leading size: not a batch
+    declared = {"ids": {1: "tokens"}}
+    axes = infer_axes(_inputs(ids=ids, table=table), declared)
+    assert axes["ids"] == {1: "tokens"}  # as declared, nothing added
+    assert "table" not in axes
+
+
+def test_variants_are_made_of_the_example_s_own_values():
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    inputs = _inputs(ids=ids)
+    axes = infer_axes(inputs, {})
+    found = {v.name: v.inputs.named()["ids"] for v in variants(inputs, axes)}
+    assert list(found) == ["batch-1", "batch-4", "seq-2", "seq-8"]
+    assert found["batch-1"].tolist() == [[1, 2, 3, 4]]
+    assert found["batch-4"].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8], [5, 6, 7, 8], [1, 2, 3, 4]]
+    assert found["seq-2"].tolist() == [[1, 2], [5, 6]]
+    assert found["seq-8"].tolist() == [[1, 2, 3, 4, 1, 2, 3, 4], [5, 6, 7, 8, 5, 6, 7, 8]]
+    assert batch_axes(inputs, axes) == {"ids": 0}
+
+
+def test_a_batch_of_one_has_no_smaller_batch():
+    inputs = _inputs(x=torch.zeros(1, 3))
+    names = [v.name for v in variants(inputs, infer_axes(inputs, {}))]
+    assert names == ["batch-2"]

@@ -1,0 +1,61 @@
+"""Batch consistency in the execution layer: a batch run whole and row by row, each row judged
+against its run alone; and a shape the model fixed, a skip naming the dimension."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tconform.compare import Tolerance, judge_outputs
+from tconform.execution import BatchRows, Subject, execute
+from tconform.golden import InputSet
+from tconform.models import given_file
+from tconform.results import Result
+from tconform.runtimes.onnxruntime import OrtRuntime
+
+pytestmark = pytest.mark.unit
+
+JUDGE = judge_outputs(lambda precision, output: Tolerance(1e-6, 1e-6, "test"))
+
+
+def _model(tmp_path, nodes, batch="batch", name="model.onnx") -> Subject:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    onnx.save(model, tmp_path / name)
+    return Subject(given_file(tmp_path / name))
+
+
+def _run(subject, sets):
+    return execute(OrtRuntime(), subject, sets, JUDGE, Result.about("m", "m"))
+
+
+def test_rows_that_do_not_depend_on_each_other_are_consistent(tmp_path):
+    subject = _model(tmp_path, [helper.make_node("Relu", ["x"], ["y"])])
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    (result,) = _run(subject, [BatchRows("batch-consistency", {"x": x}, {"x": 0}, 4)])
+    assert result.status == "pass" and result.outputs[0].compared == 12
+
+
+def test_a_model_that_mixes_the_rows_of_a_batch_fails_it(tmp_path):
+    # y = x - mean over the batch: row i alone is zero, in a batch it is not
+    nodes = [
+        helper.make_node("Constant", [], ["axes"], value_ints=[0]),
+        helper.make_node("ReduceMean", ["x", "axes"], ["m"], keepdims=1),
+        helper.make_node("Sub", ["x", "m"], ["y"]),
+    ]
+    subject = _model(tmp_path, nodes)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    (result,) = _run(subject, [BatchRows("batch-consistency", {"x": x}, {"x": 0}, 4)])
+    assert result.status == "fail" and result.input_set == "batch-consistency"
+
+
+def test_a_dimension_the_model_fixed_is_a_skip_naming_it(tmp_path):
+    subject = _model(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], batch=2)
+    x = np.zeros((3, 3), dtype=np.float32)
+    (result,) = _run(subject, [InputSet("batch-3", {"x": x}, {"y": x})])
+    assert result.status == "skip"
+    assert "fixes input 'x' axis 0 at 2" in result.message and "--dynamic x=0" in result.message

@@ -1,0 +1,108 @@
+"""The precision row a model earns: only what reaches its outputs counts (issue 28, item 4)."""
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tconform.provenance import compute_type, live_part, quantized_share
+
+pytestmark = pytest.mark.unit
+
+F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
+
+
+def _model(nodes, initializers, inputs=("x",), outputs=("y",), elem=F32):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, elem, [4]) for n in inputs],
+        [helper.make_tensor_value_info(n, elem, [4]) for n in outputs],
+        initializer=initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _int8(name, shape):
+    return numpy_helper.from_array(np.ones(shape, np.int8), name)
+
+
+def test_dead_nodes_and_their_weights_are_not_live_and_a_branchs_outer_reads_are():
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "w_then"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", F32, [4])],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", F32, [4])],
+    )
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Cast", ["s"], ["c"], to=TensorProto.BOOL),
+        helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("DequantizeLinear", ["dead_q", "dead_scale"], ["nowhere"]),
+    ]
+    weights = [
+        numpy_helper.from_array(np.ones(4, np.float32), "w_then"),
+        _int8("dead_q", (100, 10)),
+        numpy_helper.from_array(np.array(0.1, np.float32), "dead_scale"),
+    ]
+    model = _model(nodes, weights)
+    live = live_part(model.graph)
+    assert sorted(n.op_type for n in live.nodes) == ["Add", "Cast", "Identity", "If", "ReduceSum"]
+    assert [t.name for t in live.initializers] == ["w_then"]
+    assert quantized_share(model) == 0.0
+    model.graph.output.append(helper.make_tensor_value_info("nowhere", F32, [100, 10]))
+    assert quantized_share(model) == 1.0  # the same weight, once it reaches an output
+
+
+def _dequantized_matmuls(int8_elements: int, float_elements: int):
+    """y = x @ dequantize(q) + x @ w (each reaching the output), weights of the given sizes."""
+    rows = 4
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "scale"], ["wq"]),
+        helper.make_node("MatMul", ["x", "wq"], ["a"]),
+        helper.make_node("MatMul", ["x", "w"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["y"]),
+    ]
+    weights = [
+        numpy_helper.from_array(np.ones((rows, int8_elements // rows), np.int8), "q"),
+        numpy_helper.from_array(np.array(0.1, np.float32), "scale"),
+        numpy_helper.from_array(np.ones((rows, float_elements // rows), np.float32), "w"),
+    ]
+    return _model(nodes, weights)
+
+
+def test_int8_weights_earn_the_int8_row_only_where_they_are_nearly_all_that_computes():
+    assert compute_type(_dequantized_matmuls(4000, 4)) == ("int8", "")
+    mixed = _dequantized_matmuls(2000, 2000)
+    assert quantized_share(mixed) == pytest.approx(0.5)
+    precision, why = compute_type(mixed)
+    assert precision == "float32"
+    assert "int8 50% of its weights" in why and "stricter float32 row" in why
+
+
+def test_float16_and_float32_compute_mixed_take_the_stricter_row():
+    def chain(count, start):
+        names = [start, *(f"{start}{k}" for k in range(count))]
+        return [helper.make_node("Relu", [a], [b]) for a, b in pairwise(names)], names[-1]
+
+    half, end16 = chain(6, "h")
+    full, end32 = chain(6, "f")
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], to=F16),
+        *half,
+        helper.make_node("Cast", [end16], ["f"], to=F32),
+        *full,
+        helper.make_node("Identity", [end32], ["y"]),
+    ]
+    precision, why = compute_type(_model(nodes, []))
+    assert precision == "float32" and "float16" in why and "stricter float32 row" in why
+    only_half = [helper.make_node("Cast", ["x"], ["h"], to=F16), *half]
+    only_half.append(helper.make_node("Cast", [end16], ["y"], to=F32))
+    assert compute_type(_model(only_half, [])) == ("float16", "")
