@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from onnx import TensorProto, helper
 
+import tconform
 from tconform.execution import Subject, execute
 from tconform.models import given_file
 from tconform.results import Result
@@ -128,6 +130,26 @@ def test_a_worker_session_is_the_runtime_itself(tmp_path):
     finally:
         session.close()
         stop_workers()
+
+
+def test_two_builds_localised_on_one_model_say_where_they_part(tmp_path):
+    """The installed ONNX Runtime in a worker beside itself in tconform's process, both
+    localised on one model (tconform.check): the pipeline compares their localisations, and
+    one build computes every module call alike."""
+    python = interpreter(tmp_path / "plain")
+    module = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.LayerNorm(8))
+    try:
+        report = tconform.check(
+            module, torch.ones(2, 4), runtimes=(f"onnxruntime@{python}", "onnxruntime"),
+            localise=True, isolate="none", shapes=False, out_dir=tmp_path / "export",
+        )  # fmt: skip
+    finally:
+        stop_workers()
+    assert report.exit_code == 0
+    (parting,) = report.partings
+    assert parting.module is None and parting.compared >= 3
+    assert report.details["version_partings"] == [parting.to_dict()]
+    assert f"versions: {parting.verdict}" in report.render()
 
 
 def test_a_crashing_runtime_is_a_verdict_and_the_run_goes_on(cli, workspace, tmp_path):
