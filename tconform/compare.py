@@ -162,9 +162,10 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
 # were measured has its own row where they outgrow the tiny one: on the whole model at the base
 # preset (d_model 512, six layers a side) the clean runtimes reach 1.7e-5 (OpenVINO f32, every
 # executed node float32, 8x128), beyond the tiny row's 1e-5 (docs/versions.md, "OpenVINO
-# float32 at the base preset"). The row keeps about the headroom the tiny rows keep: ~6x.
+# float32 at the base preset"). The row keeps about the headroom the tiny rows keep: ~6x; its
+# atol is scaled to an output's RMS as the tiny rows' are.
 PRESET_TOLERANCES: dict[tuple[str, str, str], Tolerance] = {
-    ("base", "float32", "model"): Tolerance(
+    ("base", "float32", "model"): _row(
         1e-4, 1e-4, "float32 over the base model's 512-wide reductions and twelve layers"
     ),
 }
