@@ -53,6 +53,7 @@ def check(
     graph_opt: str = "all",
     name: str | None = None,
     command: str = "",
+    crash_folder: str | Path | None = None,
     progress: Progress = lambda _: None,
 ) -> RunReport:
     """Check `module` called with `example_inputs` (a tensor, a tuple of tensors, or a dict of
@@ -60,8 +61,10 @@ def check(
     check` does (docs/check.md).
 
     eps: providers ("cpu", "cuda", a spec such as "cpu,cuda" or "all"). runtimes: names in
-    tconform.runtimes.RUNTIMES; the ONNX ones run the exported (or given) model, the module
-    ones (torch) the module itself. exporter/opset/dtype: the export's one cell; matrix: an
+    tconform.runtimes.RUNTIMES, or specs naming a release or an interpreter of one
+    ("onnxruntime==1.20.1", "openvino@/usr/bin/python3.11": tconform.runtimes.specs), each such
+    run in a worker process; the ONNX ones run the exported (or given) model, the module ones
+    (torch) the module itself. exporter/opset/dtype: the export's one cell; matrix: an
     Axes whose every cell is checked instead. dynamic: axes kept free, {input: {axis: name}} or
     ["NAME=AXES", ...] as on the command line (the others inferred); shapes: also check at batch
     1, a larger batch, a shorter and a longer sequence, with batch consistency. atol/rtol:
@@ -71,8 +74,10 @@ def check(
     localise: True on every ONNX runtime, None (default) where an output fails, False never;
     isolate: "first", "all" or "none"; repro: a folder for the first divergence's bundle.
     padding_mask: an input holding a (batch, sequence) mask, 1 for a real token: outputs led by
-    its shape are compared at the real positions only. Returns the run's report (`exit_code`,
-    `results`, `localisations`)."""
+    its shape are compared at the real positions only. crash_folder: where a runtime in a
+    worker process that crashes writes its repro bundle, a new folder named after it each time
+    (None: nowhere). Returns the run's report (`exit_code`, `results`, `localisations`, and
+    `partings`: where two localised versions of a runtime part)."""
     declared = dict(dynamic) if isinstance(dynamic, Mapping) else {}
     given = tuple(dynamic) if dynamic is not None and not isinstance(dynamic, Mapping) else ()
     spec = eps if isinstance(eps, str) else ",".join(eps)
@@ -92,6 +97,7 @@ def check(
             bf16=bf16,
             threads=threads,
             graph_opt=graph_opt,
+            crash_folder=Path(crash_folder) if crash_folder is not None else None,
         ),
         allow_missing_ep=allow_missing_ep,
         strict_placement=strict_placement,

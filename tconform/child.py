@@ -34,28 +34,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from tconform.errors import EXIT_USAGE, TconformError, Terminated, UsageError, first_line
+from tconform.errors import (
+    EXIT_USAGE,
+    TconformError,
+    Terminated,
+    UsageError,
+    first_line,
+    how_it_ended,
+)
 from tconform.spawning import children_import_this_tconform, forget_entry_script
 
 GRACE_SECONDS = 5.0  # for a terminated child to unwind before it is killed
 POLL_SECONDS = 0.2
-
-_SIGNALS = {getattr(signal, name): name for name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE",
-            "SIGABRT", "SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGPIPE")}  # fmt: skip
-
-
-def how_it_ended(exitcode: int | None) -> str:
-    """A child's end, in words: its exit status, or the signal that killed it."""
-    if exitcode is None:
-        return "did not end"
-    if exitcode >= 0:
-        return f"exited with status {exitcode}"
-    name = _SIGNALS.get(-exitcode, f"signal {-exitcode}")
-    if -exitcode == signal.SIGKILL:
-        return f"was killed ({name}: the kernel's out-of-memory killer, or kill -9)"
-    if -exitcode in (signal.SIGSEGV, signal.SIGBUS):
-        return f"crashed ({name}: a segmentation fault in native code)"
-    return f"was killed by {name}"
 
 
 def run_in_child(

@@ -157,7 +157,26 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
 }
 
 
-def tolerance_for(precision: str, tolerance_class: str) -> Tolerance:
+# The rows above were measured on the tiny preset (d_model 16, two layers a side). float32
+# rounding grows with the length of each reduction and with depth, so a preset whose own errors
+# were measured has its own row where they outgrow the tiny one: on the whole model at the base
+# preset (d_model 512, six layers a side) the clean runtimes reach 1.7e-5 (OpenVINO f32, every
+# executed node float32, 8x128), beyond the tiny row's 1e-5 (docs/versions.md, "OpenVINO
+# float32 at the base preset"). The row keeps about the headroom the tiny rows keep: ~6x; its
+# atol is scaled to an output's RMS as the tiny rows' are.
+PRESET_TOLERANCES: dict[tuple[str, str, str], Tolerance] = {
+    ("base", "float32", "model"): _row(
+        1e-4, 1e-4, "float32 over the base model's 512-wide reductions and twelve layers"
+    ),
+}
+
+
+def tolerance_for(precision: str, tolerance_class: str, preset: str | None = None) -> Tolerance:
+    """The row of `precision` and `tolerance_class`: the preset's own where one was measured
+    for it (PRESET_TOLERANCES), else the rows measured on the tiny preset."""
+    measured = PRESET_TOLERANCES.get((str(preset), precision, tolerance_class))
+    if measured is not None:
+        return measured
     if (precision, tolerance_class) not in TOLERANCES:
         raise UsageError(
             f"no {precision} tolerance row in tconform.compare.TOLERANCES: results computed in "

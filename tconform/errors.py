@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,13 @@ class KernelMissing(TconformError):
         self.dtype = dtype
 
 
+class WorkerCrashed(Exception):
+    """A runtime's worker process (tconform.runtimes.remote) crashed, hung past its timeout or
+    was killed while it ran or opened a model. The runtime's failure, not the user's: a result
+    of its own kind (Status.CRASH, a conformance failure, exit 1) naming how it ended; never a
+    TconformError, so no command takes it for a usage error."""
+
+
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread (like KeyboardInterrupt for SIGINT) so that every
     `finally` runs: workers are stopped and nothing is left half-written."""
@@ -93,6 +101,27 @@ def calling_user_code(what: str) -> Iterator[None]:
         raise UsageError(f"{what}: {first_line(exc)}") from None
     except BaseException as exc:  # SystemExit, GeneratorExit: the code ended itself
         raise EndedByUserCode(f"{what}: {first_line(exc)}") from None
+
+
+_SIGNALS = {getattr(signal, name): name for name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE",
+            "SIGABRT", "SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGPIPE")}  # fmt: skip
+
+
+def how_it_ended(exitcode: int | None) -> str:
+    """A child process's end, in words: its exit status, or the signal that killed it (a
+    check's child, tconform.child; a runtime's worker, tconform.runtimes.remote)."""
+    if exitcode is None:
+        return "did not end"
+    if exitcode >= 0:
+        return f"exited with status {exitcode}"
+    name = _SIGNALS.get(-exitcode, f"signal {-exitcode}")
+    if -exitcode == signal.SIGKILL:
+        return f"was killed ({name}: the kernel's out-of-memory killer, or kill -9)"
+    if -exitcode in (signal.SIGSEGV, signal.SIGBUS):
+        return f"crashed ({name}: a segmentation fault in native code)"
+    if -exitcode == signal.SIGABRT:
+        return f"crashed ({name}: native code called abort)"
+    return f"was killed by {name}"
 
 
 # Control characters and what str.splitlines() breaks at (a file or case name can hold them).

@@ -40,6 +40,7 @@ from tconform.errors import (
     TconformError,
     Terminated,
     UsageError,
+    WorkerCrashed,
     first_line,
 )
 from tconform.fp16 import float16_notes
@@ -257,6 +258,8 @@ def open_subject(runtime: Runtime, subject: Subject) -> Iterator[Opened]:
         raise NotRun(Status.UNAVAILABLE, str(exc)) from None
     except KernelMissing as exc:  # a fact about the runtime, reported, not a failure
         raise NotRun(Status.SKIP, str(exc)) from None
+    except WorkerCrashed as exc:  # the runtime's process died opening it: its verdict
+        raise NotRun(Status.CRASH, crash_message(runtime, subject, None, exc)) from None
     except TconformError:
         raise
     except Exception as exc:  # the runtime broke on a model it accepted: its failure
@@ -268,6 +271,24 @@ def open_subject(runtime: Runtime, subject: Subject) -> Iterator[Opened]:
         yield Opened(runtime, subject, session)
     finally:
         session.close()
+
+
+def crash_message(
+    runtime: Runtime, subject: Subject, feeds: Mapping[str, np.ndarray] | None, exc: WorkerCrashed
+) -> str:
+    """A crash's one line, naming its repro bundle (the model and `feeds`) where the runtime
+    writes one (a runtime in a worker, with a folder beside the command's reports)."""
+    message = str(exc)
+    write = getattr(runtime, "write_crash_bundle", None)
+    model = subject.onnx
+    if write is None or model is None:
+        return message
+    about = {"model": str(model.path), "sha256": model.provenance.sha256}
+    try:
+        folder = write(message, model.path, about, model.provenance.external_data, feeds)
+    except OSError as error:
+        return f"{message} (its repro bundle could not be written: {error})"
+    return f"{message}; repro bundle: {folder}" if folder else message
 
 
 def not_run(row: Result, runtime: Runtime, subject: Subject, why: NotRun) -> Result:
@@ -403,6 +424,9 @@ def run_judged(opened: Opened, input_set: InputSet, judge: Judge, row: Result) -
         result.status, result.message = str(Status.SKIP), str(exc)
     except (KeyboardInterrupt, Terminated, OutputsMismatch):
         raise
+    except WorkerCrashed as exc:  # the runtime's process died on valid input: its verdict
+        result.status = str(Status.CRASH)
+        result.message = crash_message(opened.runtime, opened.subject, feeds, exc)
     except BaseException as exc:  # a runtime (or a user's forward) failing on valid input
         result.status, result.message = str(Status.ERROR), first_line(exc)
     else:
@@ -420,12 +444,22 @@ def execute(
     strict_placement: bool = False,
 ) -> list[Result]:
     """One result per input set of `subject` on `runtime`, judged by `judge`. `row` holds what
-    the caller knows of every result (case, component, cell, reference, notes)."""
-    try:
-        with open_subject(runtime, subject) as opened:
-            results = [run_judged(opened, s, judge, row) for s in input_sets]
-    except NotRun as why:
-        return [not_run(replace(row, input_set=s.name), runtime, subject, why) for s in input_sets]
+    the caller knows of every result (case, component, cell, reference, notes). After a crash
+    the subject is opened again (a new worker) for the input sets still to run."""
+    results: list[Result] = []
+    remaining = list(input_sets)
+    while remaining:
+        try:
+            with open_subject(runtime, subject) as opened:
+                while remaining:
+                    results.append(run_judged(opened, remaining.pop(0), judge, row))
+                    if results[-1].status == Status.CRASH:
+                        break
+        except NotRun as why:
+            results += [
+                not_run(replace(row, input_set=s.name), runtime, subject, why) for s in remaining
+            ]
+            break
     if strict_placement:
         for result in results:
             if result.fallback_ops and result.status == Status.PASS:

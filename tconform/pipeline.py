@@ -4,9 +4,11 @@
 Top to bottom: the plan (tconform.plan: lanes and work units, from the request and the suite),
 the units this machine runs (a shard, or those named), the models the lanes run (the suite
 exports, holds or is given them), then case by case the input sets and each lane's results
-(tconform.execution: open, feed, run, judge, stamp), localised where asked, all landing in one
-RunReport as they come; last, the suite's own units (the documents' checks). Every result records
-the providers the session really used and the exact model that ran (path, sha256, origin).
+(tconform.execution: open, feed, run, judge, stamp), localised where asked (and where two
+versions of a runtime were localised on one model, where they part: tconform.localise.versions),
+all landing in one RunReport as they come; last, the suite's own units (the documents'
+checks). Every result records the providers the session really used and the exact model that
+ran (path, sha256, origin).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError, UsageError
 from tconform.execution import Subject, execute
 from tconform.localise import Localisation
+from tconform.localise.versions import add_version_runs, version_partings
 from tconform.plan import Lane, Plan, Progress, Suite, plan, request_runtimes, select_units
 from tconform.report import RunReport
 from tconform.request import Request
@@ -49,6 +52,7 @@ def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -
     models = suite.models(lanes, mine_ids, progress)
     report.settings = {**suite.settings(), **_settings(request, planned, lanes, mine)}
     localisations: list[Localisation] = []
+    located: list[tuple[str, tuple, Localisation]] = []  # (spec, place, localisation)
     cases = list(dict.fromkeys(lane.case for lane in lanes))
     for n, case in enumerate(cases, 1):
         progress(f"[{n}/{len(cases)}] {case.name}")
@@ -63,11 +67,19 @@ def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -
             results = lane_results(lane, models, module, lane_sets, suite, request)
             if _localises(request, lane):
                 model = models[lane.model_key]
-                localisations += suite.localise(lane.runtime, model, results, sets)
+                found = suite.localise(lane.runtime, model, results, sets)
+                localisations += found
+                place = (lane.runtime.ep, case.name, lane.cell)
+                located += [(lane.runtime.name, place, loc) for loc in found]
             report.results += results
     if localisations:
         report.details["localisation"] = [found.to_dict() for found in localisations]
         report.localisations = localisations
+    report.partings = version_partings(located)
+    if report.partings:  # where versions of a runtime part; a bundle runs on each of them
+        report.details["version_partings"] = [p.to_dict() for p in report.partings]
+        compared = [lane.runtime for lane in lanes if _localises(request, lane)]
+        add_version_runs(localisations, compared)
     report.results += suite.extra_results(progress)
     if request.allow_missing_ep:
         report.results = allow_missing(report.results)

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from dataclasses import fields as dataclass_fields
 from typing import TYPE_CHECKING, Protocol
 
 from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError, UsageError
 from tconform.request import Axes, Request
 from tconform.results import Result
-from tconform.runtimes import ModuleTarget, Runtime, label, make_runtimes
+from tconform.runtimes import ModuleTarget, Runtime, label, make_runtimes, takes_option
 from tconform.units import (
     GIVEN,
     MODULE,
@@ -202,7 +201,7 @@ def _cell_lanes(case: SuiteCase, cell: Cell, runtimes, not_applicable) -> list[L
         if runtime.consumes != "onnx":
             continue
         why = reason
-        levels = "graph_opt" in {f.name for f in dataclass_fields(runtime)}
+        levels = takes_option(runtime, "graph_opt")
         if not why and not levels and cell.graph_opt != default_level:
             why = f"{label(runtime)} has no graph-optimisation levels (it runs at {default_level})"
         lanes.append(Lane(case, cell.key, runtime, cell, why))

@@ -229,7 +229,7 @@ class UnitItem(pytest.Item):
         results = [r for r in report.results if result_unit(r) == self.unit]
         if not results:
             raise UnitFailed("nothing was checked")  # never a pass
-        failed = [r for r in results if r.status in ("fail", "error")]
+        failed = [r for r in results if r.status in ("fail", "error", "crash")]
         if failed:
             raise UnitFailed("; ".join(f"{r.case} [{r.status}]: {r.message}" for r in failed))
         not_run = [r for r in results if r.status != "pass"]

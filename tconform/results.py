@@ -26,6 +26,9 @@ class Status(str, Enum):
     PASS = "pass"  # ran and agreed with the expected outputs within tolerance
     FAIL = "fail"  # ran and disagreed (a conformance failure)
     ERROR = "error"  # the runtime raised on valid input (a conformance failure)
+    # the runtime's worker process crashed, hung or was killed (a conformance failure; the
+    # message names the signal: tconform.runtimes.remote)
+    CRASH = "crash"
     UNAVAILABLE = "unavailable"  # a requested provider could not run (environment)
     SKIP = "skip"  # not run, with the reason (--allow-missing-ep, a missing fp16 kernel)
     TIE = "tie"  # generation: tokens split where the oracle's margin is within tolerance
@@ -34,7 +37,7 @@ class Status(str, Enum):
         return self.value
 
 
-FAILING = frozenset({Status.FAIL, Status.ERROR})
+FAILING = frozenset({Status.FAIL, Status.ERROR, Status.CRASH})
 CHECKED = frozenset({Status.PASS, Status.TIE})  # ran and was judged
 
 

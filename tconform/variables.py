@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from tconform.errors import UsageError
 
@@ -28,10 +29,25 @@ def _seconds(text: str) -> float:
     return float(text)
 
 
+def _positive_seconds(text: str) -> float:
+    if not _SECONDS.fullmatch(text) or float(text) <= 0:
+        raise ValueError("a number of seconds > 0 in ASCII digits (e.g. 600 or 0.5)")
+    return float(text)
+
+
+def _folder(text: str) -> Path:
+    if not text.strip() or "\0" in text:
+        raise ValueError("a folder's path")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise ValueError("a folder; it names something else")
+    return path.absolute()
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str
-    default: str
+    default: str | None  # None: unset means the reader's own default
     parse: Callable[[str], object]  # raises ValueError saying what a value must be
     help: str
 
@@ -46,16 +62,32 @@ VARIABLES = {
             "seconds a run waits for another run holding a folder's lock before it gives up "
             "(exit 2)",
         ),
+        Variable(
+            "TCONFORM_WORKER_TIMEOUT",
+            "600",
+            _positive_seconds,
+            "seconds a runtime's worker process may take to answer one request before it is "
+            "killed, its row a crash (tconform.runtimes.remote)",
+        ),
+        Variable(
+            "TCONFORM_RUNTIME_CACHE",
+            None,
+            _folder,
+            "the folder environments made for runtime releases are kept in "
+            "[$XDG_CACHE_HOME/tconform/runtimes, else ~/.cache/tconform/runtimes] "
+            "(tconform.runtimes.environments)",
+        ),
     )
 }
 
 
 def value(name: str) -> object:
-    """The variable's value (its default when it is unset), or a UsageError naming it."""
+    """The variable's value (its default when it is unset; None where it has none), or a
+    UsageError naming it."""
     variable = VARIABLES[name]
     text = os.environ.get(name)
     if text is None:
-        return variable.parse(variable.default)
+        return None if variable.default is None else variable.parse(variable.default)
     try:
         return variable.parse(text)
     except ValueError as exc:

@@ -19,13 +19,15 @@ def judge_outputs(
     golden: Mapping[str, np.ndarray],
     precision: str,
     tolerance_class: str,
+    preset: str | None = None,
 ) -> dict[str, object]:
     """The accuracy block of a row: every golden output compared under the row
-    (`precision`, `tolerance_class`) of tconform.compare.TOLERANCES; the worst error and the
-    lowest SQNR over the outputs, and each output's own."""
+    (`precision`, `tolerance_class`) of tconform.compare.TOLERANCES (the `preset`'s own where it
+    has one: PRESET_TOLERANCES); the worst error and the lowest SQNR over the outputs, and each
+    output's own."""
     judged: dict[str, object] = {"precision": precision, "tolerance": tolerance_class}
     try:
-        tol = tolerance_for(precision, tolerance_class)
+        tol = tolerance_for(precision, tolerance_class, preset)
     except UsageError as exc:
         return {**judged, "status": Status.SKIP.value, "reason": str(exc)}
     comparisons = [

@@ -22,11 +22,13 @@ from tconform.bench.fusions import fused_model, fused_op_counts
 from tconform.bench.weights import module_weight_bytes, onnx_weight_bytes
 from tconform.bench.workload import Workload
 from tconform.config import ModelConfig
-from tconform.errors import UsageError
-from tconform.execution import NotRun, Opened, Subject, open_subject
+from tconform.errors import UsageError, WorkerCrashed
+from tconform.execution import NotRun, Opened, Subject, crash_message, open_subject
 from tconform.models import ModelUnderTest, derived_file
 from tconform.module_check.convert import DTYPES
+from tconform.results import Status
 from tconform.runtimes import RUNTIMES, Runtime, TimedCall, runtime_class
+from tconform.runtimes.specs import base_name, parse_spec, spec_suffix
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,18 @@ MODULE_ENGINES = (
 
 def parse_engines(names: tuple[str, ...] | list[str], for_module: bool = False) -> tuple[str, ...]:
     """The requested engines in canonical order (the default engines when none is named);
-    `for_module`: of a user's model, which lacks tconform's own graph variants."""
+    `for_module`: of a user's model, which lacks tconform's own graph variants. An engine may
+    name a release or an interpreter of its runtime as a runtime spec does
+    (onnxruntime==1.20.1, onnxruntime-sdpa==1.20.1, openvino@/opt/py/bin/python): it runs in a
+    worker (tconform.runtimes.remote), after the engine it is a version of."""
     known = engine_names(for_module)
-    unknown = [n for n in names if n not in known]
+    given = []
+    for name in names:
+        try:
+            given.append(parse_spec(name))
+        except ValueError as exc:
+            raise UsageError(f"engine {exc}") from None
+    unknown = [spec.name for spec in given if spec.name not in known]
     if unknown and for_module and unknown[0] in engine_names():
         raise UsageError(
             f"engine {unknown[0]!r} times a graph only tconform's own cases have; a user's "
@@ -131,7 +142,22 @@ def parse_engines(names: tuple[str, ...] | list[str], for_module: bool = False) 
         raise UsageError(f"unknown engine {unknown[0]!r}; choose from {', '.join(known)}")
     if not names:
         return MODULE_ENGINES if for_module else DEFAULT_ENGINES
-    return tuple(e for e in known if e in names)
+    texts = dict.fromkeys(spec.text for spec in given)
+    return tuple(e for base in known for e in texts if base_name(e) == base)
+
+
+def engine_variant(engine: str) -> GraphVariant | None:
+    """The graph variant an engine (or a release of it) times, None for a runtime's own engine;
+    the baseline's for its IO-binding row."""
+    base = base_name(engine)
+    return GRAPH_VARIANTS.get(BASELINE if base == IO_BINDING else base)
+
+
+def engine_runtime(engine: str) -> str:
+    """The runtime (a name or spec) an engine runs on: its graph variant's, else its own
+    (onnxruntime-sdpa==1.20.1 -> onnxruntime==1.20.1)."""
+    variant = engine_variant(engine)
+    return (variant.runtime if variant else base_name(engine)) + spec_suffix(engine)
 
 
 Opener = Callable[[], TimedCall]
@@ -145,12 +171,11 @@ def expected_precision(engine: str, ep: str, runtime_for: RuntimeFor) -> str:
     against): a graph variant's quantised dtype or the precision it asks its runtime for,
     else what its runtime computes in (torch-int8: int8, torch-bf16: bfloat16). What it really
     ran in is read back when it opens."""
-    variant = GRAPH_VARIANTS.get(engine)
-    if variant is None:
-        return runtime_for(engine, ep).precision
-    if variant.dtype != "float32":
+    variant = engine_variant(engine)
+    if variant is not None and variant.dtype != "float32":
         return variant.dtype
-    return variant.precision or runtime_for(variant.runtime, ep).precision
+    precision = variant.precision if variant is not None else None
+    return precision or runtime_for(engine_runtime(engine), ep).precision
 
 
 def engine_rows(
@@ -162,19 +187,19 @@ def engine_rows(
     """(engine, provider) of every row, in report order: each of `engines` on each of `eps`
     its runtime runs on (a module runtime only on `module_ep`, where given: a user's module
     runs where the user put it), the baseline with IO binding after it on a provider with
-    device memory."""
+    device memory (each release of it with its own)."""
     rows = []
     for ep in eps:
         for engine in engines:
-            variant = GRAPH_VARIANTS.get(engine)
-            runtime = variant.runtime if variant else engine
+            runtime = engine_runtime(engine)
             if ep not in runtime_class(runtime).eps:
                 continue
             if _runs_module(runtime) and module_ep not in (None, ep):
                 continue
             rows.append((engine, ep))
-            if engine == BASELINE and getattr(runtime_for(engine, ep), "device_memory", False):
-                rows.append((IO_BINDING, ep))
+            baseline = base_name(engine) == BASELINE
+            if baseline and getattr(runtime_for(runtime, ep), "device_memory", False):
+                rows.append((IO_BINDING + spec_suffix(engine), ep))
     return rows
 
 
@@ -192,8 +217,8 @@ def engine_openers(
     variant on the workload's model of its export, a module runtime on its module."""
     openers: list[tuple[str, str, Opener]] = []
     for engine, ep in engine_rows(engines, eps, runtime_for, workload.module_ep):
-        variant = GRAPH_VARIANTS.get(BASELINE if engine == IO_BINDING else engine)
-        name = variant.runtime if variant else engine
+        variant = engine_variant(engine)
+        name = engine_runtime(engine)
         if variant is not None:
             options = dict(variant.options)
         else:  # a module runtime takes the module's own dtype and device
@@ -207,7 +232,7 @@ def engine_openers(
         else:
             opener = partial(
                 open_engine, runtime, subject, workload.feeds, details,
-                io_binding=engine == IO_BINDING,
+                io_binding=base_name(engine) == IO_BINDING,
                 precision=variant.precision if variant else None,
             )  # fmt: skip
         openers.append((engine, ep, opener))
@@ -223,6 +248,8 @@ class EngineCall(TimedCall):
     precision: str = "float32"
     outputs: Callable[[], dict[str, np.ndarray]] = dict
     weight_bytes: Callable[[int], int] | None = None
+    # A crash of its worker while timing, as one line naming its repro bundle
+    crashed: Callable[[WorkerCrashed], str] = str
 
 
 def open_engine(
@@ -248,6 +275,8 @@ def open_engine(
         call = opened.timed_call(feeds, io_binding)
     except NotRun as why:
         stack.close()
+        if why.status == Status.CRASH:  # its worker died opening it: a crash, not a skip
+            raise WorkerCrashed(str(why)) from None
         raise RuntimeError(str(why)) from None
     except BaseException:
         stack.close()
@@ -255,6 +284,9 @@ def open_engine(
     if opened.onnx_file:  # the exact bytes the row ran
         call.details["model"] = str(subject.onnx.path)
         call.details["sha256"] = subject.onnx.provenance.sha256
+    versions = getattr(runtime, "versions", None)  # a runtime in a worker: its exact packages
+    if versions is not None:
+        call.details["versions"] = versions()
     call.details.update(details or {})
     stack.callback(call.close)
     return EngineCall(
@@ -262,9 +294,12 @@ def open_engine(
         stack.close,
         call.device_memory_mb,
         call.details,
+        times=call.times,
+        memory=call.memory,
         precision=opened.precision,
         outputs=lambda: dict(zip(opened.outputs, opened.run(feeds), strict=True)),
         weight_bytes=weight_counter(opened),
+        crashed=lambda exc: crash_message(runtime, subject, opened.feeds(feeds), exc),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from functools import partial
 
 from tconform.bench.accuracy import judge_outputs
 from tconform.bench.ceiling import memory_floor_ms, share_of_ceiling
@@ -19,6 +20,7 @@ from tconform.bench.timing import (
     timed_runs,
 )
 from tconform.bench.workload import Workload
+from tconform.errors import WorkerCrashed
 from tconform.results import Status
 from tconform.runtimes import TimedCall
 
@@ -31,7 +33,8 @@ def measure(
     ceiling: dict,
     timing: dict,
 ) -> dict:
-    """The row of `engine` on `ep` on `workload`: `pass` with its figures, or `skip` with the
+    """The row of `engine` on `ep` on `workload`: `pass` with its figures, `crash` where its
+    worker process died (the reason names how, and its repro bundle), or `skip` with the
     reason it could not run (torch.compile without a compiler, a reduced precision this CPU
     lacks, ...). `timing` holds warmup, runs and seconds; `ceiling` is the provider's measured
     ceiling. One more run's outputs, where the engine gives them, are judged against the
@@ -40,9 +43,14 @@ def measure(
     gc.collect()
     rss_before = current_rss_mb()
     peak_is_own = reset_peak_rss()
+    opened = None
     try:
         opened = opener()
-        times = timed_runs(opened.run, timing["warmup"], timing["runs"], timing["seconds"])
+        loop = opened.times or partial(timed_runs, opened.run)  # a worker times its own runs
+        times = loop(timing["warmup"], timing["runs"], timing["seconds"])
+    except WorkerCrashed as exc:  # the engine's process died: a verdict, the run goes on
+        reason = opened.crashed(exc) if opened is not None else str(exc)
+        return {**row, "status": Status.CRASH.value, "reason": reason}
     except Exception as exc:  # torch.compile, torch without CUDA, ...: say why, keep timing
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         return {**row, "status": Status.SKIP.value, "reason": reason}
@@ -66,9 +74,17 @@ def measure(
         gflop=round_sig(flop / 1e9) if flop is not None else None,
         gflops=round_sig(gflops) if gflops is not None else None,
         peak_fraction=share,
-        peak_mem_mb=round(peak_rss_mb(), 1),
-        peak_mem_delta_mb=round(peak_rss_mb() - rss_before, 1),
-        peak_mem_method="VmHWM reset per engine" if peak_is_own else "process lifetime maxrss",
+        **(
+            opened.memory()  # the worker's own peak, where the engine ran in one
+            if opened.memory
+            else {
+                "peak_mem_mb": round(peak_rss_mb(), 1),
+                "peak_mem_delta_mb": round(peak_rss_mb() - rss_before, 1),
+                "peak_mem_method": "VmHWM reset per engine"
+                if peak_is_own
+                else "process lifetime maxrss",
+            }
+        ),
         device_mem_mb=opened.device_memory_mb(),
         details=opened.details,
     )
@@ -82,7 +98,7 @@ def measure(
     outputs = getattr(opened, "outputs", None)
     if outputs is not None:
         row["accuracy"] = judge_outputs(
-            outputs(), workload.expected(), precision, workload.tolerance
+            outputs(), workload.expected(), precision, workload.tolerance, workload.preset
         )
     opened.close()
     del opened

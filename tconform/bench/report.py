@@ -20,6 +20,7 @@ from tconform.files import atomic_write_bytes, atomic_write_json, read_json_obje
 from tconform.report.formats import Writer
 from tconform.report.text import format_table
 from tconform.results import Status
+from tconform.runtimes.specs import base_name
 
 TOOL = "tconform bench"
 SCHEMA = "tconform-bench/5"  # (tconform.bench.runner writes it; kept here for reports without)
@@ -128,7 +129,9 @@ def table(report: dict) -> str:
     lines = [format_table(_headers(report), rows, right)]
     for row in report["results"]:
         if row.get("status") != Status.PASS:
-            lines.append(f"  {row['case']} {row['engine']}/{row['ep']}: skip: {row.get('reason')}")
+            lines.append(
+                f"  {row['case']} {row['engine']}/{row['ep']}: {row['status']}: {row.get('reason')}"
+            )
         elif row.get("peak_fraction_note"):
             lines.append(
                 f"  {row['case']} {shape_label(row)} {row['engine']}/{row['ep']}: "
@@ -184,9 +187,35 @@ def ratio_lines(report: dict) -> list[str]:
     return lines
 
 
+def version_lines(report: dict) -> list[str]:
+    """Versions of one engine in one run (onnxruntime==1.20.1 beside onnxruntime): each one's
+    p50 against the first named, per case, shape and provider."""
+    rows = [r for r in report["results"] if r.get("status") == Status.PASS]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = (r["case"], shape_label(r), r["ep"], base_name(r["engine"]))
+        groups.setdefault(key, []).append(r)
+    lines = []
+    for (case, shape, ep, engine), found in groups.items():
+        if len(found) < 2:
+            continue
+        first = found[0]
+        speeds = ", ".join(
+            f"{r['engine']} {r['p50_ms']} ms ({r['p50_ms'] / first['p50_ms']:.2f}x)" for r in found
+        )
+        lines.append(f"{case} {shape} {ep}: versions of {engine}, p50: {speeds}")
+    return lines
+
+
 def summary_lines(report: dict) -> list[str]:
-    """What the terminal shows after the table: ceilings, ratios to torch, the best variants."""
-    return ceiling_lines(report) + ratio_lines(report) + best_lines(report.get("best", []))
+    """What the terminal shows after the table: ceilings, ratios to torch, the versions of an
+    engine, the best variants."""
+    return (
+        ceiling_lines(report)
+        + ratio_lines(report)
+        + version_lines(report)
+        + best_lines(report.get("best", []))
+    )
 
 
 def _timed(settings: dict) -> str:
@@ -218,7 +247,7 @@ def markdown(report: dict) -> str:
     out.write("|" + "---|" * len(keys) + "\n")
     for row in report["results"]:
         out.write("| " + " | ".join(_cell(row, k) for k in keys) + " |\n")
-    lines = ratio_lines(report) + best_lines(report.get("best", []))
+    lines = ratio_lines(report) + version_lines(report) + best_lines(report.get("best", []))
     if lines:
         out.write("\n" + "".join(f"- {line}\n" for line in lines))
     return out.getvalue()

@@ -22,6 +22,7 @@ from tconform.bench.engines import (
     PLAIN_EXPORT,
     engine_openers,
     engine_rows,
+    engine_runtime,
     expected_precision,
     parse_engines,
 )
@@ -40,6 +41,7 @@ from tconform.results import Status
 from tconform.runtimes import RUNTIMES, Runtime, make_runtime, runtime_class
 from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO
 from tconform.runtimes.providers import parse_eps, unavailable_reason
+from tconform.runtimes.specs import base_name
 from tconform.suites.module import EXAMPLE
 
 DEFAULT_CASES = ("transformer", "encoder_layer", "decoder_layer", "feed_forward", "mha_self")
@@ -94,11 +96,12 @@ def check_shape(shape: tuple[int, int], cases: tuple[Case, ...], cfg: ModelConfi
 def bench_settings(
     preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
     artifacts, profile=False, spinning=False, skip_layer_norm_fusion=False,
-    flush_denormals=True, module=None, input_sets=(),
+    flush_denormals=True, module=None, input_sets=(), crash_folder=None,
 ) -> BenchSettings:  # fmt: skip
     """Validate every option before anything slow starts. `module`: a user's model
     (PACKAGE.MODULE:FACTORY) timed at its `input_sets` instead of tconform's cases (its
-    preset, cases and shapes are then None, () and ())."""
+    preset, cases and shapes are then None, () and ()). `crash_folder`: where an engine in a
+    worker that crashes leaves its repro bundle."""
     common = dict(
         eps=tuple(parse_eps(ep_spec)),
         threads=threads or default_threads(),
@@ -110,6 +113,7 @@ def bench_settings(
         spinning=spinning,
         skip_layer_norm_fusion=skip_layer_norm_fusion,
         flush_denormals=flush_denormals,
+        crash_folder=crash_folder,
     )
     if module is not None:
         return module_settings(
@@ -194,13 +198,15 @@ class BenchSettings:
     flush_denormals: bool = True
     module: UserModel | None = None
     input_sets: tuple[str, ...] = ()
+    crash_folder: Path | None = None  # where an engine in a worker that crashes leaves a bundle
 
     @property
     def exports(self) -> tuple[tuple[str, str], ...]:
         """The exports, (attention kernel, dtype), that the chosen engines run: each graph
         variant's, and the plain one for the runtimes that run it (or, for tconform's cases,
         when nothing else is; a user's model is exported only for an ONNX engine)."""
-        used = [v.export for e, v in GRAPH_VARIANTS.items() if e in self.engines]
+        bases = {base_name(e) for e in self.engines}
+        used = [v.export for e, v in GRAPH_VARIANTS.items() if e in bases]
         plain = not used and self.module is None
         if plain or any(_runs_plain_export(e) for e in self.engines):
             used.append(PLAIN_EXPORT)
@@ -235,6 +241,7 @@ class BenchSettings:
             disabled_optimizers=(SKIP_LAYER_NORM_FUSION,)
             if ep == "cpu" and not self.skip_layer_norm_fusion
             else (),
+            crash_folder=self.crash_folder,
         )
 
     def record(self) -> dict[str, object]:
@@ -330,8 +337,9 @@ def _measure_all(
                 on_change(report)
                 bar.update(1)
                 what = f"{workload.case} {workload.shape} {engine}/{ep}"
-                if row["status"] == Status.SKIP:
-                    log(f"  {what}: skipped: {row['reason']}")
+                if row["status"] != Status.PASS:  # skipped, or its worker crashed
+                    done = "skipped" if row["status"] == Status.SKIP else "crashed"
+                    log(f"  {what}: {done}: {row['reason']}")
                     continue
                 log(f"  {what}: p50 {row['p50_ms']} ms, p90 {row['p90_ms']} ms")
                 if row.get("accuracy", {}).get("status") == Status.FAIL:
@@ -361,7 +369,9 @@ def _workloads(
                 _, params = build_module(case, ExportSettings(settings.cfg))
                 of_case = {export: found[case.name] for export, found in models.items()}
                 for batch, seq in settings.shapes:
-                    yield case_workload(case, settings.cfg, params, batch, seq, of_case)
+                    yield case_workload(
+                        case, settings.cfg, params, batch, seq, of_case, settings.preset
+                    )
 
         return made(), len(settings.cases) * len(settings.shapes), None
     from tconform.bench.module import module_workloads
@@ -455,13 +465,13 @@ def _row_name(row: dict) -> str:
 
 def _runs_on(engine: str) -> str:
     """The runtime an engine runs on (a graph variant's, else the engine's own name)."""
-    variant = GRAPH_VARIANTS.get(engine)
-    return variant.runtime if variant else engine
+    return base_name(engine_runtime(engine))
 
 
 def _runs_plain_export(engine: str) -> bool:
     """Whether an engine that is no graph variant runs the plain export (OpenVINO does; the
     module runtimes run no export)."""
+    engine = base_name(engine)
     if engine in GRAPH_VARIANTS or engine not in RUNTIMES:
         return False
     return runtime_class(engine).consumes == "onnx"
@@ -475,6 +485,6 @@ def _profile(settings: BenchSettings, row: dict, feeds: dict[str, np.ndarray], l
     """ONNX Runtime's per-op profile of the row's graph, and its share outside matrix products."""
     log(f"  profiling {row['case']} {shape_label(row)} {row['engine']}/{row['ep']} ...")
     model = derived_file(Path(row["details"]["model"]))
-    runtime = settings.runtime(BASELINE, row["ep"])
+    runtime = settings.runtime(engine_runtime(row["engine"]), row["ep"])
     row["profile"] = op_profile(runtime, model, feeds)
     row["outside_matmul_share"] = outside_matmul_share(row["profile"])

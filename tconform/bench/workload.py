@@ -38,7 +38,8 @@ class Workload:
     config says a pass reads of weights, where an engine holds nothing to count. A user's
     module runs as the user holds it: the module runtimes take `module_options` (its dtype and
     device) and run only on `module_ep` (None: on every provider). `cfg` is a registry case's
-    preset (the optimizer-fused variant needs it; a user's model has no such variant)."""
+    preset (the optimizer-fused variant needs it; a user's model has no such variant), `preset`
+    its name (its own tolerance rows, where measured: tconform.compare.PRESET_TOLERANCES)."""
 
     case: str
     tolerance: str
@@ -54,6 +55,7 @@ class Workload:
     module_options: Mapping[str, object] = field(default_factory=dict)
     module_ep: str | None = None
     cfg: ModelConfig | None = None
+    preset: str | None = None
 
     @property
     def shape(self) -> str:
@@ -80,6 +82,7 @@ def case_workload(
     batch: int,
     seq: int,
     models: Mapping[Export, ModelUnderTest | None],
+    preset: str | None = None,
 ) -> Workload:
     """A registry case at batch x seq (the sequence both source and target length): inputs
     drawn with seed 0, the oracle's outputs, the reference module with the export's weights."""
@@ -104,4 +107,5 @@ def case_workload(
         flop=case.flop_count(cfg, shape),
         config_weight_bytes=partial(case.weight_bytes_read, cfg, shape),
         cfg=cfg,
+        preset=preset,
     )

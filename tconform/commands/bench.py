@@ -7,13 +7,13 @@ code (the factory, forward, the export) never ends this process, and the report 
 back after every row.
 
 Exit codes follow every command's rule: 0 measured; 1 decoding (`--generate`) met
-log-probabilities that are no distribution; 2 bad arguments (unknown engine, provider or case, a
-malformed shape, one beyond the preset's maximum sequence or this machine's memory, a --compare
-file that is not a bench report; a target that is no PACKAGE.MODULE:FACTORY, an option of
-tconform's own cases with one, an input set the model lacks, the model's code failing or
-ending its process); 3 a requested provider cannot run (skip with
---allow-missing-ep; `--ep all`, the default, means every provider that runs here). The requested
-reports are written on every exit, through the same frame as every checking command's
+log-probabilities that are no distribution, or an engine's worker process crashed; 2 bad
+arguments (unknown engine, provider or case, a malformed shape, one beyond the preset's maximum
+sequence or this machine's memory, a --compare file that is not a bench report; a target that is
+no PACKAGE.MODULE:FACTORY, an option of tconform's own cases with one, an input set the model
+lacks, the model's code failing or ending its process); 3 a requested provider cannot run (skip
+with --allow-missing-ep; `--ep all`, the default, means every provider that runs here). The
+requested reports are written on every exit, through the same frame as every checking command's
 (tconform.commands.run), with an `error` entry where the run stopped.
 """
 
@@ -29,12 +29,13 @@ from tconform.commands.options import (
     RegularFile,
     ShapeType,
     case_option,
+    crash_folder_beside,
     preset_option,
     report_options,
     runtime_options,
 )
 from tconform.commands.run import run_and_report, writes_report
-from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
+from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
 
 
 @writes_report("bench", kind="tconform.bench.report:BenchReport")
@@ -76,7 +77,9 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
     "its conversions; onnxruntime-bf16: its bfloat16 export), openvino, openvino-bf16 and the "
     "torch engines [onnxruntime, onnxruntime-fp16, onnxruntime-int8, torch, torch-compile, "
     "torch-int8]. With --generate: onnxruntime, onnxruntime-int8, onnxruntime-int4, openvino, "
-    "openvino-bf16, torch, torch-int8, torch-bf16 [onnxruntime, torch].",
+    "openvino-bf16, torch, torch-int8, torch-bf16 [onnxruntime, torch]. ENGINE==VERSION or "
+    "ENGINE@PYTHON times that release of the engine's runtime in a worker process (e.g. "
+    "onnxruntime==1.20.1 beside onnxruntime compares two releases' speed; docs/versions.md).",
 )
 @runtime_options(
     "ep", "allow_missing_ep", "threads", "graph_opt", ep="all", threads="one per physical core"
@@ -205,7 +208,7 @@ def bench(
         run = generate_run(
             preset, generate_tokens,
             Strategy(strategy, beam_width, length_penalty, top_k, top_p, sample_seed),
-            end_token, engines, runtime, artifacts,
+            end_token, engines, runtime, artifacts, crash_folder_beside(*reports.values()),
         )  # fmt: skip
         run_and_report(GenerateReport(), run, False, reports)
         return
@@ -217,7 +220,7 @@ def bench(
     options = (
         preset, cases, shapes, engines, runtime.ep_spec, runtime.threads, runtime.graph_opt,
         warmup, runs, seconds, artifacts, profile, spinning, skip_layer_norm_fusion,
-        flush_denormals, target, input_sets,
+        flush_denormals, target, input_sets, crash_folder_beside(*reports.values()),
     )  # fmt: skip
     run_and_report(BenchReport(), partial(_timings, options, runtime), False, reports)
 
@@ -234,7 +237,7 @@ def _timings(options: tuple, runtime, report, progress) -> None:
     """The bench run of `options` (bench_settings' arguments) into `report`: tconform's cases
     in this process, a user's model in a child process (its code never ends this one)."""
     from tconform.bench.run import bench_settings, run_bench
-    from tconform.results import nothing_checked
+    from tconform.results import Status, nothing_checked
 
     settings = bench_settings(*options)
     if settings.module is not None:
@@ -254,6 +257,11 @@ def _timings(options: tuple, runtime, report, progress) -> None:
             f"provider {unavailable[0]['ep']} could not run "
             "(--allow-missing-ep reports it as skipped)",
             EXIT_EP_UNAVAILABLE,
+        )
+    crashed = [row for row in report.data["results"] if row["status"] == Status.CRASH]
+    if crashed:  # the run went on past it; its rows and reports are all there
+        raise TconformError.with_code(
+            f"{len(crashed)} engine run(s) crashed: {crashed[0]['reason']}", EXIT_FAILURE
         )
     if nothing_checked(row["status"] for row in report.data["results"]):
         raise TconformError.with_code(

@@ -21,6 +21,7 @@ from tconform.commands.options import (
     FolderPath,
     RegularFile,
     axes_options,
+    crash_folder_beside,
     localise_option,
     quiet_option,
     report_options,
@@ -166,7 +167,8 @@ def check(
                 target, inputs_path, tuple(dynamic), model_path, folder, padding_mask,
                 shapes=not no_shapes,
             ),
-            **runtime.request_fields(),  # --ep is checked here, before the child starts
+            # --ep is checked here, before the child starts
+            **runtime.request_fields(crash_folder_beside(repro_dir, *reports.values())),
             axes=axes.axes(runtime, {"exporters": ("auto",)}),
             tolerances=tolerance,
             localise=Localising(localise, isolate, repro_dir),
@@ -178,7 +180,8 @@ def check(
 
 
 def render(report) -> str:
-    """The table, each localisation, and where every result's model came from."""
+    """The table, each localisation, the versions of a runtime compared, and where every
+    result's model came from."""
     if not report.results:
         return ""
     return "\n\n".join([report.render(), _provenance(report.results, report.settings)])
@@ -213,14 +216,14 @@ def in_child(request, report, progress) -> None:
     )
     report.results, report.settings = found["results"], found["settings"]
     report.details, report.environment = found["details"], found["environment"]
-    report.localisations = found["localisations"]
+    report.localisations, report.partings = found["localisations"], found["partings"]
     require_checked(request, report)
 
 
 def check_in_child(send, request, started: str) -> dict:
     """In the check's process: the factory, its inputs and the whole check (tconform.pipeline);
-    what the report needs comes back (results, settings, details, localisations and the
-    environment block, taken here, where torch is loaded anyway)."""
+    what the report needs comes back (results, settings, details, localisations, where versions
+    part, and the environment block, taken here, where torch is loaded anyway)."""
     from tconform.pipeline import run
     from tconform.report import RunReport
     from tconform.report.environment import environment
@@ -243,6 +246,7 @@ def check_in_child(send, request, started: str) -> dict:
         ),
         "results": report.results,
         "localisations": report.localisations,
+        "partings": report.partings,
     }
 
 

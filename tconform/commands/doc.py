@@ -14,13 +14,21 @@ import click
 
 from tconform.commands.options import (
     artifacts_option,
+    crash_folder_beside,
     quiet_option,
     report_options,
     runtime_options,
 )
 from tconform.commands.run import run_and_report, writes_report
 
-SHORT = {"pass": "pass", "fail": "FAIL", "unavailable": "n/a", "error": "ERROR", "skip": "skip"}
+SHORT = {
+    "pass": "pass",
+    "fail": "FAIL",
+    "unavailable": "n/a",
+    "error": "ERROR",
+    "crash": "CRASH",
+    "skip": "skip",
+}
 
 
 def format_doc_table(report) -> str:
@@ -79,7 +87,7 @@ def doc(artifacts_dir, runtime, reports, quiet):
     from tconform.runtimes import runtime_class
 
     def run(report, progress) -> None:
-        options = runtime.options()
+        options = runtime.options(crash_folder_beside(*reports.values()))
         report.settings = {
             "artifacts": str(artifacts_dir),
             "eps": list(options.eps),

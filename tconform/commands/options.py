@@ -50,22 +50,28 @@ class ShapeType(click.ParamType):
 
 
 class RuntimeName(click.ParamType):
-    """A key of tconform.runtimes.RUNTIMES, read when the option is parsed, so that a runtime
-    added to the registry is a choice with no edit here."""
+    """A runtime: a key of tconform.runtimes.RUNTIMES (read when the option is parsed, so that a
+    runtime added to the registry is a choice with no edit here), or a spec naming a release or
+    an interpreter of one (NAME==VERSION, NAME@PYTHON: tconform.runtimes.specs)."""
 
     name = "runtime"
 
     def get_metavar(self, param, ctx=None) -> str:
         from tconform.runtimes import RUNTIMES
 
-        return "[" + "|".join(RUNTIMES) + "]"
+        return "[" + "|".join(RUNTIMES) + "][==VERSION][@PYTHON]"
 
     def convert(self, value, param, ctx) -> str:
         from tconform.runtimes import RUNTIMES
+        from tconform.runtimes.specs import parse_spec
 
-        if value not in RUNTIMES:
-            self.fail(f"{value!r} is not one of {', '.join(RUNTIMES)}", param, ctx)
-        return value
+        try:
+            spec = parse_spec(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if spec.name not in RUNTIMES:
+            self.fail(f"{spec.name!r} is not one of {', '.join(RUNTIMES)}", param, ctx)
+        return spec.text
 
 
 class ShardType(click.ParamType):
@@ -445,15 +451,17 @@ class RuntimeChoice:
     allow_missing_ep: bool = False
     strict_placement: bool = False
 
-    def request_fields(self) -> dict[str, object]:
+    def request_fields(self, crash_folder: Path | None = None) -> dict[str, object]:
         """What a tconform.request.Request takes of the runtime group."""
         return {
-            "runtimes": self.options(),
+            "runtimes": self.options(crash_folder),
             "allow_missing_ep": self.allow_missing_ep,
             "strict_placement": self.strict_placement,
         }
 
-    def options(self):
+    def options(self, crash_folder: Path | None = None):
+        """The runtimes' options; `crash_folder`: where a runtime in a worker that crashes
+        writes its repro bundle (`crash_folder_beside` the command's reports)."""
         from tconform.runtimes import RuntimeOptions
         from tconform.runtimes.providers import parse_eps
 
@@ -466,7 +474,16 @@ class RuntimeChoice:
             provider_options=dict(self.provider_options),
             graph_opt=self.graph_opt,
             threads=self.threads or 0,
+            crash_folder=crash_folder,
         )
+
+
+def crash_folder_beside(*paths: Path | None) -> Path | None:
+    """Where a crashed runtime's repro bundles go: beside the first of the command's reports
+    (or other folders of its own) given, named after it ('reports/verify.json' ->
+    'reports/verify.crash-XXXXXX/', a new folder each); None where none is given."""
+    given = next((Path(p) for p in paths if p is not None), None)
+    return given.with_name(f"{given.stem}.crash") if given is not None else None
 
 
 def _runtime_option(dest, *decls, **attrs):
@@ -483,7 +500,9 @@ RUNTIME_OPTIONS = dict(
             type=RuntimeName(),
             help="Runtime to run on (repeatable; tconform.runtimes.RUNTIMES) "
             f"[{', '.join(DEFAULT_RUNTIMES)}]; e.g. onnx-reference (ONNX's own reference "
-            "evaluator), openvino.",
+            "evaluator), openvino. NAME==VERSION runs that release, in an environment made on "
+            "first use and kept; NAME@PYTHON the one that interpreter has; each in a worker "
+            "process of its own, where a crash is the row's verdict (docs/versions.md).",
         ),
         _runtime_option(
             "ep_spec",

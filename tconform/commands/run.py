@@ -20,12 +20,14 @@ from pathlib import Path
 import click
 
 from tconform.errors import (
+    EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     EXIT_USAGE,
     Refused,
     TconformError,
     Terminated,
+    WorkerCrashed,
     one_line,
 )
 from tconform.files import resolved
@@ -85,6 +87,8 @@ def run_and_report(
         report.error = {"message": exc.format_message(), "exit_code": exc.exit_code}
     except OSError as exc:  # a file that cannot be read or written: named, exit 2
         report.error = {"message": describe_os_error(exc), "exit_code": EXIT_USAGE}
+    except WorkerCrashed as exc:  # a runtime's worker died where no row could take it: exit 1
+        report.error = {"message": str(exc), "exit_code": EXIT_FAILURE}
     except MemoryError:
         message = "out of memory (try a smaller shape or preset)"
         report.error = {"message": message, "exit_code": EXIT_USAGE}

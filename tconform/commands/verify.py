@@ -13,6 +13,7 @@ from tconform.commands.options import (
     attention_option,
     axes_options,
     case_option,
+    crash_folder_beside,
     generation_golden_option,
     localise_option,
     quiet_option,
@@ -106,8 +107,8 @@ def verify(
             export=not no_export, attention=attention, with_doc=not no_doc,
         )  # fmt: skip
         request = Request(
-            subject, **runtime.request_fields(), axes=axes.axes(runtime),
-            localise=Localising(localise), shard=shard,
+            subject, **runtime.request_fields(crash_folder_beside(*reports.values())),
+            axes=axes.axes(runtime), localise=Localising(localise), shard=shard,
         )  # fmt: skip
         if generation:
             from tconform.generation.verify import verify_generation

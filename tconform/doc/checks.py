@@ -16,7 +16,7 @@ from tconform import registry
 from tconform.config import PRESETS
 from tconform.doc import properties
 from tconform.doc.run import OpenedComponents
-from tconform.errors import TconformError
+from tconform.errors import TconformError, WorkerCrashed
 from tconform.execution import NotRun
 from tconform.provenance import ModelProvenance
 
@@ -199,6 +199,11 @@ def property_outcomes(components: OpenedComponents, runtimes: list[str]) -> list
             except TconformError as exc:
                 outcomes.append(
                     PropertyOutcome(m.id, m.statement, runtime, "error", message=str(exc))
+                )
+                continue
+            except WorkerCrashed as exc:  # the runtime's worker died: its verdict
+                outcomes.append(
+                    PropertyOutcome(m.id, m.statement, runtime, "crash", message=str(exc))
                 )
                 continue
             status = "pass" if violation <= limit else "fail"

@@ -32,7 +32,7 @@ class DocReport:
     @property
     def runtime_failures(self) -> int:
         """Runs that disagree with the oracle beyond tolerance (or broke)."""
-        bad = ("fail", "error")
+        bad = ("fail", "error", "crash")
         in_cases = sum(o.status in bad for r in self.case_runtimes.values() for o in r.values())
         return in_cases + sum(p.status in bad for p in self.properties)
 

@@ -29,10 +29,11 @@ from typing import ClassVar
 import numpy as np
 
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
-from tconform.bench.engines import GRAPH_VARIANTS, weight_counter
+from tconform.bench.engines import engine_runtime, engine_variant, weight_counter
 from tconform.bench.timing import round_sig, timed_runs
 from tconform.compare import compare_output
 from tconform.config import ModelConfig
+from tconform.errors import WorkerCrashed
 from tconform.execution import NotRun, Subject, case_module, open_subject
 from tconform.export import ExportJob, ExportSettings, export_jobs
 from tconform.files import atomic_write_bytes, atomic_write_json
@@ -52,6 +53,7 @@ from tconform.registry import ENCODER, GENERATION_CASES, STEP, Shape
 from tconform.report.formats import Writer
 from tconform.results import Status
 from tconform.runtimes import label, make_runtime, runtime_class
+from tconform.runtimes.specs import base_name
 from tconform.weights import DEFAULT_SEED, make_params
 
 # The engines that decode: the bench's, where the generation models have the export. The
@@ -83,10 +85,11 @@ class DecodeEngine:
 
     @classmethod
     def named(cls, name: str) -> DecodeEngine:
-        variant = GRAPH_VARIANTS.get(name)
+        """The engine `name`, or a release of it (onnxruntime-int8==1.20.1: in a worker)."""
+        variant = engine_variant(name)
         if variant is None:
             return cls(name, name)
-        return cls(name, variant.runtime, variant.dtype, variant.options, variant.precision)
+        return cls(name, engine_runtime(name), variant.dtype, variant.options, variant.precision)
 
     @property
     def reads_onnx(self) -> bool:
@@ -133,6 +136,7 @@ class GenerateSettings:
     src_len: int = 32
     repeats: int = 3
     artifacts: Path = Path("artifacts/bench/base/generation")
+    crash_folder: Path | None = None  # where an engine in a worker that crashes leaves a bundle
 
     def folder(self, dtype: str) -> Path:
         """Where the generation models of `dtype` are exported (float32: --artifacts)."""
@@ -255,7 +259,7 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
     oracle = generate(oracle_stepper, src_ids, src_keep, greedy, Strategy("greedy"))
     float32_bytes = decoder_step_weight_bytes(cfg)
     bandwidth = copy_bandwidth_gbs()
-    rows, unavailable, skipped = [], [], []
+    rows, unavailable, skipped, crashed = [], [], [], []
     report.update(
         {
             "kind": KIND,
@@ -274,10 +278,14 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
             "rows": rows,
             "unavailable": unavailable,  # providers that cannot run (exit 3)
             "skipped": skipped,  # engines that cannot run as themselves here, with the reason
+            "crashed": crashed,  # engines whose worker process died, with how (exit 1)
         }
     )
     for engine, ep in engines:
-        runtime = make_runtime(engine.runtime, ep, threads=settings.threads, **dict(engine.options))
+        runtime = make_runtime(
+            engine.runtime, ep, threads=settings.threads, crash_folder=settings.crash_folder,
+            **dict(engine.options),
+        )  # fmt: skip
         if engine.precision is not None and runtime.precision != engine.precision:
             why = (
                 f"not available: {runtime.name} computes {runtime.precision}, not "
@@ -303,12 +311,18 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
                     )
                     for case in GENERATION_CASES
                 }
-            except NotRun as why:  # a provider that cannot run, or a kernel it lacks
-                missing = unavailable if why.status == Status.UNAVAILABLE else skipped
+                row = _decode_row(engine, runtime, sessions, cfg, settings, feeds, ep)
+                row["accuracy"] = _judged(sessions, cfg, feeds, oracle, row["precision"])
+            except NotRun as why:  # a provider that cannot run, a kernel it lacks, a crash
+                if why.status == Status.CRASH:
+                    missing = crashed
+                else:
+                    missing = unavailable if why.status == Status.UNAVAILABLE else skipped
                 missing.append({"engine": engine.name, "ep": ep, "reason": str(why)})
                 continue
-            row = _decode_row(engine, runtime, sessions, cfg, settings, feeds, ep)
-            row["accuracy"] = _judged(sessions, cfg, feeds, oracle, row["precision"])
+            except WorkerCrashed as exc:  # its worker died decoding: a verdict, the run goes on
+                crashed.append({"engine": engine.name, "ep": ep, "reason": str(exc)})
+                continue
         if "step_weight_bytes" in row:
             row["memory_floor_ms"] = round_sig(row["step_weight_bytes"] / (bandwidth * 1e6))
             row["floor_ratio"] = round_sig(row["cached_p50_ms"] / row["memory_floor_ms"])
@@ -334,8 +348,9 @@ def _relate(report: dict) -> None:
 
 
 def table(report: dict) -> str:
-    """One line per engine, then the unavailable ones with the reason, the float32 floor and
-    the fastest verified engine against torch eager's cached step and its own floor."""
+    """One line per engine, then the unavailable and crashed ones with the reason, the float32
+    floor and the fastest verified engine against torch eager's cached step and its own
+    floor."""
     from tconform.report.text import format_table
 
     header = ["engine", "computes in", "judged", "encoder ms", "cached p50/p90 ms",
@@ -364,6 +379,7 @@ def table(report: dict) -> str:
     lines = [format_table(header, body)]
     missing = [*report.get("unavailable", []), *report.get("skipped", [])]
     lines += [f"{u['engine']}/{u['ep']}: {u['reason']}" for u in missing]
+    lines += [f"{u['engine']}/{u['ep']}: crashed: {u['reason']}" for u in report.get("crashed", [])]
     lines.append(
         f"float32 memory floor per token {report['memory_floor_ms']} ms = "
         f"{report['step_weight_bytes'] / 1e6:.1f} MB of decoder-step weights / "
@@ -488,6 +504,7 @@ class GenerateReport:
             "rows": [],
             "unavailable": [],
             "skipped": [],
+            "crashed": [],
             **self.data,
         }
         report["exit_code"] = self.exit_code
@@ -510,19 +527,21 @@ def generate_run(
     engines: tuple[str, ...],
     runtime,
     artifacts: Path | None,
+    crash_folder: Path | None = None,
 ):
     """The run (for tconform.commands.run.run_and_report) of `bench --generate`: validate the
-    request (UsageError: one line, exit 2), measure into the report, and exit 3 where a
-    requested provider could not run. `runtime` is the command's RuntimeChoice."""
+    request (UsageError: one line, exit 2), measure into the report, exit 1 where an engine's
+    worker crashed and 3 where a requested provider could not run. `runtime` is the command's
+    RuntimeChoice; `crash_folder` where a crashed worker's repro bundle goes."""
 
     def run(report: GenerateReport, progress) -> None:
         from tconform.bench.run import default_threads
         from tconform.config import get_preset
-        from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError, UsageError
+        from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError, UsageError
         from tconform.runtimes.providers import parse_eps
 
         cfg = get_preset(preset)
-        unknown = [e for e in engines if e not in GENERATE_ENGINES]
+        unknown = [e for e in engines if base_name(e) not in GENERATE_ENGINES]
         if unknown:
             raise UsageError(
                 f"engine {unknown[0]!r} does not decode; choose from {', '.join(GENERATE_ENGINES)}"
@@ -543,9 +562,15 @@ def generate_run(
             tuple(chosen),
             runtime.threads or default_threads(),
             artifacts=artifacts or Path("artifacts/bench") / preset / "generation",
+            crash_folder=crash_folder,
         )
         check_request(cfg, settings.decoding, strategy)
         run_generate_bench(settings, progress, into=report.data)
+        if report.data["crashed"]:
+            first = report.data["crashed"][0]
+            raise TconformError.with_code(
+                f"{first['engine']}/{first['ep']} crashed decoding: {first['reason']}", EXIT_FAILURE
+            )
         unavailable = report.data["unavailable"]
         if unavailable and not runtime.allow_missing_ep:
             raise TconformError.with_code(

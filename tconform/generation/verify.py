@@ -22,7 +22,7 @@ import numpy as np
 
 from tconform.compare import TOLERANCES, Tolerance, tolerance_for
 from tconform.config import ModelConfig
-from tconform.errors import TconformError, UsageError, first_line
+from tconform.errors import TconformError, UsageError, WorkerCrashed, first_line
 from tconform.execution import NotRun, Subject, case_module, not_run, open_subject
 from tconform.export import (
     ExportJob,
@@ -200,6 +200,8 @@ def _decode_all(runtime, cfg, opened, row: Result, cases, progress) -> list[Resu
                 verdict = Verdict(Status.FAIL, [], None, str(exc))
             except TconformError:  # a usage error (feeds the session refuses) stays one
                 raise
+            except WorkerCrashed as exc:  # the runtime's worker died mid-decoding: its verdict
+                verdict = Verdict(Status.CRASH, [], None, str(exc))
             except Exception as exc:  # the runtime broke mid-decoding, on valid input
                 verdict = Verdict(Status.ERROR, [], None, first_line(exc))
             else:

@@ -25,6 +25,9 @@ class RunReport:
     details: dict[str, object] = field(default_factory=dict)  # a command's own payload
     # tconform.localise.Localisation of each localised lane (the JSON's details hold them too)
     localisations: list = field(default_factory=list, repr=False)
+    # tconform.localise.versions.Parting of each two versions of a runtime localised on one
+    # model: where they part (the JSON's details hold them too)
+    partings: list = field(default_factory=list, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -42,7 +45,9 @@ class RunReport:
         return exit_code(r.status for r in self.results)
 
     def render(self) -> str:
-        """The terminal table of the results ('' when there are none)."""
+        """The terminal table of the results ('' when there are none; a matrix run's pivot of
+        cases x cells too), each localisation, where localised versions of a runtime part, and
+        the comparison of a runtime's versions where the run has two or more."""
         from tconform.report import table
 
         if not self.results:
@@ -52,9 +57,24 @@ class RunReport:
 
         # a matrix run: its pivot of cases x cells too
         rows = render_with_pivot(self.results) if self.settings.get("matrix") else None
-        return "\n\n".join(
-            [rows or table.render(self.results), *map(render_localisation, self.localisations)]
-        )
+        parts = [
+            rows or table.render(self.results),
+            *map(render_localisation, self.localisations),
+            *(f"versions: {parting.verdict}" for parting in self.partings),
+            self.versions_text(),
+        ]
+        return "\n\n".join(part for part in parts if part)
+
+    def version_groups(self) -> list:
+        """tconform.report.versions' groups: a runtime run under two or more specs."""
+        from tconform.report.versions import version_groups
+
+        return version_groups(self.results, self.settings)
+
+    def versions_text(self) -> str:
+        from tconform.report.versions import render
+
+        return render(self.version_groups())
 
     def summary(self) -> str:
         """The last line a finished run prints (`145 results: 145 pass`)."""

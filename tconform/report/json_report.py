@@ -14,6 +14,7 @@ SCHEMA = "tconform-report/2"
 
 
 def build(report: RunReport) -> dict[str, object]:
+    groups = report.version_groups()  # a runtime under two or more specs: their comparison
     return {
         "tool": "tconform",
         "schema": SCHEMA,
@@ -25,6 +26,7 @@ def build(report: RunReport) -> dict[str, object]:
         "error": report.error,
         "results": [r.to_dict() for r in report.results],
         **({"details": report.details} if report.details else {}),
+        **({"versions": [g.to_dict() for g in groups]} if groups else {}),
     }
 
 

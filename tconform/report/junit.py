@@ -52,7 +52,7 @@ def build(report: RunReport) -> ET.Element:
             _properties(case, facts)
         if r.status == "fail":
             ET.SubElement(case, "failure", message=r.message or r.status).text = r.message
-        elif r.status == "error":
+        elif r.status in ("error", "crash"):
             ET.SubElement(case, "error", message=r.message).text = r.message
         elif r.status in ("skip", "unavailable"):
             ET.SubElement(case, "skipped", message=f"{r.status}: {r.message}")

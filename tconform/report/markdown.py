@@ -11,7 +11,7 @@ from tconform.results import Result
 from tconform.runtimes.labels import runtime_label
 
 HEADER = "| case | runtime | precision | providers used | worst tol used | status | model |"
-_RANK = {"pass": 0, "tie": 1, "skip": 1, "unavailable": 2, "fail": 3, "error": 4}
+_RANK = {"pass": 0, "tie": 1, "skip": 1, "unavailable": 2, "fail": 3, "error": 4, "crash": 5}
 
 
 def build(report: RunReport) -> str:
@@ -57,6 +57,9 @@ def build(report: RunReport) -> str:
         lines += ["", "### Matrix: worst over input sets, share of tolerance used", ""]
         lines.append(pivot.markdown(report.results))
     lines += _localisations(report.details.get("localisation") or [])
+    versions = report.versions_text()
+    if versions:
+        lines += ["", "### Versions of a runtime", "", "```", versions, "```"]
     return "\n".join(lines) + "\n"
 
 

@@ -15,8 +15,14 @@ from tconform.runtimes.labels import runtime_label
 from tconform.units import MODULE
 
 # Worse verdicts win an entry; among equal ones, the larger share of tolerance used.
-_RANK = {"pass": 0, "skip": 1, "unavailable": 2, "fail": 3, "error": 4}
-_SHOWN = {"skip": "n.a.", "unavailable": "unavail.", "fail": "FAIL", "error": "ERROR"}
+_RANK = {"pass": 0, "skip": 1, "unavailable": 2, "fail": 3, "error": 4, "crash": 5}
+_SHOWN = {
+    "skip": "n.a.",
+    "unavailable": "unavail.",
+    "fail": "FAIL",
+    "error": "ERROR",
+    "crash": "CRASH",
+}
 
 
 @dataclass
@@ -119,7 +125,7 @@ def write_heatmap(path: Path, results: list[Result]) -> None:
     for (case, col), r in pivot.entries.items():
         if r.status in ("pass", "fail"):
             values[pivot.cases.index(case), pivot.columns.index(col)] = min(r.worst_used or 0, 2)
-        elif r.status == "error":
+        elif r.status in ("error", "crash"):
             values[pivot.cases.index(case), pivot.columns.index(col)] = 2.0
     colours = matplotlib.colormaps["RdYlGn_r"].with_extremes(bad="lightgrey")
     width = max(6.0, 0.9 * len(pivot.columns) + 3)

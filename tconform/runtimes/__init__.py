@@ -13,16 +13,19 @@ import dataclasses
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tconform.errors import UsageError
 from tconform.runtimes.base import ModuleTarget, Runtime, Session, TensorInfo, TimedCall
 from tconform.runtimes.labels import runtime_label
+from tconform.runtimes.specs import RuntimeSpec, base_name, parse_spec
 
 __all__ = [
     "RUNTIMES",
     "ModuleTarget",
     "Runtime",
     "RuntimeOptions",
+    "RuntimeSpec",
     "Session",
     "TensorInfo",
     "TimedCall",
@@ -30,6 +33,7 @@ __all__ = [
     "make_runtime",
     "make_runtimes",
     "runtime_class",
+    "takes_option",
 ]
 
 # name -> "module:class", imported on first use so that the command line starts fast.
@@ -49,9 +53,10 @@ RUNTIMES: dict[str, str] = {
 @dataclass(frozen=True)
 class RuntimeOptions:
     """What a command asks of its runtimes, from the shared command-line options: which
-    runtimes, on which providers, and the options a runtime takes where it has them (each
-    runtime's dataclass fields say which: ONNX Runtime takes tf32 and graph_opt, OpenVINO
-    bf16, torch none of them)."""
+    runtimes (names, or specs naming a release or an interpreter: tconform.runtimes.specs), on
+    which providers, and the options a runtime takes where it has them (each runtime's
+    dataclass fields say which: ONNX Runtime takes tf32 and graph_opt, OpenVINO bf16, torch
+    none of them)."""
 
     names: tuple[str, ...] = ("onnxruntime", "torch")
     eps: tuple[str, ...] = ("cpu",)
@@ -61,21 +66,47 @@ class RuntimeOptions:
     provider_options: Mapping[str, str] = field(default_factory=dict)
     graph_opt: str = "all"
     threads: int = 0  # 0: the runtime's default
+    # Where a runtime in a worker writes the repro bundle of a crash (None: nowhere; the
+    # command's choice, beside its reports: tconform.runtimes.crashes)
+    crash_folder: Path | None = None
 
     def replace(self, **changes: object) -> RuntimeOptions:
         return dataclasses.replace(self, **changes)
 
 
 def runtime_class(name: str) -> type:
+    """The class of a runtime, by its name or a spec's text ('onnxruntime==1.20.1')."""
+    name = base_name(name)
     if name not in RUNTIMES:
         raise UsageError(f"unknown runtime {name!r}; choose from {', '.join(RUNTIMES)}")
     module, cls = RUNTIMES[name].split(":")
     return getattr(importlib.import_module(module), cls)
 
 
+def takes_option(runtime: Runtime, option: str) -> bool:
+    """Whether `runtime` (in tconform's process or in a worker) takes `option`, a field of its
+    runtime class (ONNX Runtime's graph_opt, OpenVINO's bf16)."""
+    return option in {f.name for f in dataclasses.fields(runtime_class(runtime.name))}
+
+
+def spec_of(text: str) -> RuntimeSpec:
+    """A runtime spec's text parsed, or one UsageError line saying what is wrong."""
+    try:
+        return parse_spec(text)
+    except ValueError as exc:
+        raise UsageError(f"runtime spec {exc}") from None
+
+
 def make_runtime(name: str, ep: str = "cpu", **options: object) -> Runtime:
-    """The runtime `name` on `ep`, given the options among `options` that it takes."""
-    cls = runtime_class(name)
+    """The runtime `name` (a name, or a spec's text) on `ep`, given the options among `options`
+    that it takes. A spec naming a release or an interpreter runs in a worker process
+    (tconform.runtimes.remote)."""
+    spec = spec_of(name)
+    cls = runtime_class(spec.name)
+    if spec.in_worker:
+        from tconform.runtimes.remote import remote_runtime
+
+        return remote_runtime(spec, cls, ep, options)
     accepted = {f.name for f in dataclasses.fields(cls)}
     return cls(ep=ep, **{k: v for k, v in options.items() if k in accepted})
 

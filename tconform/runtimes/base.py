@@ -67,6 +67,13 @@ class TimedCall:
     close: Callable[[], None] = lambda: None
     device_memory_mb: Callable[[], float | None] = lambda: None
     details: dict[str, object] = field(default_factory=dict)
+    # Where the runs happen in another process (a worker, tconform.runtimes.remote), it times
+    # them itself, with nothing between the runs: (warmup, runs, seconds) -> the seconds of each
+    # timed run, as tconform.runtimes.timing.timed_runs gives them. None: the caller loops.
+    times: Callable[[int, int | None, float | None], list[float]] | None = None
+    # ... and says that process's peak memory: {"peak_mem_mb", "peak_mem_delta_mb",
+    # "peak_mem_method"}. None: the caller's own process is where the runs happen.
+    memory: Callable[[], dict[str, object]] | None = None
 
 
 class Session:

@@ -23,6 +23,7 @@ class OnnxReferenceRuntime:
     name: ClassVar[str] = "onnx-reference"
     consumes: ClassVar[str] = "onnx"
     eps: ClassVar[tuple[str, ...]] = ("cpu",)
+    package: ClassVar[str] = "onnx"  # on the package index (`--runtime onnx-reference==X`)
     timed: ClassVar[bool] = False  # a NumPy evaluator of each operator: not a deployment target
 
     ep: str = "cpu"

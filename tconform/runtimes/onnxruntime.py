@@ -54,6 +54,7 @@ class OrtRuntime:
     name: ClassVar[str] = "onnxruntime"
     consumes: ClassVar[str] = "onnx"
     eps: ClassVar[tuple[str, ...]] = tuple(PROVIDERS)
+    package: ClassVar[str] = "onnxruntime"  # on the package index (`--runtime onnxruntime==X`)
 
     ep: str = "cpu"
     graph_opt: str = "all"
@@ -153,9 +154,15 @@ class OrtRuntime:
         self.match_calling_thread()
         placement, fallback_ops = assignment(session, self.provider)
         device = (DEVICE_TYPES.get(self.ep, "cpu"), self.device_id)
-        return OrtSession(
+        opened = OrtSession(
             session, self, model_path, actual, placement, fallback_ops, device, self.precision
         )
+        if not hasattr(session, "get_provider_graph_assignment_info"):  # a release before 1.24
+            opened.notes.append(
+                f"ONNX Runtime {ort.__version__} records no node placement (1.24 and later do): "
+                "nodes per provider and CPU fallbacks unknown"
+            )
+        return opened
 
     def gather_session(self, data_type: str, axis: int) -> ort.InferenceSession:
         """A one-node Gather model (`taken = Gather(data, indices, axis)`) for tensors of ONNX
@@ -186,8 +193,10 @@ class OrtRuntime:
         runs a share of every kernel, only for the first session of a process: without this a
         session's speed and bits would depend on which session came first."""
         if DENORMAL_AS_ZERO in self.session_config:
-            import torch  # its set_flush_denormal sets the same two flags (FTZ and DAZ)
-
+            try:
+                import torch  # its set_flush_denormal sets the same two flags (FTZ and DAZ)
+            except ImportError:  # a worker's environment (tconform.runtimes.remote): a fresh
+                return  # process, whose first session ONNX Runtime sets the thread for
             torch.set_flush_denormal(self.session_config[DENORMAL_AS_ZERO] == "1")
 
     def _load_error(self, model_path: Path, exc: Exception) -> TconformError:
@@ -229,6 +238,8 @@ def assignment(
     """
     placement: Counter[str] = Counter()
     fallback_ops: Counter[str] = Counter()
+    if not hasattr(session, "get_provider_graph_assignment_info"):  # before 1.24: no record
+        return {}, {}
     for subgraph in session.get_provider_graph_assignment_info():
         nodes = subgraph.get_nodes()
         placement[short_name(subgraph.ep_name)] += len(nodes)
@@ -442,10 +453,15 @@ def kernel_time_by_op_type(events: list[dict], skip_runs: int = 0) -> dict[str, 
 
 def _cuda_used_mb_probe(ep: str):
     """Device memory in use (total - free, whole device) for CUDA runs, read after the runs.
-    ONNX Runtime's arena is outside torch's allocator, so this is the only shared measure."""
-    import torch
-
-    if ep != "cuda" or not torch.cuda.is_available():
+    ONNX Runtime's arena is outside torch's allocator, so this is the only shared measure
+    (none in a worker's environment without torch)."""
+    if ep != "cuda":
+        return lambda: None
+    try:
+        import torch
+    except ImportError:
+        return lambda: None
+    if not torch.cuda.is_available():
         return lambda: None
 
     def used_mb() -> float:

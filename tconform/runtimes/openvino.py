@@ -33,7 +33,7 @@ import numpy as np
 
 from tconform.compare import BFLOAT16
 from tconform.errors import ProviderUnavailable, UsageError
-from tconform.runtimes.base import Session, TensorInfo, select
+from tconform.runtimes.base import Session, TensorInfo, TimedCall, select
 
 # OpenVINO's element type names -> tconform's precision names.
 PRECISIONS = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -112,7 +112,10 @@ def _probe(device: str, config: tuple[tuple[str, str], ...]) -> dict[str, object
     the compiled properties, the device's name and capabilities. ProviderUnavailable when the
     device cannot compile anything."""
     ov = _openvino()
-    from openvino import opset13 as ops
+    try:
+        from openvino import opset13 as ops
+    except ImportError:  # OpenVINO before 2025 keeps its opsets under openvino.runtime
+        from openvino.runtime import opset13 as ops
 
     x = ops.parameter([1, 8], np.float32, name="x")
     y = ops.matmul(x, ops.constant(np.ones((8, 8), np.float32)), False, False)
@@ -136,6 +139,7 @@ class OpenVinoRuntime:
     name: ClassVar[str] = "openvino"
     consumes: ClassVar[str] = "onnx"
     eps: ClassVar[tuple[str, ...]] = ("cpu",)
+    package: ClassVar[str] = "openvino"  # on the package index (`--runtime openvino==X`)
 
     ep: str = "cpu"  # the OpenVINO device, lower case ("cpu" is OpenVINO's "CPU")
     bf16: bool = False  # ask for INFERENCE_PRECISION_HINT bf16 (what is used is read back)
@@ -302,6 +306,17 @@ class OpenVinoSession(Session):
             counts = ", ".join(f"{p} {n}" for p, n in sorted(precisions.items()))
             self.notes.append(f"OpenVINO executed nodes by precision: {counts}")
         self._lock = threading.Lock()
+
+    def timed_call(self, feeds: Mapping[str, np.ndarray], io_binding: bool = False) -> TimedCall:
+        """A run on fixed feeds, for bench; its details say what ran: the precision read back
+        and the executed nodes by the precision they computed in (a bench row's evidence)."""
+        call = super().timed_call(feeds, io_binding)
+        call.details.update(
+            precision=self.precision,
+            node_precisions=dict(self.node_precisions),
+            layer_precisions={k: dict(v) for k, v in self.layer_precisions.items()},
+        )
+        return call
 
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None

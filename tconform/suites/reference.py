@@ -82,6 +82,7 @@ class ReferenceSuite(Suite):
         self.where = str(subject.golden_dir / golden.MANIFEST)
         self.cfg = golden.manifest_config(self.manifest)
         self.seed = int(self.manifest["seed"])
+        self.preset = self.manifest.get("preset")  # the goldens' (a row measured for it)
         self.cases = cases_to_check(subject, self.manifest)
         self.with_doc = subject.with_doc and subject.export
         self.runs_doc = False  # whether this machine runs the documents' unit (see `models`)
@@ -238,8 +239,10 @@ class ReferenceSuite(Suite):
         return case_module(case, self.cfg, case.make_params(self.cfg, self.seed))
 
     def judge(self, case: Case) -> Judge:
-        """Each output under the case's tolerance row at the run's precision."""
-        return judge_outputs(lambda precision, _: tolerance_for(precision, case.tolerance))
+        """Each output under the case's tolerance row at the run's precision (the goldens'
+        preset's own row, where one was measured for it)."""
+        preset = self.preset
+        return judge_outputs(lambda precision, _: tolerance_for(precision, case.tolerance, preset))
 
     def localise(
         self, runtime: Runtime, model: ModelUnderTest, results: list[Result], sets
@@ -251,7 +254,7 @@ class ReferenceSuite(Suite):
             return []
         first = failing[0]
         input_set = next(s for s in sets if s.name == first.input_set)
-        tol = tolerance_for(first.precision, model.case.tolerance)
+        tol = tolerance_for(first.precision, model.case.tolerance, self.preset)
         try:
             found = localise_case(
                 model.case.name, model, dict(input_set.inputs), self.cfg, self.seed, runtime, tol
@@ -290,7 +293,7 @@ class ReferenceSuite(Suite):
             "given_models": {name: str(path) for name, path in subject.models.items()},
             "document_checks": self.runs_doc,
             "cases": [case.name for case in self.cases],
-            "preset": self.manifest.get("preset"),
+            "preset": self.preset,
             "config": self.cfg.to_dict(),
             "seed": self.seed,
             # A matrix run: the axes; a plain run: the artifacts folder's one setting.

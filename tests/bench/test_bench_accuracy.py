@@ -73,3 +73,18 @@ def test_both_int8_engines_face_one_tolerance(tmp_path):
     limits = ("precision", "tolerance", "atol", "rtol", "min_sqnr_db")
     assert [ort["accuracy"][k] for k in limits] == [torch["accuracy"][k] for k in limits]
     assert ort["accuracy"]["precision"] == "int8" and ort["accuracy"]["status"] == Status.PASS
+
+
+@pytest.mark.unit
+def test_the_base_preset_is_judged_by_the_row_measured_there():
+    """The whole model at base reaches 1.7e-5 on a clean runtime (OpenVINO f32, every node
+    float32): beyond the tiny-calibrated row, within base's own; a real mistake (1e-3) fails
+    both."""
+    golden = {"logits": np.full((1, 4, 8), 0.5, np.float32)}
+    clean = {"logits": golden["logits"] + np.float32(1.7e-5)}
+    broken = {"logits": golden["logits"] + np.float32(1e-3)}
+    assert tolerance_for("float32", "model", "base").atol == 1e-4
+    assert tolerance_for("float32", "model", "tiny") == tolerance_for("float32", "model")
+    assert judge_outputs(clean, golden, "float32", "model")["status"] == Status.FAIL
+    assert judge_outputs(clean, golden, "float32", "model", "base")["status"] == Status.PASS
+    assert judge_outputs(broken, golden, "float32", "model", "base")["status"] == Status.FAIL

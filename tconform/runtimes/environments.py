@@ -1,0 +1,368 @@
+"""The Python environments versioned runtimes run in: made on first use, kept, reused.
+
+`--runtime onnxruntime==1.20.1` needs that release importable somewhere: tconform makes a virtual
+environment holding the runtime's package at that release, numpy and onnx, and nothing else (no
+tconform: the worker's code is sent by tconform, tconform.runtimes.remote). One environment per
+runtime package, release and Python, in the cache folder:
+
+    $TCONFORM_RUNTIME_CACHE, else $XDG_CACHE_HOME/tconform/runtimes, else ~/.cache/tconform/runtimes
+        onnxruntime-1.20.1-py3.11-<interpreter hash>/    the environment
+            tconform-environment.json                    what is in it, exact versions
+        .locks/                                          one maker at a time per environment
+
+It is made with `uv` where uv is installed (about a second once its cache holds the wheels),
+else with `python -m venv` and pip; in a temporary folder beside its final place, renamed into
+place only once its runtime imports, so a half-made environment is never used. A release that
+imports only with NumPy 1 (ONNX Runtime before 1.19) gets `numpy<2`.
+
+`--runtime onnxruntime@PYTHON` uses an interpreter as it is: it must have the package (and numpy
+and onnx); nothing is installed into it.
+
+Whatever cannot be made is one line (UsageError, exit 2) naming the spec and the way on: a
+release the index does not have, one without a build for this Python, no network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tconform.errors import UsageError
+from tconform.runtimes.specs import RuntimeSpec
+from tconform.variables import value
+
+RECORD = "tconform-environment.json"
+SCHEMA = "tconform-environment/1"
+# The packages a worker imports besides the runtime's (ml_dtypes comes with onnx).
+SUPPORT = ("numpy", "onnx", "ml_dtypes")
+INSTALL_SECONDS = 1800  # an installer that runs longer is stopped (a hung download)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """An interpreter a worker runs in, and what it holds."""
+
+    python: Path  # the interpreter the worker is started with
+    packages: dict[str, str | None]  # distribution -> exact version (None: absent)
+    python_version: str
+    made_with: str  # "uv 0.x", "venv + pip", or "given" (NAME@PYTHON)
+    folder: Path | None = None  # the environment tconform made (None: a given interpreter)
+    notes: list[str] = field(default_factory=list)
+
+    def record(self) -> dict[str, object]:
+        """What reports record of it: every exact version, and where it lives."""
+        return {
+            "python": str(self.python),
+            "python_version": self.python_version,
+            "packages": dict(self.packages),
+            "made_with": self.made_with,
+            "folder": str(self.folder) if self.folder else None,
+        }
+
+
+def cache_root() -> Path:
+    """The folder environments are kept in (see the module docstring); a bad
+    TCONFORM_RUNTIME_CACHE is one line naming it (tconform.variables)."""
+    given = value("TCONFORM_RUNTIME_CACHE")
+    if given is not None:
+        return Path(given)
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "tconform" / "runtimes"
+
+
+def interpreter(text: str, spec: RuntimeSpec) -> Path:
+    """The interpreter a spec names after '@': a path, or a command on PATH."""
+    found = shutil.which(text) if os.sep not in text else text
+    path = Path(found) if found else None
+    if path is None or not path.is_file() or not os.access(path, os.X_OK):
+        raise UsageError(
+            f"runtime spec {spec.text}: {text} is not an interpreter here (a path to a python "
+            "executable, or one on PATH)"
+        )
+    return path.absolute()
+
+
+# Run in the interpreter: its Python version and, per module asked for, the distributions that
+# provide it with their exact versions (read from the installed metadata; nothing is imported).
+_PROBE = """
+import json, platform, sys
+from importlib import metadata
+by_module = metadata.packages_distributions()
+found = {}
+for module in json.loads(sys.argv[1]):
+    for dist in by_module.get(module, []):
+        try:
+            found.setdefault(module, {})[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+print(json.dumps({"python": platform.python_version(), "modules": found}))
+"""
+
+
+def probe(python: Path, modules: tuple[str, ...]) -> tuple[str, dict[str, dict[str, str]]]:
+    """(Python version, {module: {distribution: version}}) of what `python` holds of
+    `modules` (a module it lacks is absent)."""
+    try:
+        done = subprocess.run(
+            [str(python), "-E", "-c", _PROBE, json.dumps(list(modules))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        found = json.loads(done.stdout)
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        raise UsageError(f"{python}: could not be asked what it holds: {exc}") from None
+    return str(found["python"]), found["modules"]
+
+
+def _versions(modules: dict[str, dict[str, str]]) -> dict[str, str]:
+    return {dist: version for dists in modules.values() for dist, version in dists.items()}
+
+
+def given_environment(spec: RuntimeSpec, package: str, module: str) -> Environment:
+    """NAME@PYTHON: the interpreter as it is, which must hold the runtime, numpy and onnx."""
+    python = interpreter(str(spec.python), spec)
+    version, modules = probe(python, (module, *SUPPORT))
+    missing = [m for m in (module, "numpy", "onnx") if not modules.get(m)]
+    if missing:
+        raise UsageError(
+            f"runtime spec {spec.text}: {python} has no {', '.join(missing)}; way on: "
+            f"{python} -m pip install {package} numpy onnx, or name a release for tconform to "
+            f"install (--runtime {spec.name}==VERSION)"
+        )
+    return Environment(python, _versions(modules), version, "given")
+
+
+def made_environment(
+    spec: RuntimeSpec, package: str, module: str, say=lambda line: None
+) -> Environment:
+    """NAME==VERSION[@PYTHON]: the environment holding that release, made where it is missing
+    (locked: one maker at a time; atomic: renamed into place once it works)."""
+    base = interpreter(spec.python, spec) if spec.python else Path(sys.executable)
+    python_version, _ = probe(base, ())
+    key = "-".join(
+        (
+            package,
+            str(spec.version),
+            "py" + ".".join(python_version.split(".")[:2]),
+            hashlib.sha256(str(base.resolve()).encode()).hexdigest()[:10],
+        )
+    )
+    root = cache_root()
+    folder = root / key
+    with _locked(root, key, say):
+        found = _read_record(folder)
+        if found is None:
+            _make(spec, package, module, base, folder, say)
+            found = _read_record(folder)
+        if found is None:
+            raise UsageError(f"runtime spec {spec.text}: {folder} holds no usable environment")
+        return found
+
+
+def _python_in(folder: Path) -> Path:
+    return folder / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _read_record(folder: Path) -> Environment | None:
+    """The environment recorded in `folder`, or None where there is none (or it is not ours)."""
+    if folder.is_symlink() or not (folder / RECORD).is_file():
+        return None
+    try:
+        data = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("schema") != SCHEMA or not _python_in(folder).exists():
+        return None
+    return Environment(
+        _python_in(folder),
+        dict(data["packages"]),
+        str(data["python_version"]),
+        str(data["made_with"]),
+        folder,
+    )
+
+
+@contextlib.contextmanager
+def _locked(root: Path, key: str, say) -> Iterator[None]:
+    """One maker of environment `key` at a time (across processes): the others wait."""
+    locks = root / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another tconform making the environment {key} ...")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def installer() -> list[str] | None:
+    """The uv command where uv is installed (on PATH, or its Python package), else None."""
+    found = shutil.which("uv")
+    if found:
+        return [found]
+    try:
+        import uv  # the uv package ships its binary
+
+        return [uv.find_uv_bin()]
+    except (ImportError, FileNotFoundError):
+        return None
+
+
+def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path, say) -> None:
+    """Make the environment in a temporary folder beside `folder` and rename it into place."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    for stale in folder.parent.glob(f".{folder.name}.*"):  # a maker that was killed mid-way
+        if stale.is_dir() and not stale.is_symlink():  # (the lock is ours: no one else's)
+            shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    uv = installer()
+    tool = f"uv {_uv_version(uv)}" if uv else "venv + pip"
+    say(f"making an environment for {spec.text} with {tool} in {folder} (once) ...")
+    started = time.monotonic()
+    try:
+        python = _python_in(staging)
+        if uv:
+            _run(spec, [*uv, "venv", "--quiet", "--python", str(base), str(staging)])
+        else:
+            _run(spec, [str(base), "-m", "venv", str(staging)])
+        requirements = [f"{package}=={spec.version}", "numpy", "onnx"]
+        install = (
+            [*uv, "pip", "install", "--quiet", "--python", str(python)]
+            if uv
+            else [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        )
+        _run(spec, [*install, *requirements])
+        failure = _import_failure(python, module)
+        if re.search(r"compiled using numpy 1\.x", failure, re.IGNORECASE):  # built for NumPy 1
+            _run(spec, [*install, *requirements[:1], "numpy<2", "onnx"])
+            failure = _import_failure(python, module)
+        if failure:
+            lines = [ln.strip() for ln in failure.splitlines() if "Error" in ln]
+            raise UsageError(
+                f"runtime spec {spec.text}: installed, but `import {module}` fails: "
+                + (lines[-1] if lines else failure.strip().splitlines()[-1])
+            )
+        python_version, modules = probe(python, (module, *SUPPORT))
+        record = {
+            "schema": SCHEMA,
+            "spec": spec.text,
+            "package": package,
+            "version": spec.version,
+            "base_python": str(base),
+            "python_version": python_version,
+            "packages": _versions(modules),
+            "made_with": tool,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        (staging / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        if folder.exists() or folder.is_symlink():  # not ours (no record): left alone
+            raise UsageError(
+                f"runtime spec {spec.text}: {folder} exists and is not an environment "
+                "tconform made; move it away"
+            )
+        os.rename(staging, folder)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _uv_version(uv: list[str] | None) -> str:
+    if not uv:
+        return ""
+    done = subprocess.run([*uv, "--version"], capture_output=True, text=True)
+    return done.stdout.split()[1] if len(done.stdout.split()) > 1 else "?"
+
+
+def _import_failure(python: Path, module: str) -> str:
+    """'' where `module` imports in `python`, else what it printed."""
+    done = subprocess.run(
+        [str(python), "-E", "-c", f"import {module}"], capture_output=True, text=True
+    )
+    if done.returncode == 0:
+        return ""
+    return (done.stderr + done.stdout).strip() or f"exit status {done.returncode}"
+
+
+# What installers print when the index cannot be reached.
+_NO_NETWORK = re.compile(
+    r"failed to fetch|error sending request|dns error|name resolution|network is unreachable|"
+    r"connection refused|max retries exceeded|connecttimeout|timed out|offline|"
+    r"network was disabled",
+    re.IGNORECASE,
+)
+# ... and when the release has no build for this Python.
+_NO_BUILD = re.compile(
+    r"no wheels with a matching python|requires-python|only has wheels for|"
+    r"no matching distribution found for .* python",
+    re.IGNORECASE,
+)
+
+
+def _run(spec: RuntimeSpec, command: list[str]) -> None:
+    """An installer step; its failure as the one line that says why, with the way on."""
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_SECONDS,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        raise UsageError(
+            f"runtime spec {spec.text}: {command[0]} ran {INSTALL_SECONDS} s without finishing"
+        ) from None
+    if done.returncode == 0:
+        return
+    text = done.stderr + done.stdout
+    cause = _cause([line.strip() for line in text.splitlines() if line.strip()])
+    name = spec.name
+    if _NO_NETWORK.search(text):
+        raise UsageError(
+            f"runtime spec {spec.text}: the package index could not be reached ({cause}); "
+            f"way on: run once with network (environments are kept in {cache_root()}), or "
+            f"--runtime {name}@PYTHON with an interpreter that has it"
+        )
+    if _NO_BUILD.search(text):
+        raise UsageError(
+            f"runtime spec {spec.text}: no build of that release for this Python ({cause}); "
+            f"way on: --runtime {name}=={spec.version}@PYTHON with an interpreter it supports"
+        )
+    raise UsageError(  # pip says the same where its index cannot be reached
+        f"runtime spec {spec.text}: cannot be installed ({cause}); way on: name a release the "
+        f"package index has (pip index versions {_package_hint(command)}), or without network "
+        f"--runtime {name}@PYTHON with an interpreter that has it"
+    )
+
+
+def _cause(lines: list[str]) -> str:
+    """The line of an installer's output that says why (uv's "Because ...", pip's "Could not
+    find a version ...", else the innermost "cause:"), without its prefix, at most 240 chars."""
+    keys = ("because", "could not find a version", "no matching distribution")
+    found = next((ln for key in keys for ln in lines if key in ln.lower()), None)
+    causes = [ln for ln in lines if ln.lower().startswith("cause:")]
+    line = found or (causes[-1] if causes else lines[-1] if lines else "no output")
+    return re.sub(r"^(error|cause|hint)\s*:\s*", "", line, flags=re.IGNORECASE)[:240]
+
+
+def _package_hint(command: list[str]) -> str:
+    pinned = [part for part in command if "==" in part]
+    return pinned[0].split("==")[0] if pinned else "PACKAGE"

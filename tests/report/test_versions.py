@@ -1,0 +1,97 @@
+"""Two releases of one runtime in one report: each one's error per case and output, oldest
+first, and the rows one passes and the other fails marked regression or fix with the direction;
+in check, the first module call where two localised releases part."""
+
+from __future__ import annotations
+
+import pytest
+
+from tconform.compare import OutputComparison
+from tconform.localise.judge import Boundary
+from tconform.localise.versions import parting, version_partings
+from tconform.report.versions import render, version_groups
+from tconform.results import Result
+
+pytestmark = pytest.mark.unit
+
+SETTINGS = {
+    "runtimes": {
+        "ort-cpu==1.20.1": {"onnxruntime": "1.20.1"},
+        "ort-cpu": {"onnxruntime": "1.31.1"},
+        "openvino": {"openvino": "2026.4.1-22982-e213a147257-releases/2026/4"},
+    }
+}
+
+
+def _result(runtime: str, case: str, status: str, error: float | None, input_set="s0") -> Result:
+    outputs = [] if error is None else [
+        OutputComparison("out", [2], status, "ok", 1e-5, 1e-5, max_abs_err=error)
+    ]  # fmt: skip
+    return Result(case, case, runtime, "cpu", ["cpu"], input_set, status, outputs=outputs)
+
+
+def test_releases_are_ordered_by_number_and_changes_get_a_direction():
+    results = [  # the installed (newer) release first, as a user may name them
+        _result("onnxruntime", "norm", "fail", 3e-5),
+        _result("onnxruntime==1.20.1", "norm", "pass", 2e-7),
+        _result("onnxruntime", "attention", "pass", 1e-7),
+        _result("onnxruntime==1.20.1", "attention", "crash", None),
+        _result("onnxruntime", "embedding", "pass", 0.0),
+        _result("onnxruntime==1.20.1", "embedding", "pass", 0.0),
+        _result("onnxruntime==1.20.1", "mask", "skip", None),  # checked nothing: no fix
+        _result("onnxruntime", "mask", "pass", 1e-7),
+        _result("openvino", "norm", "pass", 1e-7),  # one spec only: no group
+    ]
+    (group,) = version_groups(results, SETTINGS)
+    assert group.specs == ["onnxruntime==1.20.1", "onnxruntime"]
+    assert group.versions == {"onnxruntime==1.20.1": "1.20.1", "onnxruntime": "1.31.1"}
+    changes = {row["case"]: row["change"] for row in group.rows}
+    assert changes == {
+        "norm": "regression 1.20.1 -> 1.31.1",
+        "attention": "fix 1.20.1 -> 1.31.1",
+        "embedding": "",
+        "mask": "",
+    }
+    attention = next(r for r in group.rows if r["case"] == "attention")
+    assert attention["status"] == {"onnxruntime==1.20.1": "crash", "onnxruntime": "pass"}
+    summary = group.to_dict()
+    assert summary["regressions"] == 1 and summary["fixes"] == 1
+    text = render([group])
+    assert "1.20.1 (onnxruntime==1.20.1), 1.31.1 (onnxruntime)" in text
+    assert "CRASH" in text and "same max error" in text
+    assert "1 regressions, 1 fixes" in text
+
+
+def test_an_openvino_build_string_is_read_as_its_release():
+    results = [_result("openvino==2025.4.0", "norm", "pass", 1e-7),
+               _result("openvino", "norm", "pass", 1e-7)]  # fmt: skip
+    (group,) = version_groups(results, SETTINGS)
+    assert group.versions["openvino"] == "2026.4.1"
+    assert group.specs == ["openvino==2025.4.0", "openvino"]
+
+
+def _boundary(path: str, mean: float, maximum: float) -> Boundary:
+    out = OutputComparison("y", [4], "pass", "ok", 1e-5, 1e-5, max_abs_err=maximum,
+                           mean_abs_err=mean)  # fmt: skip
+    return Boundary(path, 0, 1, f"torch.nn.{path}", "pass", "pass", outputs=[out])
+
+
+class _Localised:
+    def __init__(self, runtime: str, boundaries: list[Boundary]) -> None:
+        self.runtime, self.boundaries = runtime, boundaries
+
+
+def test_two_releases_part_at_the_first_call_computed_differently():
+    older = _Localised("ort-cpu==1.20.1", [_boundary("emb", 0, 0), _boundary("ln", 5e-8, 4e-7),
+                                           _boundary("fc", 9e-8, 8e-7)])  # fmt: skip
+    newer = _Localised("ort-cpu", [_boundary("emb", 0, 0), _boundary("ln", 4e-8, 4e-7),
+                                   _boundary("fc", 1e-7, 9e-7)])  # fmt: skip
+    found = parting(older, newer)
+    assert found.module == "ln" and found.compared == 2
+    assert found.nearer == "ort-cpu"  # the smaller mean error there
+    assert "part first at ln" in found.verdict and "ort-cpu is nearer" in found.verdict
+    same = parting(older, _Localised("ort-cpu==1.21.0", older.boundaries))
+    assert same.module is None and "the same" in same.verdict
+    located = [("onnxruntime==1.20.1", "cpu", older), ("openvino", "cpu", newer)]
+    pairs = version_partings([*located, ("onnxruntime", "cpu", newer)])
+    assert len(pairs) == 1 and pairs[0].runtimes == ("ort-cpu==1.20.1", "ort-cpu")

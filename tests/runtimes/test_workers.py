@@ -1,0 +1,198 @@
+"""Runtimes in worker processes: `NAME@PYTHON` runs the runtime that interpreter has, says what
+it says in tconform's own process, keeps a cache in the worker, times in the worker; a worker
+whose native code crashes or hangs is that row's verdict (crash, exit 1), the run goes on, its
+reports and a repro bundle are written.
+
+The interpreters here are made in a second from the running one (a venv that sees its packages
+through a .pth file), with a sitecustomize.py that breaks ONNX Runtime where the test needs it:
+no network, nothing installed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import tconform
+from tconform.execution import Subject, execute
+from tconform.models import given_file
+from tconform.results import Result
+from tconform.runtimes import make_runtime
+from tconform.runtimes.remote import Handle, stop_workers
+
+pytestmark = pytest.mark.integration
+
+CRASH_ON_RUN = """
+import os
+import onnxruntime
+
+def _crash(*args, **kwargs):
+    os.abort()  # native code dying: SIGABRT
+
+onnxruntime.InferenceSession.run = _crash
+"""
+
+HANG_ON_RUN = """
+import time
+import onnxruntime
+
+def _hang(*args, **kwargs):
+    time.sleep(3600)
+
+onnxruntime.InferenceSession.run = _hang
+"""
+
+
+def interpreter(folder: Path, sitecustomize: str = "") -> Path:
+    """A Python that sees this test run's packages (a .pth file naming its site-packages), with
+    `sitecustomize` run at its start."""
+    venv.create(folder, with_pip=False, symlinks=True)
+    python = folder / "bin" / "python"
+    site = subprocess.check_output(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+    ).strip()
+    (Path(site) / "tconform_test.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    if sitecustomize:
+        (Path(site) / "sitecustomize.py").write_text(sitecustomize)
+    return python
+
+
+def add_model(path: Path) -> Path:
+    """y = x + x, the smallest model there is."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "add", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(path))
+    return path
+
+
+class Sets:
+    def __init__(self, name: str, x: np.ndarray) -> None:
+        self.name, self.inputs, self.outputs = name, {"x": x}, {"y": x + x}
+
+
+def _judge(outputs, input_set, precision):
+    from tconform.compare import compare
+
+    return [compare("y", outputs["y"], input_set.outputs["y"], 1e-6, 0.0)]
+
+
+def test_a_hung_worker_is_killed_and_that_row_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCONFORM_WORKER_TIMEOUT", "4")
+    python = interpreter(tmp_path / "hangs", HANG_ON_RUN)
+    runtime = make_runtime(f"onnxruntime@{python}", "cpu", crash_folder=tmp_path / "r.crash")
+    model = given_file(add_model(tmp_path / "add.onnx"))
+    sets = [Sets("test_data_set_0", np.ones(3, np.float32))]
+    (result,) = execute(runtime, Subject(model), sets, _judge, Result.about("add", "add"))
+    assert result.status == "crash"
+    assert "did not answer within 4 s (hung) and was killed (SIGKILL)" in result.message
+    bundle = Path(result.message.split("repro bundle: ")[1])
+    assert bundle.parent == tmp_path and bundle.name.startswith("r.crash-")
+    assert (bundle / "model.onnx").read_bytes() == model.path.read_bytes()
+    fed = onnx.TensorProto()
+    fed.ParseFromString((bundle / "test_data_set_0" / "input_0.pb").read_bytes())
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(fed), np.ones(3, np.float32))
+    assert str(python) in (bundle / "README.md").read_text()
+
+
+def test_a_worker_session_is_the_runtime_itself(tmp_path):
+    """The installed ONNX Runtime through a worker: the same outputs, a cache kept there by
+    handle and gathered there, and a timing loop run there."""
+    python = interpreter(tmp_path / "plain")
+    runtime = make_runtime(f"onnxruntime@{python}", "cpu", threads=1)
+    assert runtime.settings()["worker"]["packages"]  # exact versions recorded
+    session = runtime.open(add_model(tmp_path / "add.onnx"))
+    try:
+        assert [i.name for i in session.inputs] == ["x"] and session.outputs == ["y"]
+        assert session.placement == {"cpu": 1} and session.device[0] == "worker:cpu"
+        x = np.arange(6, dtype=np.float32)
+        np.testing.assert_array_equal(session.run({"x": x})[0], x + x)
+        kept = session.run_bound({"x": session.to_device(x)}, keep={"y"})["y"]
+        assert isinstance(kept, Handle) and kept.shape() == (6,)
+        gathered = session.take(kept, np.array([5, 0]), axis=0)
+        (twice,) = session.run_bound({"x": gathered}, keep=set()).values()
+        np.testing.assert_array_equal(twice, [20.0, 0.0])  # (x+x)[[5,0]] doubled again
+        call = session.timed_call({"x": x})
+        times = call.times(1, 4, None)
+        assert len(times) == 4 and all(t > 0 for t in times)
+        assert call.memory()["peak_mem_mb"] > 0
+        call.close()
+    finally:
+        session.close()
+        stop_workers()
+
+
+def test_two_builds_localised_on_one_model_say_where_they_part(tmp_path):
+    """The installed ONNX Runtime in a worker beside itself in tconform's process, both
+    localised on one model (tconform.check): the pipeline compares their localisations, and
+    one build computes every module call alike."""
+    python = interpreter(tmp_path / "plain")
+    module = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.LayerNorm(8))
+    try:
+        report = tconform.check(
+            module, torch.ones(2, 4), runtimes=(f"onnxruntime@{python}", "onnxruntime"),
+            localise=True, isolate="none", shapes=False, out_dir=tmp_path / "export",
+        )  # fmt: skip
+    finally:
+        stop_workers()
+    assert report.exit_code == 0
+    (parting,) = report.partings
+    assert parting.module is None and parting.compared >= 3
+    assert report.details["version_partings"] == [parting.to_dict()]
+    assert f"versions: {parting.verdict}" in report.render()
+
+
+def test_a_crashing_runtime_is_a_verdict_and_the_run_goes_on(cli, workspace, tmp_path):
+    python = interpreter(tmp_path / "crashes", CRASH_ON_RUN)
+    report = tmp_path / "reports" / "verify.json"
+    report.parent.mkdir()
+    code, out, err = cli(
+        "verify", "--golden", str(workspace["golden"]), "--artifacts", str(workspace["artifacts"]),
+        "--no-export", "--no-doc", "--case", "norm", "--runtime", f"onnxruntime@{python}",
+        "--runtime", "onnxruntime", "--json", str(report),
+    )  # fmt: skip
+    assert code == 1 and "Traceback" not in err
+    results = json.loads(report.read_text())["results"]
+    crashed = [r for r in results if r["runtime"] == f"onnxruntime@{python}"]
+    passed = [r for r in results if r["runtime"] == "onnxruntime"]
+    assert crashed and {r["status"] for r in crashed} == {"crash"}
+    assert passed and {r["status"] for r in passed} == {"pass"}  # the run went on
+    assert all("crashed (SIGABRT: native code called abort) while" in r["message"] for r in crashed)
+    assert "CRASH" in out
+    # one bundle per input set that crashed, beside the report: the model and its inputs
+    bundles = sorted(report.parent.glob("verify.crash-*"))
+    assert len(bundles) == len(crashed)
+    named = sorted(Path(r["message"].split("repro bundle: ")[1]) for r in crashed)
+    assert named == bundles  # each row names its own
+    for bundle in bundles:
+        assert (bundle / "model.onnx").is_file() and (bundle / "test_data_set_0").is_dir()
+        about = json.loads((bundle / "bundle.json").read_text())
+        assert about["runtime"] == f"onnxruntime@{python}" and "SIGABRT" in about["message"]
+    # the bundle's script crashes as the worker did, outside tconform
+    ran = subprocess.run([python, bundles[0] / "reproduce.py"], capture_output=True)
+    assert ran.returncode == -6
+
+
+def test_a_bad_worker_setting_is_one_line(cli, workspace, tmp_path, monkeypatch):
+    monkeypatch.setenv("TCONFORM_WORKER_TIMEOUT", "nan")
+    code, _, err = cli(
+        "verify", "--golden", str(workspace["golden"]), "--artifacts", str(workspace["artifacts"]),
+        "--no-export", "--no-doc", "--case", "norm", "--runtime", f"onnxruntime@{sys.executable}",
+    )  # fmt: skip
+    assert code == 2 and "TCONFORM_WORKER_TIMEOUT='nan'" in err and "Traceback" not in err
+    monkeypatch.delenv("TCONFORM_WORKER_TIMEOUT")
+    code, _, err = cli(
+        "verify", "--golden", str(workspace["golden"]), "--artifacts", str(workspace["artifacts"]),
+        "--no-export", "--no-doc", "--case", "norm", "--runtime", "torch==2.13.0",
+    )  # fmt: skip
+    assert code == 2 and "torch runs in tconform's own process" in err
