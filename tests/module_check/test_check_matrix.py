@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.axes]  # its own tier: -m axes
 
 FACTORY = """
 import torch

@@ -15,7 +15,7 @@ import tconform
 from tconform.request import Axes
 from tests.zoo.models import massive_activation, massive_residual
 
-pytestmark = pytest.mark.zoo
+pytestmark = [pytest.mark.zoo, pytest.mark.axes]  # its own tier: -m axes
 
 DTYPES = ("float16", "float16-planned", "int8", "int8-planned")
 

@@ -31,7 +31,9 @@ CLEAN = [name for name in ZOO if name != "llama_left_padded"]  # its own test, b
 
 @pytest.fixture(scope="module", params=CLEAN)
 def checked(request, tmp_path_factory):
-    """One model, checked and localised on its unmodified export."""
+    """One model, checked and localised on its unmodified export, at the example's shape (the
+    shapes it never had: tests/module_check/test_check_shapes.py; localisation runs on one
+    input set whatever the run's shapes)."""
     module, inputs = ZOO[request.param]()
     folder = tmp_path_factory.mktemp(request.param)
     exporter = EXPORTERS.get(request.param, "auto")
@@ -42,6 +44,7 @@ def checked(request, tmp_path_factory):
         localise=True,
         exporter=exporter,
         repro=folder / "repro",
+        shapes=False,
     )
     return request.param, module, inputs, folder, report
 
@@ -91,7 +94,12 @@ def test_a_corrupted_weight_is_named_and_its_bundle_reproduces_it(checked, tmp_p
         corrupted = corrupt(folder / "export" / "model.onnx", target, tmp_path / target)
         bundle = tmp_path / f"repro-{target}"
         report = tconform.check(
-            module, inputs, onnx_model=corrupted.path, runtimes=("onnxruntime",), repro=bundle
+            module,
+            inputs,
+            onnx_model=corrupted.path,
+            runtimes=("onnxruntime",),
+            repro=bundle,
+            shapes=False,
         )
         (loc,) = report.localisations
         assert report.exit_code == 1
@@ -109,7 +117,9 @@ def test_the_bundles_own_script_needs_only_onnxruntime(checked, tmp_path):
     if name != "inplace_mlp":
         pytest.skip("one model is enough for the script")
     corrupted = corrupt_module_weight(folder / "export" / "model.onnx", "2", tmp_path)
-    tconform.check(module, inputs, onnx_model=corrupted.path, repro=tmp_path / "bundle")
+    tconform.check(
+        module, inputs, onnx_model=corrupted.path, repro=tmp_path / "bundle", shapes=False
+    )
     run = subprocess.run(
         [sys.executable, "reproduce.py"], cwd=tmp_path / "bundle", capture_output=True, text=True
     )
