@@ -18,6 +18,8 @@ so without --tconform it does nothing and imports nothing beyond pytest.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 _AXES = {  # option -> tconform.request.Axes field
@@ -142,14 +144,10 @@ class _Suites:
     only while the unit runs, since xdist's other workers export into the same folders."""
 
     def __init__(self) -> None:
-        import contextlib
-
         self.stack = contextlib.ExitStack()
         self.kept = None
 
     def suite(self, request):
-        import contextlib
-
         from tconform.request import UserModel
         from tconform.suites import open_suite
 
