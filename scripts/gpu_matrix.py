@@ -6,8 +6,8 @@ Usage (scripts/gpu_check.sh sets up onnxruntime-gpu first, then calls this):
 
     python scripts/gpu_matrix.py --out gpu-run [--eps cpu,cuda] [--case NAME ...]
         [--golden DIR] [--allow-missing-ep] [--device-id N] [--no-bench] [--no-tests]
-        [--bench-only] [--bench-shape BxS ...] [--bench-seconds S] [--generate-tokens N]
-        [--tconform "CMD ..."]
+        [--bench-only] [--bench-shape BxS ...] [--bench-engine NAME ...] [--bench-seconds S]
+        [--generate-tokens N] [--tconform "CMD ..."]
 
 Each step is one command in its own process. By default a tconform process calls
 `onnxruntime.preload_dlls()` before tconform starts, so the CUDA and cuDNN libraries that pip
@@ -55,6 +55,9 @@ ZOO = ("bert", "gpt2", "llama", "vit", "resnet")
 # The reduced precisions of the verify matrix (strict float32 and TF32 have steps of their own).
 REDUCED = "float16,bfloat16,int8"
 BENCH_SHAPES = ("1x32", "8x128", "64x128")
+# The bench's engines: ONNX Runtime's plain, sdpa and float16 graphs (each with an IO-binding
+# row beside it on the GPU) against torch eager on the GPU.
+BENCH_ENGINES = ("onnxruntime", "onnxruntime-sdpa", "onnxruntime-fp16", "torch")
 TIMED = "timed"  # the chain of the benches: run alone, after every other chain
 
 
@@ -81,6 +84,7 @@ class BenchPlan:
     tokens of the generation bench. `only`: the benches alone (a re-run on a short lease)."""
 
     shapes: tuple[str, ...] = BENCH_SHAPES
+    engines: tuple[str, ...] = BENCH_ENGINES
     seconds: float = 1.0
     tokens: int = 64
     only: bool = False
@@ -154,13 +158,12 @@ def plan(
     if bench.only:
         steps = []
     if with_bench and gpu_eps:
-        # Issue 14 and 32's latency tables: ONNX Runtime (with and without IO binding) on the
-        # plain, sdpa and float16 graphs against torch eager on the GPU, at the base preset,
-        # with the GPU's own GEMM ceilings; then decoding per token with the cache on the device.
+        # Issue 14 and 32's latency tables (BENCH_ENGINES) at the base preset, with the GPU's own
+        # GEMM ceilings; then decoding per token with the cache on the device.
         timed = [*("bench", "--ep", ",".join(gpu_eps), "--case", "transformer")]
         for shape in bench.shapes:
             timed += ["--shape", shape]
-        for engine in ("onnxruntime", "onnxruntime-sdpa", "onnxruntime-fp16", "torch"):
+        for engine in bench.engines:
             timed += ["--engine", engine]
         timed += ["--seconds", f"{bench.seconds:g}", "--artifacts", str(out / "artifacts-bench")]
         if not bench.only:
@@ -299,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bench-shape", action="append", help=f"bench shape (repeat) [{', '.join(BENCH_SHAPES)}]"
     )
+    parser.add_argument(
+        "--bench-engine", action="append", help=f"engine (repeat) [{', '.join(BENCH_ENGINES)}]"
+    )
     parser.add_argument("--bench-seconds", type=float, default=1.0, help="seconds per row [1]")
     parser.add_argument("--generate-tokens", type=int, default=64, help="tokens decoded [64]")
     parser.add_argument(
@@ -323,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         with_tests=not options.no_tests,
         bench=BenchPlan(
             tuple(options.bench_shape or BENCH_SHAPES),
+            tuple(options.bench_engine or BENCH_ENGINES),
             options.bench_seconds,
             options.generate_tokens,
             options.bench_only,

@@ -74,7 +74,10 @@ GRAPH_VARIANTS = {
     "openvino-bf16": GraphVariant("openvino", options=(("bf16", True),), precision="bfloat16"),
 }
 BASELINE = "onnxruntime"
-IO_BINDING = "onnxruntime-iobinding"  # the baseline with IO binding, where a device has memory
+# An ONNX Runtime graph variant's row with its inputs and outputs bound on the device
+# (onnxruntime-iobinding, onnxruntime-fp16-iobinding), beside its row with numpy in and out,
+# where the provider has device memory: what a GPU deployment keeps from copying
+IO_BINDING = "-iobinding"
 
 
 class EngineUnavailable(RuntimeError):
@@ -148,9 +151,13 @@ def parse_engines(names: tuple[str, ...] | list[str], for_module: bool = False) 
 
 def engine_variant(engine: str) -> GraphVariant | None:
     """The graph variant an engine (or a release of it) times, None for a runtime's own engine;
-    the baseline's for its IO-binding row."""
-    base = base_name(engine)
-    return GRAPH_VARIANTS.get(BASELINE if base == IO_BINDING else base)
+    the variant's own for its IO-binding row."""
+    return GRAPH_VARIANTS.get(base_name(engine).removesuffix(IO_BINDING))
+
+
+def io_bound(engine: str) -> bool:
+    """Whether the engine's row binds its inputs and outputs on the device."""
+    return base_name(engine).endswith(IO_BINDING)
 
 
 def engine_runtime(engine: str) -> str:
@@ -186,8 +193,8 @@ def engine_rows(
 ) -> list[tuple[str, str]]:
     """(engine, provider) of every row, in report order: each of `engines` on each of `eps`
     its runtime runs on (a module runtime only on `module_ep`, where given: a user's module
-    runs where the user put it), the baseline with IO binding after it on a provider with
-    device memory (each release of it with its own)."""
+    runs where the user put it), each ONNX Runtime graph variant's IO-binding row after it on a
+    provider with device memory (each release of it with its own)."""
     rows = []
     for ep in eps:
         for engine in engines:
@@ -197,9 +204,10 @@ def engine_rows(
             if _runs_module(runtime) and module_ep not in (None, ep):
                 continue
             rows.append((engine, ep))
-            baseline = base_name(engine) == BASELINE
-            if baseline and getattr(runtime_for(runtime, ep), "device_memory", False):
-                rows.append((IO_BINDING + spec_suffix(engine), ep))
+            variant = engine_variant(engine)
+            bindable = variant is not None and variant.runtime == BASELINE and not variant.optimizer
+            if bindable and getattr(runtime_for(runtime, ep), "device_memory", False):
+                rows.append((base_name(engine) + IO_BINDING + spec_suffix(engine), ep))
     return rows
 
 
@@ -232,7 +240,7 @@ def engine_openers(
         else:
             opener = partial(
                 open_engine, runtime, subject, workload.feeds, details,
-                io_binding=base_name(engine) == IO_BINDING,
+                io_binding=io_bound(engine),
                 precision=variant.precision if variant else None,
             )  # fmt: skip
         openers.append((engine, ep, opener))

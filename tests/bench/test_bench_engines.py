@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from tconform import registry
-from tconform.bench.engines import open_engine
+from tconform.bench.engines import (
+    engine_rows,
+    engine_runtime,
+    engine_variant,
+    io_bound,
+    open_engine,
+)
 from tconform.config import PRESETS
 from tconform.execution import Subject, case_module
 from tconform.export import ExportSettings, build_module, example_shape
@@ -29,3 +35,31 @@ def test_torch_engine_keeps_subnormals_whatever_was_set_before(thread_flushes_su
     engine.run()
     engine.close()
     assert not thread_flushes_subnormals()
+
+
+class _Device:
+    """A runtime as engine_rows sees it on a provider with device memory (CUDA)."""
+
+    device_memory = True
+
+
+@pytest.mark.parametrize("release", ["", "==1.20.1"])
+def test_each_onnxruntime_graph_variant_gets_an_io_binding_row_on_a_device(release):
+    engines = tuple(e + release for e in ("onnxruntime", "onnxruntime-fp16", "onnxruntime-fused"))
+    rows = engine_rows((*engines, "torch"), ("cuda",), lambda *_, **__: _Device())
+    assert [engine for engine, _ in rows] == [
+        "onnxruntime" + release,
+        "onnxruntime-iobinding" + release,
+        "onnxruntime-fp16" + release,
+        "onnxruntime-fp16-iobinding" + release,
+        "onnxruntime-fused" + release,  # the optimizer's graph is opened apart, unbound
+        "torch",
+    ]
+    bound = [engine for engine, _ in rows if io_bound(engine)]
+    assert [engine_variant(e).dtype for e in bound] == ["float32", "float16"]
+    assert {engine_runtime(e) for e in bound} == {"onnxruntime" + release}
+
+
+def test_no_io_binding_row_without_device_memory():
+    rows = engine_rows(("onnxruntime", "onnxruntime-fp16"), ("cpu",), lambda *_, **__: object())
+    assert [engine for engine, _ in rows] == ["onnxruntime", "onnxruntime-fp16"]

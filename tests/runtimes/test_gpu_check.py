@@ -99,12 +99,14 @@ def test_plan_covers_every_precision_sdpa_generation_check_tests_and_the_benches
         assert args[name][args[name].index("--ep") + 1] == "cuda"  # the CPU has its own table
     assert args["bench"].count("--shape") == 3 and "64x128" in args["bench"]
     assert "onnxruntime-fp16" in args["bench"] and "--profile" in args["bench"]
-    short = matrix.BenchPlan(("1x32",), 0.5, 16, only=True)  # a re-run on a short lease
+    short = matrix.BenchPlan(("1x32",), ("onnxruntime-fp16", "torch"), 0.5, 16, only=True)
     rerun = {
         s.name: s.args for s in matrix.plan(tmp_path, "cpu,cuda", [], None, False, 0, bench=short)
     }
     assert list(rerun) == ["bench", "bench-generate"] and "--profile" not in rerun["bench"]
     assert rerun["bench"].count("--shape") == 1 and "0.5" in rerun["bench"]
+    engines = [a for i, a in enumerate(rerun["bench"]) if rerun["bench"][i - 1] == "--engine"]
+    assert engines == ["onnxruntime-fp16", "torch"]
     assert rerun["bench-generate"][rerun["bench-generate"].index("--generate") + 1] == "16"
     cpu_only = [s.name for s in matrix.plan(tmp_path, "cpu", ["norm"], "golden", True, 1)]
     assert cpu_only == verifies  # no GPU: no check, gpu tests or bench steps
