@@ -221,8 +221,7 @@ class Opened:
 
     def op_profile(self, inputs: Mapping[str, np.ndarray]) -> dict[str, float] | None:
         """Kernel milliseconds per op type, where the runtime profiles (None elsewhere)."""
-        profile = getattr(self.session, "op_profile", None)
-        return profile(self.feeds(inputs)) if profile else None
+        return self.session.op_profile(self.feeds(inputs))
 
     def stamp(self, row: Result) -> Result:
         """A copy of `row` naming what ran: providers, placement, precision, model, notes."""
@@ -279,13 +278,14 @@ def crash_message(
     """A crash's one line, naming its repro bundle (the model and `feeds`) where the runtime
     writes one (a runtime in a worker, with a folder beside the command's reports)."""
     message = str(exc)
-    write = getattr(runtime, "write_crash_bundle", None)
     model = subject.onnx
-    if write is None or model is None:
+    if model is None:
         return message
     about = {"model": str(model.path), "sha256": model.provenance.sha256}
     try:
-        folder = write(message, model.path, about, model.provenance.external_data, feeds)
+        folder = runtime.write_crash_bundle(
+            message, model.path, about, model.provenance.external_data, feeds
+        )
     except OSError as error:
         return f"{message} (its repro bundle could not be written: {error})"
     return f"{message}; repro bundle: {folder}" if folder else message

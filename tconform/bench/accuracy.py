@@ -5,12 +5,12 @@ absolute error and the SQNR. A fast engine that computes something else is no re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from tconform.compare import OutputComparison, compare_output, tolerance_for
-from tconform.errors import UsageError
+from tconform.errors import EXIT_FAILURE, TconformError, UsageError
 from tconform.results import Status
 
 
@@ -58,3 +58,26 @@ def _output(comparison: OutputComparison) -> dict[str, object]:
         "sqnr_db": comparison.sqnr_db,
         **({"message": comparison.message} if comparison.message else {}),
     }
+
+
+def require_within_tolerance(rows: Iterable[Mapping[str, object]]) -> None:
+    """Exit 1 (its reports are written first, as for every failure) where a timed row's
+    outputs left their tolerance row: a bench that timed a wrong answer did not pass."""
+    failed = [row for row in rows if _judged_status(row) == Status.FAIL]
+    if failed:
+        first = failed[0]
+        where = f"{first['engine']}/{first['ep']}"
+        if "batch" in first:
+            where += f" at {first['batch']}x{first['seq']}"
+        accuracy = first["accuracy"]
+        raise TconformError.with_code(
+            f"{len(failed)} timed row(s) computed outputs outside their tolerance row; first "
+            f"{where}: max abs error {accuracy['max_abs_err']:.3g} against the "
+            f"{accuracy['precision']} row (see the table)",
+            EXIT_FAILURE,
+        )
+
+
+def _judged_status(row: Mapping[str, object]) -> str | None:
+    accuracy = row.get("accuracy")
+    return accuracy.get("status") if isinstance(accuracy, Mapping) else None

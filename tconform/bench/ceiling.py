@@ -101,7 +101,7 @@ def onnx_gemm_gflops(runtime: Runtime, size: int | None = None, dtype: str = "fl
             convert(path, dtype, path.with_name(f"{dtype}.onnx"))
             path = path.with_name(f"{dtype}.onnx")
         with open_subject(runtime, Subject(derived_file(path))) as opened:
-            call = opened.timed_call({"A": a}, io_binding=getattr(runtime, "device_memory", False))
+            call = opened.timed_call({"A": a}, io_binding=runtime.device_memory)
             try:
                 return best_rate(call.run, 2 * size**3)
             finally:

@@ -88,11 +88,7 @@ class EngineUnavailable(RuntimeError):
 def timed_runtimes() -> tuple[str, ...]:
     """The runtimes other than ONNX Runtime (whose variants stand for it) that a bench times:
     all but those that are not deployment targets (onnx.reference)."""
-    return tuple(
-        name
-        for name in RUNTIMES
-        if name != BASELINE and getattr(runtime_class(name), "timed", True)
-    )
+    return tuple(name for name in RUNTIMES if name != BASELINE and runtime_class(name).timed)
 
 
 def engine_names(for_module: bool = False) -> tuple[str, ...]:
@@ -206,7 +202,7 @@ def engine_rows(
             rows.append((engine, ep))
             variant = engine_variant(engine)
             bindable = variant is not None and variant.runtime == BASELINE and not variant.optimizer
-            if bindable and getattr(runtime_for(runtime, ep), "device_memory", False):
+            if bindable and runtime_for(runtime, ep).device_memory:
                 rows.append((base_name(engine) + IO_BINDING + spec_suffix(engine), ep))
     return rows
 
@@ -292,9 +288,9 @@ def open_engine(
     if opened.onnx_file:  # the exact bytes the row ran
         call.details["model"] = str(subject.onnx.path)
         call.details["sha256"] = subject.onnx.provenance.sha256
-    versions = getattr(runtime, "versions", None)  # a runtime in a worker: its exact packages
+    versions = runtime.versions()  # a runtime in a worker: its exact packages
     if versions is not None:
-        call.details["versions"] = versions()
+        call.details["versions"] = versions
     call.details.update(details or {})
     stack.callback(call.close)
     return EngineCall(

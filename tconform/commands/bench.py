@@ -236,6 +236,7 @@ def _compare(paths, reports) -> None:
 def _timings(options: tuple, runtime, report, progress) -> None:
     """The bench run of `options` (bench_settings' arguments) into `report`: tconform's cases
     in this process, a user's model in a child process (its code never ends this one)."""
+    from tconform.bench.accuracy import require_within_tolerance
     from tconform.bench.run import bench_settings, run_bench
     from tconform.results import Status, nothing_checked
 
@@ -267,6 +268,7 @@ def _timings(options: tuple, runtime, report, progress) -> None:
         raise TconformError.with_code(
             "nothing was timed: every engine was skipped (see the table)", EXIT_EP_UNAVAILABLE
         )
+    require_within_tolerance(report.data["results"])
 
 
 def in_child(settings, into: dict, progress) -> None:

@@ -531,10 +531,12 @@ def generate_run(
 ):
     """The run (for tconform.commands.run.run_and_report) of `bench --generate`: validate the
     request (UsageError: one line, exit 2), measure into the report, exit 1 where an engine's
-    worker crashed and 3 where a requested provider could not run. `runtime` is the command's
-    RuntimeChoice; `crash_folder` where a crashed worker's repro bundle goes."""
+    worker crashed or its log-probabilities left their tolerance row, and 3 where a requested
+    provider could not run. `runtime` is the command's RuntimeChoice; `crash_folder` where a
+    crashed worker's repro bundle goes."""
 
     def run(report: GenerateReport, progress) -> None:
+        from tconform.bench.accuracy import require_within_tolerance
         from tconform.bench.run import default_threads
         from tconform.config import get_preset
         from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError, UsageError
@@ -576,5 +578,6 @@ def generate_run(
             raise TconformError.with_code(
                 f"provider {unavailable[0]['ep']} could not run", EXIT_EP_UNAVAILABLE
             )
+        require_within_tolerance(report.data["rows"])
 
     return run

@@ -34,6 +34,8 @@ from tconform.registry import ENCODER, PREFIX, STEP
 class StepModel(Protocol):
     """One generation model as a stepper runs it (an opened model, or the oracle's)."""
 
+    device: tuple[str, int]  # where it keeps its outputs between steps ("cpu": the host)
+
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
 
 
@@ -52,6 +54,7 @@ class OracleSession:
     case: registry.Case
     cfg: ModelConfig
     params: Params
+    device: tuple[str, int] = ("cpu", 0)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return list(registry.run_oracle(self.case, self.cfg, self.params, feeds))
@@ -178,6 +181,6 @@ def make_stepper(
     if cache:
         # IO binding where the provider keeps tensors off the host; on the CPU provider NumPy
         # feeds measured 3-5 % faster per token (docs/generation.md), so the cache stays NumPy.
-        bound = all(getattr(s, "device", ("cpu",))[0] != "cpu" for s in sessions.values())
+        bound = all(s.device[0] != "cpu" for s in sessions.values())
         return CachedStepper(sessions, cfg, np.float64 if oracle else np.float32, bound)
     return PrefixStepper(sessions, cfg)

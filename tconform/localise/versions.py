@@ -15,7 +15,6 @@ fusion part in the plain run and not in these.
 from __future__ import annotations
 
 import itertools
-import sys
 from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -112,17 +111,11 @@ def version_partings(located: list[tuple[str, Hashable, object]]) -> list[Partin
     return [parting(a, b) for locs in groups.values() for a, b in itertools.pairwise(locs)]
 
 
-def interpreter(runtime: Runtime) -> str:
-    """The Python a runtime runs in: its worker's environment, or this one."""
-    environment = getattr(runtime, "environment", None)
-    return str(environment.python) if environment is not None else sys.executable
-
-
 def add_version_runs(localisations: list, runtimes: list[Runtime]) -> None:
     """Each repro bundle of `localisations` (tconform.localise.Localisation), its README with
     how to run it on each version of `runtimes` (the ONNX runtimes the run compared): the
     interpreter of each (an environment tconform made holds exactly that release)."""
-    interpreters = {label(r): interpreter(r) for r in runtimes}
+    interpreters = {label(r): r.python for r in runtimes}
     for bundle in dict.fromkeys(loc.repro for loc in localisations if loc.repro):
         _add_runs(Path(bundle), interpreters)
 

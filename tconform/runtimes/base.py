@@ -16,9 +16,11 @@ Only the execution layer (tconform.execution) calls sessions; commands never do.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -116,21 +118,62 @@ class Session:
         fixed = dict(feeds)
         return TimedCall(lambda: self.run(fixed))
 
+    def op_profile(self, feeds: Mapping[str, np.ndarray]) -> dict[str, float] | None:
+        """Kernel milliseconds per op type, where the runtime profiles its runs (None here)."""
+        return None
+
     def close(self) -> None:
         """Release what the session holds (compiled graphs, device buffers)."""
 
 
-class Runtime(Protocol):
+class Runtime:
+    """How to open models on one provider. Every runtime subclasses it as a dataclass whose
+    fields are the options it takes (tconform.runtimes.takes_option) and declares here what it
+    is and what it can do; the defaults are those of a runtime in tconform's own process that
+    keeps tensors on the host. Callers read these, never probe for them."""
+
     name: ClassVar[str]  # its key in tconform.runtimes.RUNTIMES
     consumes: ClassVar[str]  # "onnx" (opens a model file) or "module" (opens a ModuleTarget)
     eps: ClassVar[tuple[str, ...]]  # the devices or execution providers it can run on
+    # A deployment target, which bench times (ONNX's reference evaluator is not one)
+    timed: ClassVar[bool] = True
     ep: str
 
     @property
     def precision(self) -> str:
         """What it is asked to compute in ("float32", "tf32", "bfloat16", ...)."""
-        ...
+        raise NotImplementedError
 
-    def settings(self) -> dict[str, object]: ...
+    @property
+    def device_memory(self) -> bool:
+        """Whether it keeps tensors in memory of its own device between runs: bench's IO-binding
+        rows and the generation cache bound there."""
+        return False
 
-    def open(self, target) -> Session: ...
+    @property
+    def python(self) -> str:
+        """The interpreter it runs in (a worker's, for a runtime out of process)."""
+        return sys.executable
+
+    def settings(self) -> dict[str, object]:
+        raise NotImplementedError
+
+    def open(self, target) -> Session:
+        raise NotImplementedError
+
+    def versions(self) -> dict[str, str | None] | None:
+        """The exact packages it runs with where they are not tconform's own (a worker's
+        environment); None: those of the report's environment."""
+        return None
+
+    def write_crash_bundle(
+        self,
+        message: str,
+        model: Path,
+        model_about: Mapping[str, object],
+        external_data: Sequence[str],
+        feeds: Mapping[str, np.ndarray] | None,
+    ) -> Path | None:
+        """The repro bundle of a crash of its process on `model`; None where it keeps none (a
+        runtime in tconform's process cannot crash and leave a report)."""
+        return None

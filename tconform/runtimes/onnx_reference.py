@@ -15,11 +15,11 @@ import onnx
 
 from tconform.compare import BFLOAT16
 from tconform.errors import KernelMissing, UsageError
-from tconform.runtimes.base import Session, TensorInfo
+from tconform.runtimes.base import Runtime, Session, TensorInfo
 
 
 @dataclass
-class OnnxReferenceRuntime:
+class OnnxReferenceRuntime(Runtime):
     name: ClassVar[str] = "onnx-reference"
     consumes: ClassVar[str] = "onnx"
     eps: ClassVar[tuple[str, ...]] = ("cpu",)

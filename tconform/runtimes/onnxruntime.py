@@ -28,7 +28,7 @@ from onnx import TensorProto
 
 from tconform.compare import BFLOAT16
 from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
-from tconform.runtimes.base import Session, TensorInfo, TimedCall
+from tconform.runtimes.base import Runtime, Session, TensorInfo, TimedCall
 from tconform.runtimes.providers import (
     CUDA_DEFAULT_OPTIONS,
     DEVICE_TYPES,
@@ -48,7 +48,7 @@ DENORMAL_AS_ZERO = "session.set_denormal_as_zero"
 
 
 @dataclass
-class OrtRuntime:
+class OrtRuntime(Runtime):
     """Creates sessions on one provider with recorded settings."""
 
     name: ClassVar[str] = "onnxruntime"

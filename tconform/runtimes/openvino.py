@@ -33,7 +33,7 @@ import numpy as np
 
 from tconform.compare import BFLOAT16
 from tconform.errors import ProviderUnavailable, UsageError
-from tconform.runtimes.base import Session, TensorInfo, TimedCall, select
+from tconform.runtimes.base import Runtime, Session, TensorInfo, TimedCall, select
 
 # OpenVINO's element type names -> tconform's precision names.
 PRECISIONS = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -133,7 +133,7 @@ def _probe(device: str, config: tuple[tuple[str, str], ...]) -> dict[str, object
 
 
 @dataclass
-class OpenVinoRuntime:
+class OpenVinoRuntime(Runtime):
     """Compiles ONNX files on one OpenVINO device with pinned, recorded properties."""
 
     name: ClassVar[str] = "openvino"

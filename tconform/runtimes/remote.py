@@ -52,7 +52,7 @@ from tconform.errors import (
     first_line,
     how_it_ended,
 )
-from tconform.runtimes.base import Session, TensorInfo, TimedCall
+from tconform.runtimes.base import Runtime, Session, TensorInfo, TimedCall
 from tconform.runtimes.crashes import write_crash_bundle
 from tconform.runtimes.environments import Environment, given_environment, made_environment
 from tconform.runtimes.protocol import Channel, ChannelClosed, ChannelTimeout, dtype_of
@@ -269,7 +269,7 @@ def stop_workers() -> None:
 
 
 @dataclass
-class RemoteRuntime:
+class RemoteRuntime(Runtime):
     """A runtime of RUNTIMES run in a worker: `spec` names it with a release or an interpreter;
     `options` are the fields of its class it is given (threads, graph_opt, bf16, ...)."""
 
@@ -359,6 +359,10 @@ class RemoteRuntime:
                 "python_in_worker": described.get("python") if described else None,
             },
         }
+
+    @property
+    def python(self) -> str:
+        return str(self.environment.python)
 
     def versions(self) -> dict[str, str | None]:
         """The exact versions in its environment (runtime package, numpy, onnx, Python)."""

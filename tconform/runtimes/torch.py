@@ -21,7 +21,7 @@ from torch import nn
 from tconform.compare import BFLOAT16
 from tconform.errors import ProviderUnavailable
 from tconform.provenance import module_provenance
-from tconform.runtimes.base import ModuleTarget, Session, TensorInfo, TimedCall, select
+from tconform.runtimes.base import ModuleTarget, Runtime, Session, TensorInfo, TimedCall, select
 
 DTYPES = {
     "float32": torch.float32,
@@ -90,7 +90,7 @@ def plain_composition() -> Iterator[None]:
 
 
 @dataclass
-class TorchRuntime:
+class TorchRuntime(Runtime):
     """PyTorch eager. Its variants (the classes below) are what a PyTorch user reaches for to go
     faster: torch.compile (`compiled`), autocast to a lower precision (`autocast`: matrix
     products in bfloat16, the rest float32) and dynamic int8 Linear layers (`quantized`)."""

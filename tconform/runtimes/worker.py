@@ -95,7 +95,7 @@ class Worker:
                 "runtime": number,
                 "precision": runtime.precision,
                 "settings": runtime.settings(),
-                "device_memory": bool(getattr(runtime, "device_memory", False)),
+                "device_memory": runtime.device_memory,
                 "python": sys.version.split()[0],
                 "pid": os.getpid(),
             }, {}
@@ -149,8 +149,7 @@ class Worker:
             self.calls[number] = session.timed_call(tensors, request["io_binding"])
             return {"call": number, "details": self.calls[number].details}, {}
         if op == "profile":
-            profile = getattr(session, "op_profile", None)
-            return {"op_profile": profile(tensors) if profile else None}, {}
+            return {"op_profile": session.op_profile(tensors)}, {}
         if op == "close":
             self.sessions.pop(request["session"]).close()
             return {}, {}

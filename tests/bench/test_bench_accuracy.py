@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from tconform import registry
-from tconform.bench.accuracy import judge_outputs
+from tconform.bench.accuracy import judge_outputs, require_within_tolerance
 from tconform.bench.engines import open_engine
 from tconform.bench.measure import measure
 from tconform.bench.workload import case_workload
 from tconform.compare import tolerance_for
 from tconform.config import PRESETS
+from tconform.errors import EXIT_FAILURE, TconformError
 from tconform.execution import Subject, case_module
 from tconform.export import ExportJob, ExportSettings, build_module, example_shape, export_jobs
 from tconform.models import ModelUnderTest
@@ -61,6 +62,25 @@ def test_outputs_beyond_the_floor_fail_and_say_by_how_much():
     assert judge_outputs(golden, golden, "int8", "component")["status"] == Status.PASS
     # a precision without a row is not judged, and says why
     assert judge_outputs(golden, golden, "int2", "component")["status"] == Status.SKIP
+
+
+@pytest.mark.unit
+def test_a_timed_row_outside_its_tolerance_fails_the_bench():
+    golden = {"y": np.linspace(-1.0, 1.0, 64)}
+    row = {"engine": "onnxruntime-int8", "ep": "cpu", "batch": 1, "seq": 32}
+    passed = {**row, "accuracy": judge_outputs(golden, golden, "int8", "component")}
+    failed = {
+        **row,
+        "accuracy": judge_outputs({"y": golden["y"] + 0.5}, golden, "int8", "component"),
+    }
+    skipped = {"engine": "openvino", "ep": "cpu", "status": Status.SKIP}  # nothing judged
+    require_within_tolerance([passed, skipped])  # nothing outside: no error
+    with pytest.raises(TconformError) as raised:
+        require_within_tolerance([passed, failed, skipped])
+    assert raised.value.exit_code == EXIT_FAILURE
+    assert "1 timed row(s)" in str(raised.value) and "onnxruntime-int8/cpu at 1x32" in str(
+        raised.value
+    )
 
 
 @pytest.mark.integration

@@ -61,5 +61,5 @@ def test_each_onnxruntime_graph_variant_gets_an_io_binding_row_on_a_device(relea
 
 
 def test_no_io_binding_row_without_device_memory():
-    rows = engine_rows(("onnxruntime", "onnxruntime-fp16"), ("cpu",), lambda *_, **__: object())
+    rows = engine_rows(("onnxruntime", "onnxruntime-fp16"), ("cpu",), make_runtime)
     assert [engine for engine, _ in rows] == ["onnxruntime", "onnxruntime-fp16"]
