@@ -199,8 +199,8 @@ class Opened:
 
     def run(
         self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
-    ) -> list[np.ndarray]:
-        """The outputs (all, or those named, in that order) for `inputs`."""
+    ) -> dict[str, np.ndarray]:
+        """The outputs (all, or those named, in that order) for `inputs`, by name."""
         return self.session.run(self.feeds(inputs), outputs)
 
     def run_bound(self, feeds: Mapping[str, object], keep: set[str]) -> dict[str, object]:
@@ -389,12 +389,12 @@ def require_free_dimensions(declared: Sequence[TensorInfo], feeds: Mapping[str, 
 
 def _outputs(opened: Opened, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     outputs = opened.session.run(feeds)
-    if len(outputs) != len(opened.outputs):
+    if list(outputs) != list(opened.outputs):
         raise OutputsMismatch(
-            f"{label(opened.runtime)}: returned {len(outputs)} outputs; it declares "
-            f"{len(opened.outputs)} ({', '.join(opened.outputs)})"
+            f"{label(opened.runtime)}: returned {len(outputs)} outputs ({', '.join(outputs)}); "
+            f"it declares {len(opened.outputs)} ({', '.join(opened.outputs)})"
         )
-    return dict(zip(opened.outputs, outputs, strict=True))
+    return outputs
 
 
 def rows_run_alone(opened: Opened, batched: BatchRows, whole: Mapping[str, np.ndarray]):

@@ -301,7 +301,7 @@ def open_engine(
         times=call.times,
         memory=call.memory,
         precision=opened.precision,
-        outputs=lambda: dict(zip(opened.outputs, opened.run(feeds), strict=True)),
+        outputs=lambda: opened.run(feeds),
         weight_bytes=weight_counter(opened),
         crashed=lambda exc: crash_message(runtime, subject, opened.feeds(feeds), exc),
     )

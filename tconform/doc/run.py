@@ -152,7 +152,7 @@ class OpenedComponents:
         if runtime == "oracle":
             case = registry.get_case(case_name)
             return list(registry.run_oracle(case, cfg, self.params(case_name, cfg), feeds))
-        return self.opened(runtime, case_name, cfg, config_name).run(feeds)
+        return list(self.opened(runtime, case_name, cfg, config_name).run(feeds).values())
 
     def run_check(self, runtime: str, check: RuntimeCheck) -> RuntimeOutcome:
         """A document case's RuntimeCheck on one runtime; an unusable provider is

@@ -28,7 +28,7 @@ import numpy as np
 from tconform import registry
 from tconform.config import ModelConfig
 from tconform.oracle import Params
-from tconform.registry import ENCODER, PREFIX, STEP
+from tconform.registry import ENCODER, LOG_PROBS, PREFIX, STEP
 
 
 class StepModel(Protocol):
@@ -36,7 +36,7 @@ class StepModel(Protocol):
 
     device: tuple[str, int]  # where it keeps its outputs between steps ("cpu": the host)
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
 
 class Stepper(Protocol):
@@ -56,8 +56,10 @@ class OracleSession:
     params: Params
     device: tuple[str, int] = ("cpu", 0)
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return list(registry.run_oracle(self.case, self.cfg, self.params, feeds))
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [spec.name for spec in self.case.outputs(self.cfg)]
+        values = registry.run_oracle(self.case, self.cfg, self.params, feeds)
+        return dict(zip(names, values, strict=True))
 
 
 def oracle_sessions(cfg: ModelConfig, params: Params) -> dict[str, StepModel]:
@@ -85,8 +87,7 @@ class CachedStepper:
         session = self.sessions[case.name]
         if self.bound:
             return session.run_bound(feeds, keep=device_outputs)
-        names = [spec.name for spec in case.outputs(self.cfg)]
-        return dict(zip(names, session.run(feeds), strict=True))
+        return session.run(feeds)
 
     def start(self, src_ids: np.ndarray, src_keep: np.ndarray) -> None:
         encoded = self._run(
@@ -153,10 +154,10 @@ class PrefixStepper:
     state: dict[str, np.ndarray] = field(default_factory=dict)
 
     def start(self, src_ids: np.ndarray, src_keep: np.ndarray) -> None:
-        memory, _, _ = self.sessions[ENCODER.name].run({"src_ids": src_ids, "src_keep": src_keep})
+        encoded = self.sessions[ENCODER.name].run({"src_ids": src_ids, "src_keep": src_keep})
         batch = len(src_ids)
         self.state = {
-            "memory": memory,
+            "memory": encoded["memory"],
             "src_keep": src_keep,
             "tgt_ids": np.zeros((batch, 0), dtype=np.int64),
             "tgt_keep": np.zeros((batch, 0), dtype=bool),
@@ -167,7 +168,7 @@ class PrefixStepper:
             [self.state["tgt_ids"], tokens.astype(np.int64)[:, None]], axis=1
         )
         self.state["tgt_keep"] = np.concatenate([self.state["tgt_keep"], keep[:, None]], axis=1)
-        (log_probs,) = self.sessions[PREFIX.name].run(dict(self.state))
+        log_probs = self.sessions[PREFIX.name].run(dict(self.state))[LOG_PROBS.name]
         return log_probs[:, 0, :].astype(np.float64)
 
     def reorder(self, rows: np.ndarray) -> None:

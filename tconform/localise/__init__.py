@@ -456,5 +456,5 @@ def _share(comparisons) -> float | None:
 def _fetch(opened, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
     """The named tensors from one run (the model's own inputs are the feeds)."""
     wanted = [n for n in dict.fromkeys(names) if n not in feeds]
-    values = dict(zip(wanted, opened.run(feeds, wanted), strict=True)) if wanted else {}
+    values = opened.run(feeds, wanted) if wanted else {}
     return {**{n: feeds[n] for n in names if n in feeds}, **values}

@@ -104,15 +104,16 @@ def cross_check(
     names = list(expected)
     outputs = _evaluate(cut, rounded, names)
     plain = [
-        compare_boundary(f"{n} (plain evaluation)", a, expected[n], tol, keep=keep)
-        for n, a in zip(names, outputs, strict=True)
+        compare_boundary(f"{n} (plain evaluation)", outputs[n], expected[n], tol, keep=keep)
+        for n in names
     ]
     found = CrossCheck(runtime, plain, None)
     if found.finding == "runtime":
         return found
     exact_comparisons = []
     widened = _evaluate(as_float64(cut), exact, names)
-    for name, actual, own in zip(names, widened, outputs, strict=True):
+    for name in names:
+        actual, own = widened[name], outputs[name]
         allowed = Tolerance(
             tol.atol + FUNCTION_RESOLUTION * _scale(expected[name], own.dtype), tol.rtol, tol.why
         )
@@ -131,7 +132,9 @@ def _scale(values: np.ndarray, dtype: np.dtype) -> float:
     return float(ordinary.max(initial=0.0))
 
 
-def _evaluate(cut: onnx.ModelProto, feeds: dict[str, np.ndarray], names: list[str]):
+def _evaluate(
+    cut: onnx.ModelProto, feeds: dict[str, np.ndarray], names: list[str]
+) -> dict[str, np.ndarray]:
     """The outputs `names` of `cut` on onnx.reference, through the execution layer."""
     with tempfile.TemporaryDirectory(prefix="tconform-crosscheck-") as tmp:
         path = Path(tmp) / "model.onnx"

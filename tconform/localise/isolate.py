@@ -148,9 +148,9 @@ def isolate(
             actual = opened.run(feeds, list(expected))
     comparisons = [
         compare_boundary(
-            f"{boundary.label} (isolated) <- {name}", out, expected[name], tol, keep=keep
+            f"{boundary.label} (isolated) <- {name}", actual[name], expected[name], tol, keep=keep
         )
-        for name, out in zip(expected, actual, strict=True)
+        for name in expected
     ]
     found = Isolation(
         subgraph,

@@ -44,7 +44,8 @@ def plain_run(
         first = opened.run(feeds, names)
         second = opened.run(feeds, names)
     outputs, noise = {}, {}
-    for name, a, b in zip(names, first, second, strict=True):
+    for name in names:
+        a, b = first[name], second[name]
         if a.dtype.kind == "f":
             outputs[name] = a
             with np.errstate(invalid="ignore"):

@@ -3,7 +3,7 @@
 
     runtime = make_runtime("onnxruntime", "cpu", threads=2)   # how to open things
     session = runtime.open(target)            # an ONNX file, or a ModuleTarget
-    outputs = session.run(feeds)              # a list, in the order of session.outputs
+    outputs = session.run(feeds)              # {name: array}, in the order of session.outputs
 
 A runtime opens either ONNX files (`consumes = "onnx"`: ONNX Runtime, OpenVINO, ONNX's
 reference evaluator) or PyTorch modules (`consumes = "module"`: torch eager, torch.compile).
@@ -52,13 +52,11 @@ class ModuleTarget:
     outputs: tuple[str, ...] = ()
 
 
-def select(names: list[str], values: list, wanted: Sequence[str] | None) -> list:
-    """`values` (one per name of `names`) of the names in `wanted`, in that order (all where
-    `wanted` is None)."""
-    if wanted is None:
-        return values
-    at = {name: i for i, name in enumerate(names)}
-    return [values[at[name]] for name in wanted]
+def select(names: list[str], values: list, wanted: Sequence[str] | None) -> dict[str, np.ndarray]:
+    """`values` (one per name of `names`) by name: those named in `wanted`, in that order (all,
+    in their own order, where `wanted` is None)."""
+    named = dict(zip(names, values, strict=True))
+    return named if wanted is None else {name: named[name] for name in wanted}
 
 
 @dataclass
@@ -94,15 +92,15 @@ class Session:
 
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
-    ) -> list[np.ndarray]:
-        """The outputs named in `outputs` (default: all, in `self.outputs`' order); a runtime
-        that can compute only those (ONNX Runtime) keeps no other tensor."""
+    ) -> dict[str, np.ndarray]:
+        """The outputs named in `outputs` (default: all, in `self.outputs`' order), by name; a
+        runtime that can compute only those (ONNX Runtime) keeps no other tensor."""
         raise NotImplementedError
 
     def run_bound(self, feeds: Mapping[str, object], keep: set[str]) -> dict[str, object]:
         """One run whose outputs named in `keep` stay where the session keeps tensors (its
         device), ready to be fed back; on the host this is `run`."""
-        return dict(zip(self.outputs, self.run(feeds), strict=True))
+        return dict(self.run(feeds))
 
     def to_device(self, array: np.ndarray) -> object:
         """`array` where `run_bound` takes its inputs."""

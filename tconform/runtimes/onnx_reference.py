@@ -102,6 +102,7 @@ class OnnxReferenceSession(Session):
 
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
-    ) -> list[np.ndarray]:
-        wanted = list(outputs) if outputs else None
-        return [np.asarray(out) for out in self.evaluator.run(wanted, dict(feeds))]
+    ) -> dict[str, np.ndarray]:
+        wanted = list(outputs) if outputs else self.outputs
+        values = self.evaluator.run(wanted, dict(feeds))
+        return {name: np.asarray(value) for name, value in zip(wanted, values, strict=True)}

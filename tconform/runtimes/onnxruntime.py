@@ -323,15 +323,15 @@ class OrtSession(Session):
 
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
-    ) -> list[np.ndarray]:
-        wanted = list(outputs) if outputs else None
+    ) -> dict[str, np.ndarray]:
+        wanted = list(outputs) if outputs else self.outputs
         if self._bfloat16_outputs or any(np.asarray(v).dtype == BFLOAT16 for v in feeds.values()):
-            return self._run_bfloat16(feeds, wanted)
-        return self.session.run(wanted, dict(feeds), quiet_run())
+            values = self._run_bfloat16(feeds, wanted)
+        else:
+            values = self.session.run(wanted, dict(feeds), quiet_run())
+        return dict(zip(wanted, values, strict=True))
 
-    def _run_bfloat16(
-        self, feeds: Mapping[str, np.ndarray], wanted: list[str] | None
-    ) -> list[np.ndarray]:
+    def _run_bfloat16(self, feeds: Mapping[str, np.ndarray], wanted: list[str]) -> list[np.ndarray]:
         """ONNX Runtime's Python API takes no ml_dtypes array and returns no bfloat16 one:
         bfloat16 tensors go in and come out as OrtValues of the same bits."""
         values = {}

@@ -320,7 +320,7 @@ class OpenVinoSession(Session):
 
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
-    ) -> list[np.ndarray]:
+    ) -> dict[str, np.ndarray]:
         """The outputs in the model's order, or those named (copies: a later run leaves them
         alone). OpenVINO computes every output either way."""
         ordered = {info.name: _tensor(np.asarray(feeds[info.name])) for info in self.inputs}

@@ -456,10 +456,10 @@ class RemoteSession(Session):
 
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
-    ) -> list[np.ndarray]:
+    ) -> dict[str, np.ndarray]:
         wanted = list(outputs) if outputs else None
         _, values = self._request("run", {"outputs": wanted}, feeds)
-        return [values[str(k)] for k in range(len(values))]
+        return values
 
     def run_bound(self, feeds: Mapping[str, object], keep: Collection[str]) -> dict[str, object]:
         """One run whose outputs named in `keep` stay in the worker (as Handles, fed back as

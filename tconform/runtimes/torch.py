@@ -270,7 +270,7 @@ class TorchSession(Session):
 
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
-    ) -> list[np.ndarray]:
+    ) -> dict[str, np.ndarray]:
         out = self.call(*self.arguments(feeds))
         values = [_host_array(t, self.runtime.autocast) for _, t in flatten_outputs(out)]
         return select(self.outputs, values, outputs)

@@ -16,7 +16,7 @@ Requests, by their "op" (replies echo nothing but what is asked; an exception is
                                             device_memory, python, pid
     open     {runtime, path}             -> session, providers, placement, fallback_ops,
                                             precision, inputs, outputs, notes, device
-    run      {session, outputs} + feeds  -> the outputs, named "0", "1", ...
+    run      {session, outputs} + feeds  -> the outputs, by name, in order
     run_bound {session, keep, handles} + feeds -> kept {name: handle}, the others as tensors
     to_device {session} + array          -> handle
     take     {session, handle, axis} + rows -> handle
@@ -130,8 +130,7 @@ class Worker:
             return self._timed(op, request)
         session = self.sessions[request["session"]]
         if op == "run":
-            outputs = session.run(tensors, request.get("outputs"))
-            return {}, {str(k): value for k, value in enumerate(outputs)}
+            return {}, session.run(tensors, request.get("outputs"))
         if op == "run_bound":
             feeds = {**tensors, **{n: self.kept[h] for n, h in request["handles"].items()}}
             values = session.run_bound(feeds, set(request["keep"]))

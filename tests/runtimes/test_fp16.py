@@ -47,7 +47,7 @@ def _fp16_feeds(case: registry.Case, rng_seed: int = 0) -> dict[str, np.ndarray]
 def test_fp16_model_runs_on_cpu_in_half_precision(name, fp16_artifacts):
     case = registry.get_case(name)
     session = OrtRuntime(ep="cpu").open(fp16_artifacts / name / "model.onnx")
-    outputs = session.run(_fp16_feeds(case))
+    outputs = session.run(_fp16_feeds(case)).values()
     assert all(o.dtype == np.float16 for o in outputs)
     assert all(np.isfinite(o).all() for o in outputs)  # the example inputs mask no whole row
     assert set(session.placement) == {"cpu"}
@@ -66,7 +66,8 @@ def test_fp16_fully_masked_row_is_nan(fp16_artifacts):
     feeds = _fp16_feeds(case)
     feeds["mask"] = feeds["mask"].copy()
     feeds["mask"][0, 0, 0, :] = False  # mask every key of one query
-    context, weights = OrtRuntime().open(fp16_artifacts / "attention" / "model.onnx").run(feeds)
+    opened = OrtRuntime().open(fp16_artifacts / "attention" / "model.onnx")
+    context, weights = opened.run(feeds).values()
     assert np.isnan(weights[0, 0, 0]).all()
     assert np.isnan(context[0, 0, 0]).all()  # NaN weights poison that query's context vector
     assert np.isfinite(weights[1]).all()

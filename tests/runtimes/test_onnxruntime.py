@@ -136,7 +136,8 @@ def test_cpu_placement_counts_every_optimised_node(case, artifacts, tmp_path):
     assert session.placement["cpu"] > 0
     assert session.fallback_ops == {}
     outputs = session.run(_feeds(case))
-    assert [o.shape[0] for o in outputs] == [example_shape(TINY).batch] * len(outputs)
+    assert list(outputs) == session.outputs == [spec.name for spec in case.outputs(TINY)]
+    assert [o.shape[0] for o in outputs.values()] == [example_shape(TINY).batch] * len(outputs)
 
 
 def test_corrupt_model_is_one_line_usage_error(tmp_path):
@@ -175,7 +176,7 @@ def test_bfloat16_outputs_of_integer_inputs_come_back_as_bfloat16(tmp_path):
     graph = helper.make_graph([node], "g", [ids], [rows], [initializer])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     onnx.save(model, str(tmp_path / "model.onnx"))
-    (out,) = OrtRuntime().open(tmp_path / "model.onnx").run({"ids": np.array([2, 0])})
+    (out,) = OrtRuntime().open(tmp_path / "model.onnx").run({"ids": np.array([2, 0])}).values()
     assert out.dtype == BFLOAT16
     np.testing.assert_array_equal(out, table[[2, 0]])
 
@@ -241,8 +242,9 @@ def test_cuda_session_places_nodes_on_cuda(artifacts, tf32):
     assert session.placement.get("cuda", 0) > 0
     reference = OrtRuntime(ep="cpu").open(artifacts / case.name / "model.onnx")
     feeds = _feeds(case)
-    for got, want in zip(session.run(feeds), reference.run(feeds), strict=True):
-        np.testing.assert_allclose(got, want, atol=5e-3 if tf32 else 1e-5, rtol=1e-3)
+    want = reference.run(feeds)
+    for name, got in session.run(feeds).items():
+        np.testing.assert_allclose(got, want[name], atol=5e-3 if tf32 else 1e-5, rtol=1e-3)
 
 
 def test_a_kernel_error_is_raised_without_onnx_runtimes_own_log(tmp_path, capfd):
@@ -337,7 +339,7 @@ def test_every_session_sets_the_calling_thread_as_its_config_asks(
     OrtRuntime(session_config={onnxruntime_runtime.DENORMAL_AS_ZERO: first}).open(path)
     session = OrtRuntime(session_config={onnxruntime_runtime.DENORMAL_AS_ZERO: then}).open(path)
     assert thread_flushes_subnormals() == (then == "1")
-    squared = session.run({"a": np.array([1e-20], np.float32)})[0]
+    (squared,) = session.run({"a": np.array([1e-20], np.float32)}).values()
     assert (int(squared.view(np.uint32)[0]) == 0) == (then == "1")
 
 

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.integration
 
 
 class ShiftedSession(OnnxReferenceSession):
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return [out + np.float32(1e-2) for out in super().run(feeds)]
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: out + np.float32(1e-2) for name, out in super().run(feeds).items()}
 
 
 @dataclass

@@ -28,9 +28,9 @@ def test_autocast_computes_the_products_in_bfloat16_within_the_bfloat16_row():
     assert runtime.settings()["autocast"] == {"device_type": "cpu", "dtype": "bfloat16"}
     with open_subject(runtime, subject) as opened:
         assert opened.precision == "bfloat16"
-        (out,) = opened.run(feeds)
+        (out,) = opened.run(feeds).values()
     with open_subject(make_runtime("torch"), subject) as eager:
-        (reference,) = eager.run(feeds)
+        (reference,) = eager.run(feeds).values()
     assert out.dtype == np.float32 and out.shape == reference.shape
     error = np.abs(out - reference).max()
     assert error > 1e-4  # bfloat16 rounding: not the float32 module's numbers

@@ -32,9 +32,9 @@ def test_every_linear_is_quantised_and_the_session_computes_in_int8():
         quantised = [m for m in module.modules() if isinstance(m, dynamic)]
         assert len(quantised) == 2  # the feed-forward's two Linear layers
         assert opened.precision == "int8"
-        (out,) = opened.run(feeds)
+        (out,) = opened.run(feeds).values()
     with open_subject(make_runtime("torch"), subject) as eager:
-        (reference,) = eager.run(feeds)
+        (reference,) = eager.run(feeds).values()
     assert out.dtype == np.float32 and out.shape == reference.shape
     assert 0 < np.abs(out - reference).max() < 0.1  # quantisation noise, not another function
     assert runtime.settings()["quantization"]["dtype"] == "qint8"

@@ -116,7 +116,7 @@ def test_a_worker_session_is_the_runtime_itself(tmp_path):
         assert [i.name for i in session.inputs] == ["x"] and session.outputs == ["y"]
         assert session.placement == {"cpu": 1} and session.device[0] == "worker:cpu"
         x = np.arange(6, dtype=np.float32)
-        np.testing.assert_array_equal(session.run({"x": x})[0], x + x)
+        np.testing.assert_array_equal(session.run({"x": x})["y"], x + x)
         kept = session.run_bound({"x": session.to_device(x)}, keep={"y"})["y"]
         assert isinstance(kept, Handle) and kept.shape() == (6,)
         gathered = session.take(kept, np.array([5, 0]), axis=0)
