@@ -201,8 +201,9 @@ class Emulated:
         )
         self.precision = "bf16 (emulated)" if stored else "bf16 matmul-only"
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(None, feeds)
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [output.name for output in self.session.get_outputs()]
+        return dict(zip(names, self.session.run(None, feeds), strict=True))
 
 
 def measure(golden_dir: Path, artifacts: Path) -> list[dict]:
@@ -240,7 +241,7 @@ def measure(golden_dir: Path, artifacts: Path) -> list[dict]:
                 "per_output": {},
             }
             for input_set in sets:
-                outputs = session.run(dict(input_set.inputs))
+                outputs = list(session.run(dict(input_set.inputs)).values())
                 for out, (oname, gold) in zip(outputs, input_set.outputs.items(), strict=True):
                     c = compare_output(oname, np.asarray(out), gold, tol)
                     row["max_abs_err"] = max(row["max_abs_err"], c.max_abs_err or 0.0)

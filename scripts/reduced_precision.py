@@ -154,7 +154,9 @@ def whole_model_lane(dtype, batch: int, records, feeds, expected: np.ndarray) ->
     with open_subject(make_runtime(LANES[dtype]), exported(records, dtype, WHOLE)) as opened:
         logits = np.concatenate(
             [
-                opened.run({name: value[rows] for name, value in feeds.items()}, ["logits"])[0]
+                opened.run({name: value[rows] for name, value in feeds.items()}, ["logits"])[
+                    "logits"
+                ]
                 for rows in batches(len(expected), batch)
             ]
         ).astype(np.float64)

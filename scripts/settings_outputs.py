@@ -34,7 +34,7 @@ SETTINGS = {
 
 def run_once(runtime: OrtRuntime, model: str, feeds: dict) -> list[np.ndarray]:
     with open_subject(runtime, Subject(given_file(Path(model)))) as opened:
-        return opened.run(feeds)
+        return list(opened.run(feeds).values())
 
 
 def main() -> None:
