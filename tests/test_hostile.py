@@ -628,11 +628,13 @@ def test_a_signal_during_bench_writes_its_reports(ws):
     report, markdown = ws["reports"] / "b.json", ws["reports"] / "b.md"
     process = _start(
         ["bench", "--preset", "tiny", "--case", "transformer", "--shape", "1x4", "--ep", "cpu",
+         "--engine", "onnxruntime", "--engine", "torch", "--seconds", "30",
          "--artifacts", str(ws["user"] / "bench"), "--json", str(report),
          "--markdown", str(markdown)],
     )  # fmt: skip
-    # Mid-run: once the export pool is up (its first model done). A Ctrl-C while the pool
-    # spawns its workers can be lost (export/pool.py says why); a loaded machine widens that.
+    # Mid-run: once its one model is exported, while it times (30 s a row: the signal comes
+    # first). A Ctrl-C while the export pool spawns its workers can be lost (export/pool.py
+    # says why); a loaded machine widens that.
     for line in process.stderr:
         if ": exported" in line:
             break

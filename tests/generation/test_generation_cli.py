@@ -10,11 +10,11 @@ import onnx
 import pytest
 from gen_helpers import GOLDEN_DIR, TINY
 from onnx import helper, numpy_helper
-from test_generation_runtimes import ShiftedStep
 
 from tconform.export import ExportSettings, export_case
 from tconform.files import sha256_file
 from tconform.generation.golden import CHECKPOINT
+from tconform.reference.incremental import DecoderStepModel
 from tconform.registry import STEP
 from tconform.weights import read_record
 
@@ -143,9 +143,17 @@ def test_bench_generate_reports_per_token_figures_floor_and_plot(cli, tmp_path):
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
+class ShiftedStep(DecoderStepModel):
+    """A decoder step whose positional encoding is one position off."""
+
+    def position_encoding(self, position):
+        return super().position_encoding(position + 1)
+
+
 def test_a_given_decoder_step_model_is_verified_read_only(cli, generation_artifacts, tmp_path):
-    """`verify --generation --model gen_step=PATH`: an off-by-one position decoder fails on the
-    goldens of its mask fill, names itself as given in every cached row, and is left as it was."""
+    """`verify --generation --model gen_step=PATH`: an off-by-one position decoder fails every
+    golden of its mask fill (greedy, beam and sampled alike), names itself as given in every
+    cached row, and is left as it was."""
     wrong = tmp_path / "step.onnx"
     record = export_case(
         replace(STEP, build=ShiftedStep), ExportSettings(TINY, checkpoint=CHECKPOINT), tmp_path

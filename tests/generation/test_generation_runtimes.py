@@ -16,15 +16,10 @@ from gen_helpers import (
     quiet_nan,
 )
 
-from tconform.export import ExportSettings, export_case
 from tconform.generation.driver import Decoding, Strategy, generate
-from tconform.generation.golden import CHECKPOINT, oracle_generate, set_config
+from tconform.generation.golden import oracle_generate, set_config
 from tconform.generation.steppers import DEVICE_STATE, CachedStepper, make_stepper
-from tconform.generation.verdict import judge
-from tconform.generation.verify import model_folder, step_tolerance
-from tconform.reference.incremental import DecoderStepModel
-from tconform.registry import STEP
-from tconform.results import Status
+from tconform.generation.verify import model_folder
 from tconform.runtimes import make_runtime
 
 pytestmark = pytest.mark.integration
@@ -58,10 +53,19 @@ def test_verify_generation_gives_the_oracles_tokens_on_every_golden(
     assert all(r["model"]["sha256"] for r in results)
 
 
+# One golden case per strategy, padding and prompt kind: verify --generation (the test above)
+# already judges every case with and without the cache against the goldens, ties allowed; this
+# asks the stricter question, the very same tokens, where each path could part.
+CACHE_CASES = ("left_padding-beam3", "right_padding-sample-k5-s7", "ends-sample-p0.9-s11",
+               "prompt_left_padding_inf-greedy")  # fmt: skip
+
+
 @pytest.mark.parametrize("runtime_name", ["onnxruntime", "torch"])
 def test_cache_equals_no_cache(sessions_for, golden_cases, generation_artifacts, runtime_name):
     runtime = make_runtime(runtime_name, "cpu")
-    for case in golden_cases:
+    chosen = [case for case in golden_cases if case.name in CACHE_CASES]
+    assert len(chosen) == len(CACHE_CASES)
+    for case in chosen:
         cfg = set_config(TINY, case.source_set)
         sessions = sessions_for(runtime, cfg, model_folder(generation_artifacts, cfg, TINY))
         src_ids, src_keep, prefix = decode_inputs(case)
@@ -155,39 +159,6 @@ def test_a_bound_cache_is_reordered_where_it_lies(tmp_path):
     assert isinstance(taken, ort.OrtValue) and taken.device_name() == "cpu"
     np.testing.assert_array_equal(taken.numpy(), np.take(cache, rows, axis=1))
     np.testing.assert_array_equal(session.take(cache, rows, 1), np.take(cache, rows, axis=1))
-
-
-class ShiftedStep(DecoderStepModel):
-    """A decoder step whose positional encoding is one position off."""
-
-    def position_encoding(self, position):
-        return super().position_encoding(position + 1)
-
-
-def test_an_off_by_one_position_fails_the_verdict(
-    sessions_for, golden_cases, generation_artifacts, tmp_path
-):
-    wrong = export_case(
-        replace(STEP, build=ShiftedStep), ExportSettings(TINY, checkpoint=CHECKPOINT), tmp_path
-    )
-    runtime = make_runtime("onnxruntime", "cpu")
-    folder = generation_artifacts / "generation"
-    sessions = sessions_for(runtime, TINY, folder, {STEP.name: wrong.staged})
-    tol = step_tolerance("float32")
-    statuses = []
-    for case in (c for c in golden_cases if c.name.endswith("-greedy")):
-        if set_config(TINY, case.source_set) != TINY:
-            continue
-        src_ids, src_keep, prefix = decode_inputs(case)
-        with quiet_nan():
-            actual = generate(
-                make_stepper(sessions, TINY, True), src_ids, src_keep, case.decoding,
-                case.strategy, prefix,
-            )  # fmt: skip
-        verdict = judge(case.generation(), actual, tol)
-        statuses.append(verdict.status)
-        assert verdict.status == Status.FAIL, case.name
-    assert statuses
 
 
 def test_sampling_is_reproducible_and_follows_the_seed(
