@@ -47,9 +47,19 @@ def test_sdpa_needs_the_dynamo_exporter():
 
 def test_sdpa_models_pass_verify_against_the_float64_goldens(cli, built, tmp_path):
     code, out, err = cli(
-        "verify", "--golden", str(built["golden"]), "--artifacts", str(tmp_path / "sdpa"),
-        "--attention", "sdpa", "--case", "decoder_layer", "--case", "transformer",
-        "--no-doc", "--no-torch",
+        "verify",
+        "--golden",
+        str(built["golden"]),
+        "--artifacts",
+        str(tmp_path / "sdpa"),
+        "--attention",
+        "sdpa",
+        "--case",
+        "decoder_layer",
+        "--case",
+        "transformer",
+        "--no-doc",
+        "--no-torch",
     )  # fmt: skip  (the decoder layer holds causal self- and cross-attention)
     assert code == 0, out + err
     assert "sdpa attention: 2 ONNX Attention nodes" in out + err  # the decoder layer's two
