@@ -19,7 +19,10 @@ requested reports are written on every exit, through the same frame as every che
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import click
 
@@ -36,6 +39,77 @@ from tconform.commands.options import (
 )
 from tconform.commands.run import run_and_report, writes_report
 from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
+
+if TYPE_CHECKING:
+    from tconform.generation.driver import Strategy
+
+
+@dataclass(frozen=True)
+class Generate:
+    """`--generate N` and how it decodes: the command's one value for the decoding options."""
+
+    tokens: int
+    strategy: Strategy
+    end_token: int | None
+
+
+# --generate's options, each turned into a field of Generate (the strategy's by its own name)
+_DECODING = ("generate_tokens", "strategy", "beam_width", "length_penalty", "top_k", "top_p",
+             "sample_seed", "end_token")  # fmt: skip
+
+
+def decoding_options(command):
+    """The decoding group (--generate N, --strategy, --beam-width, --length-penalty, --top-k,
+    --top-p, --sample-seed, --end-token), which the command receives as one `generate`
+    parameter: a Generate, or None without --generate."""
+
+    @functools.wraps(command)
+    def with_decoding(*args, **kwargs):
+        given = {name: kwargs.pop(name) for name in _DECODING}
+        generate = None
+        if given["generate_tokens"] is not None:
+            from tconform.generation.driver import Strategy  # torch: only when decoding
+
+            strategy = Strategy(
+                given["strategy"], given["beam_width"], given["length_penalty"],
+                given["top_k"], given["top_p"], given["sample_seed"],
+            )  # fmt: skip
+            generate = Generate(given["generate_tokens"], strategy, given["end_token"])
+        return command(*args, generate=generate, **kwargs)
+
+    for option in reversed(_DECODING_OPTIONS):
+        with_decoding = option(with_decoding)
+    return with_decoding
+
+
+_DECODING_OPTIONS = (
+    click.option(
+        "--generate",
+        "generate_tokens",
+        type=click.IntRange(1),
+        default=None,
+        metavar="N",
+        help="Time autoregressive decoding of N new tokens instead (batch 1; docs/generation.md).",
+    ),
+    click.option(
+        "--strategy",
+        type=click.Choice(["greedy", "beam", "sample"]),
+        default="greedy",
+        show_default=True,
+        help="With --generate.",
+    ),
+    click.option("--beam-width", type=click.IntRange(1), default=4, show_default=True),
+    click.option("--length-penalty", type=FiniteRange(0), default=0.6, show_default=True),
+    click.option("--top-k", type=click.IntRange(1), default=None, help="Sampling: keep k tokens."),
+    click.option("--top-p", type=FiniteRange(0, 1, min_open=True), default=1.0, show_default=True),
+    click.option("--sample-seed", type=click.IntRange(0), default=0, show_default=True),
+    click.option(
+        "--end-token",
+        type=click.IntRange(0),
+        default=None,
+        help="End-token id [none: every run makes N tokens].",
+    ),
+)
 
 
 @writes_report("bench", kind="tconform.bench.report:BenchReport")
@@ -138,32 +212,7 @@ from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
     default=None,
     help="Compare two bench JSON reports A B (ratios B/A) instead of measuring.",
 )
-@click.option(
-    "--generate",
-    "generate_tokens",
-    type=click.IntRange(1),
-    default=None,
-    metavar="N",
-    help="Time autoregressive decoding of N new tokens instead (batch 1; docs/generation.md).",
-)
-@click.option(
-    "--strategy",
-    type=click.Choice(["greedy", "beam", "sample"]),
-    default="greedy",
-    show_default=True,
-    help="With --generate.",
-)
-@click.option("--beam-width", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--length-penalty", type=FiniteRange(0), default=0.6, show_default=True)
-@click.option("--top-k", type=click.IntRange(1), default=None, help="Sampling: keep k tokens.")
-@click.option("--top-p", type=FiniteRange(0, 1, min_open=True), default=1.0, show_default=True)
-@click.option("--sample-seed", type=click.IntRange(0), default=0, show_default=True)
-@click.option(
-    "--end-token",
-    type=click.IntRange(0),
-    default=None,
-    help="End-token id [none: every run makes N tokens].",
-)
+@decoding_options
 def bench(
     target,
     preset,
@@ -182,33 +231,24 @@ def bench(
     profile,
     reports,
     compare,
-    generate_tokens,
-    strategy,
-    beam_width,
-    length_penalty,
-    top_k,
-    top_p,
-    sample_seed,
-    end_token,
+    generate,
 ) -> None:
     """Time every engine on the chosen cases and shapes, or on a user's model (PACKAGE.MODULE:
     FACTORY, as tconform check takes it) at its input sets; report p50/p90/p99, tokens/s,
     GFLOP/s as a fraction of the measured GEMM ceiling, and peak memory, each row's outputs
     judged against the float64 oracle (or the model's float64 copy)."""
-    if target is not None and (compare or generate_tokens is not None):
+    if target is not None and (compare or generate is not None):
         flag = "--compare" if compare else "--generate"
         raise click.UsageError(f"{flag} is for tconform's own model, not PACKAGE.MODULE:FACTORY")
     if compare:
         _compare(compare, reports)
         return
-    if generate_tokens is not None:
+    if generate is not None:
         from tconform.generation.bench import GenerateReport, generate_run
-        from tconform.generation.driver import Strategy
 
         run = generate_run(
-            preset, generate_tokens,
-            Strategy(strategy, beam_width, length_penalty, top_k, top_p, sample_seed),
-            end_token, engines, runtime, artifacts, crash_folder_beside(*reports.values()),
+            preset, generate.tokens, generate.strategy, generate.end_token, engines, runtime,
+            artifacts, crash_folder_beside(*reports.values()),
         )  # fmt: skip
         run_and_report(GenerateReport(), run, False, reports)
         return

@@ -72,30 +72,14 @@ def run_and_report(
     interrupted: BaseException | None = None
     reports = dict(reports)
     try:
-        for fmt, path in list(reports.items()):
-            if path is not None and path.exists() and not _is_own_report(report, fmt, path):
-                reports[fmt] = None
-                raise click.UsageError(
-                    f"{path}: exists and is not a {fmt} report tconform wrote; tconform "
-                    "replaces only its own reports (name a new file, or remove it)"
-                )
+        _refuse_foreign_reports(report, reports)
         run(report, progress_printer(quiet))
-    except TconformError as exc:
-        report.error = {"message": str(exc), "exit_code": exc.exit_code}
-        reports = {fmt: path for fmt, path in reports.items() if outside_refused(path, exc)}
-    except click.ClickException as exc:
-        report.error = {"message": exc.format_message(), "exit_code": exc.exit_code}
-    except OSError as exc:  # a file that cannot be read or written: named, exit 2
-        report.error = {"message": describe_os_error(exc), "exit_code": EXIT_USAGE}
-    except WorkerCrashed as exc:  # a runtime's worker died where no row could take it: exit 1
-        report.error = {"message": str(exc), "exit_code": EXIT_FAILURE}
-    except MemoryError:
-        message = "out of memory (try a smaller shape or preset)"
-        report.error = {"message": message, "exit_code": EXIT_USAGE}
-    except (KeyboardInterrupt, click.exceptions.Abort, Terminated) as exc:
-        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-        report.error = {"message": "interrupted", "exit_code": code}
-        interrupted = exc
+    except _ENDINGS as exc:
+        report.error = ended_by(exc)
+        if isinstance(exc, TconformError):
+            reports = {fmt: path for fmt, path in reports.items() if outside_refused(path, exc)}
+        if isinstance(exc, _SIGNALLED):
+            interrupted = exc
     # The first signal decides: a second Ctrl-C or SIGTERM waits until the reports are written.
     with ignored_signals() if interrupted is not None else contextlib.nullcontext():
         if not report.environment:
@@ -110,17 +94,55 @@ def run_and_report(
         raise interrupted  # the CLI's one line and exit code for a signal
     if report.error is not None:
         raise TconformError.with_code(str(report.error["message"]), report.exit_code)
+    _summarise(report)
+    raise SystemExit(report.exit_code)
+
+
+# What can end a run before its reports are written: each becomes the report's `error`.
+_SIGNALLED = (KeyboardInterrupt, click.exceptions.Abort, Terminated)
+_ENDINGS = (TconformError, click.ClickException, OSError, WorkerCrashed, MemoryError, *_SIGNALLED)
+
+
+def ended_by(exc: BaseException) -> dict[str, object]:
+    """The `error` entry of a run that `exc` ended: its one line and exit code."""
+    if isinstance(exc, TconformError):
+        return {"message": str(exc), "exit_code": exc.exit_code}
+    if isinstance(exc, click.ClickException):
+        return {"message": exc.format_message(), "exit_code": exc.exit_code}
+    if isinstance(exc, OSError):  # a file that cannot be read or written: named, exit 2
+        return {"message": describe_os_error(exc), "exit_code": EXIT_USAGE}
+    if isinstance(exc, WorkerCrashed):  # a runtime's worker died where no row could take it
+        return {"message": str(exc), "exit_code": EXIT_FAILURE}
+    if isinstance(exc, MemoryError):
+        return {"message": "out of memory (try a smaller shape or preset)", "exit_code": EXIT_USAGE}
+    code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    return {"message": "interrupted", "exit_code": code}
+
+
+def _refuse_foreign_reports(report, reports: dict[str, Path | None]) -> None:
+    """A report path that holds anything but this kind's own report is refused (and left out
+    of the reports written)."""
+    for fmt, path in list(reports.items()):
+        if path is not None and path.exists() and not _is_own_report(report, fmt, path):
+            reports[fmt] = None
+            raise click.UsageError(
+                f"{path}: exists and is not a {fmt} report tconform wrote; tconform "
+                "replaces only its own reports (name a new file, or remove it)"
+            )
+
+
+def _summarise(report) -> None:
+    """The summary line of a run that ended; one that checked nothing says why on stderr too
+    (under -q, it is all a CI log shows). Its reports hold every result and exit code 3 (not an
+    `error`: it was not stopped, and `report merge` judges a shard whose every unit skipped as
+    part of the whole run)."""
     summary = report.summary()
     if summary:
         click.echo(summary)
-    # A run that ended but checked nothing says why on stderr too (under -q, it is all a CI log
-    # shows); its reports hold every result and exit code 3 (not an `error`: it was not stopped,
-    # and `report merge` judges a shard whose every unit skipped as part of the whole run).
     results = getattr(report, "results", None)
     if results and nothing_checked(r.status for r in results):
         why = next((r.message for r in results if r.message), "every result was skipped")
         click.echo(f"tconform: error: nothing checked: {one_line(why)}", err=True)
-    raise SystemExit(report.exit_code)
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
