@@ -6,8 +6,10 @@ A user's model is timed in a child process (tconform.child), as `tconform check`
 code (the factory, forward, the export) never ends this process, and the report so far comes
 back after every row.
 
-Exit codes follow every command's rule: 0 measured; 1 decoding (`--generate`) met
-log-probabilities that are no distribution, or an engine's worker process crashed; 2 bad
+Exit codes follow every command's rule: 0 measured, every row within its tolerance row; 1 a
+timed row's outputs left their tolerance row (its times still reported), decoding
+(`--generate`) met log-probabilities that are no distribution, or an engine's worker process
+crashed; 2 bad
 arguments (unknown engine, provider or case, a malformed shape, one beyond the preset's maximum
 sequence or this machine's memory, a --compare file that is not a bench report; a target that is
 no PACKAGE.MODULE:FACTORY, an option of tconform's own cases with one, an input set the model
