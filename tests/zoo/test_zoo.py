@@ -29,11 +29,7 @@ pytestmark = pytest.mark.zoo
 CLEAN = [name for name in ZOO if name != "llama_left_padded"]  # its own test, below
 
 
-# Each model's tests in one xdist group (`--dist loadgroup`, as the README's command runs):
-# they share its check below, which a worker would otherwise build again for each of its tests.
-@pytest.fixture(
-    scope="module", params=[pytest.param(n, marks=pytest.mark.xdist_group(n)) for n in CLEAN]
-)
+@pytest.fixture(scope="module", params=CLEAN)
 def checked(request, tmp_path_factory):
     """One model, checked and localised on its unmodified export, at the example's shape (the
     shapes it never had: tests/module_check/test_check_shapes.py; localisation runs on one
