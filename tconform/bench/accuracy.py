@@ -67,7 +67,9 @@ def require_within_tolerance(rows: Iterable[Mapping[str, object]]) -> None:
     if failed:
         first = failed[0]
         where = f"{first['engine']}/{first['ep']}"
-        if "batch" in first:
+        if first.get("input_set"):  # a user's model: its input set names the shape
+            where += f" on input set {first['input_set']}"
+        elif "batch" in first:
             where += f" at {first['batch']}x{first['seq']}"
         accuracy = first["accuracy"]
         raise TconformError.with_code(

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from tconform.bench.summary import shape_label
 from tconform.bench.summary import summary_lines as best_lines
-from tconform.errors import UsageError
+from tconform.errors import EXIT_FAILURE, UsageError
 from tconform.files import atomic_write_bytes, atomic_write_json, read_json_object
 from tconform.report.formats import Writer
 from tconform.report.text import format_table
@@ -225,6 +225,14 @@ def _timed(settings: dict) -> str:
     return f"preset `{settings.get('preset')}`"
 
 
+def ending(error: dict) -> str:
+    """How a bench run with an `error` entry ended: exit 1 is a verdict on rows it measured (a
+    row outside its tolerance, a crashed engine; the run went on), any other code stopped it."""
+    if error["exit_code"] == EXIT_FAILURE:
+        return f"The run failed (exit {EXIT_FAILURE})"
+    return f"The run stopped early (exit {error['exit_code']})"
+
+
 def markdown(report: dict) -> str:
     """A GitHub-flavoured table for CI job summaries."""
     import io
@@ -234,7 +242,7 @@ def markdown(report: dict) -> str:
     out.write("## tconform bench\n\n")
     error = report.get("error")
     if error:
-        out.write(f"**The run stopped early (exit {error['exit_code']}):** {error['message']}\n\n")
+        out.write(f"**{ending(error)}:** {error['message']}\n\n")
     settings = report.get("settings", {})
     out.write(
         f"{_timed(settings)}, threads {settings.get('intra_op_threads')}, "

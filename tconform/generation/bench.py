@@ -30,6 +30,7 @@ import numpy as np
 
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
 from tconform.bench.engines import engine_runtime, engine_variant, weight_counter
+from tconform.bench.report import ending
 from tconform.bench.timing import round_sig, timed_runs
 from tconform.compare import compare_output
 from tconform.config import ModelConfig
@@ -405,7 +406,7 @@ def markdown(report: dict) -> str:
     lines = ["## tconform bench --generate", ""]
     error = report.get("error")
     if error:
-        lines += [f"**The run stopped early (exit {error['exit_code']}):** {error['message']}", ""]
+        lines += [f"**{ending(error)}:** {error['message']}", ""]
     if report.get("rows"):
         lines += ["```", table(report), "```"]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from tconform import registry
 from tconform.bench.accuracy import judge_outputs, require_within_tolerance
 from tconform.bench.engines import open_engine
 from tconform.bench.measure import measure
+from tconform.bench.report import markdown
 from tconform.bench.workload import case_workload
 from tconform.compare import tolerance_for
 from tconform.config import PRESETS
@@ -78,9 +79,15 @@ def test_a_timed_row_outside_its_tolerance_fails_the_bench():
     with pytest.raises(TconformError) as raised:
         require_within_tolerance([passed, failed, skipped])
     assert raised.value.exit_code == EXIT_FAILURE
-    assert "1 timed row(s)" in str(raised.value) and "onnxruntime-int8/cpu at 1x32" in str(
-        raised.value
-    )
+    message = str(raised.value)
+    assert "1 timed row(s)" in message and "onnxruntime-int8/cpu at 1x32" in message
+    # a user's model's row names its input set (its sequence axis may be None)
+    mine = {**failed, "seq": None, "input_set": "batch-1"}
+    with pytest.raises(TconformError, match="onnxruntime-int8/cpu on input set batch-1"):
+        require_within_tolerance([mine])
+    # the run went on: its markdown says it failed, not that it stopped early
+    error = {"exit_code": EXIT_FAILURE, "message": message}
+    assert "The run failed (exit 1)" in markdown({"error": error, "results": [], "settings": {}})
 
 
 @pytest.mark.integration
