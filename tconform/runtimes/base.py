@@ -54,8 +54,9 @@ class ModuleTarget:
 
 def select(names: list[str], values: list, wanted: Sequence[str] | None) -> dict[str, np.ndarray]:
     """`values` (one per name of `names`) by name: those named in `wanted`, in that order (all,
-    in their own order, where `wanted` is None)."""
-    named = dict(zip(names, values, strict=True))
+    in their own order, where `wanted` is None). Values beyond the names are named by position
+    ("output 3") and missing ones left out, so that the execution layer names the mismatch."""
+    named = {names[i] if i < len(names) else f"output {i}": value for i, value in enumerate(values)}
     return named if wanted is None else {name: named[name] for name in wanted}
 
 
