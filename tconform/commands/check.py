@@ -19,6 +19,7 @@ import click
 
 from tconform.commands.options import (
     FolderPath,
+    InputsArchive,
     RegularFile,
     axes_options,
     crash_folder_beside,
@@ -55,7 +56,7 @@ def _provenance(results, settings) -> str:
 @click.option(
     "--inputs",
     "inputs_path",
-    type=RegularFile(),
+    type=InputsArchive(),
     help="Inputs (.npz: arrays named after forward's parameters, or arr_0, arr_1, ...).",
 )
 @click.option(

@@ -208,6 +208,21 @@ class RegularFile(click.ParamType):
         return path
 
 
+class InputsArchive(RegularFile):
+    """--inputs FILE.npz, read before the run: an archive of arrays of bool, integers or
+    floating point (their names are matched with the module's once it is made)."""
+
+    name = "FILE.npz"
+
+    def convert(self, value, param, ctx):
+        path = super().convert(value, param, ctx)
+        from tconform.module_check.inputs import read_arrays
+
+        with _usable(value, param, ctx, self):
+            read_arrays(path)
+        return path
+
+
 class FolderPath(click.ParamType):
     """A folder the command reads or writes: new, or an existing folder; anything else there (a
     file, a FIFO, a device) is refused before the run, naming it. Its name leaves room for what

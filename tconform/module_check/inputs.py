@@ -125,6 +125,23 @@ def as_inputs(module: nn.Module, example_inputs: object, origin: str) -> ModuleI
 def read_npz(path: Path, module: nn.Module) -> ModuleInputs:
     """--inputs FILE.npz: arrays named after forward's parameters (keyword arguments), or
     arr_0, arr_1, ... as `np.savez(path, a, b)` writes them (positional)."""
+    tensors = {name: _tensor(path, name, array) for name, array in read_arrays(path).items()}
+    origin = str(path)
+    positional = [f"arr_{i}" for i in range(len(tensors))]
+    if sorted(tensors) == sorted(positional):
+        return as_inputs(module, tuple(tensors[n] for n in positional), origin)
+    return as_inputs(module, tensors, origin)
+
+
+# numpy kinds an input may have: bool, signed and unsigned integers, floating point. Not text
+# (U, S), structured or raw bytes (V), objects (O), complex (c) or times (M, m).
+INPUT_KINDS = "biuf"
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz of inputs, each of bool, integers or floating point, or one line
+    naming the file and what is wrong: all it takes is numpy, so `check` reads the file before
+    its child starts (the module's names are matched there)."""
     if not path.is_file():
         raise UsageError(f"{path}: no such file (--inputs)")
     try:
@@ -145,29 +162,19 @@ def read_npz(path: Path, module: nn.Module) -> ModuleInputs:
             raise UsageError(
                 f"{path}: member {name!r} is not a .npy array; write the inputs with np.savez"
             )
-    tensors = {name: _tensor(path, name, array) for name, array in arrays.items()}
-    origin = str(path)
-    positional = [f"arr_{i}" for i in range(len(tensors))]
-    if sorted(tensors) == sorted(positional):
-        return as_inputs(module, tuple(tensors[n] for n in positional), origin)
-    return as_inputs(module, tensors, origin)
-
-
-# numpy kinds an input may have: bool, signed and unsigned integers, floating point. Not text
-# (U, S), structured or raw bytes (V), objects (O), complex (c) or times (M, m).
-INPUT_KINDS = "biuf"
+        if value.dtype.kind not in INPUT_KINDS or value.dtype.fields is not None:
+            what = _KIND_NAMES.get(value.dtype.kind, "an unsupported type")
+            if value.dtype.fields is not None:
+                what = "a structured type"
+            raise UsageError(
+                f"{path}: array {name!r} holds {value.dtype} ({what}); inputs are arrays of "
+                "bool, integers or floating-point numbers"
+            )
+    return arrays
 
 
 def _tensor(path: Path, name: str, array: np.ndarray) -> torch.Tensor:
     """One array of --inputs as a tensor, or one line naming it and its type."""
-    if array.dtype.kind not in INPUT_KINDS or array.dtype.fields is not None:
-        what = _KIND_NAMES.get(array.dtype.kind, "an unsupported type")
-        if array.dtype.fields is not None:
-            what = "a structured type"
-        raise UsageError(
-            f"{path}: array {name!r} holds {array.dtype} ({what}); inputs are arrays of bool, "
-            "integers or floating-point numbers"
-        )
     try:
         return torch.from_numpy(np.ascontiguousarray(array))
     except (TypeError, ValueError, RuntimeError) as exc:  # a dtype torch has no type for

@@ -49,7 +49,13 @@ def checked(request, tmp_path_factory):
     return request.param, module, inputs, folder, report
 
 
-def test_the_model_passes_and_localising_it_names_nothing(checked):
+def test_the_model_passes_and_a_corrupted_weight_is_named(checked, tmp_path):
+    """One test per model (its check is built once, not once per xdist worker)."""
+    _passes_naming_nothing(checked)
+    _corrupted_weights_are_named(checked, tmp_path)
+
+
+def _passes_naming_nothing(checked) -> None:
     _, _, _, folder, report = checked
     assert report.exit_code == 0, [(r.runtime, r.status, r.message) for r in report.results]
     assert {r.runtime for r in report.results} == {"onnxruntime", "torch"}
@@ -86,7 +92,7 @@ def _reproduces(bundle: Path) -> bool:
     )
 
 
-def test_a_corrupted_weight_is_named_and_its_bundle_reproduces_it(checked, tmp_path):
+def _corrupted_weights_are_named(checked, tmp_path) -> None:
     """The first target's weight matrix scaled by 1.01, the second's corrupted by noise."""
     name, module, inputs, folder, _ = checked
     scaled, noisy = TARGETS[name]
@@ -112,10 +118,9 @@ def test_a_corrupted_weight_is_named_and_its_bundle_reproduces_it(checked, tmp_p
         assert bundled <= max(1, whole // 4), (bundled, whole)  # a small part of the model
 
 
+@pytest.mark.parametrize("checked", ["inplace_mlp"], indirect=True)  # one model is enough
 def test_the_bundles_own_script_needs_only_onnxruntime(checked, tmp_path):
-    name, module, inputs, folder, _ = checked
-    if name != "inplace_mlp":
-        pytest.skip("one model is enough for the script")
+    _, module, inputs, folder, _ = checked
     corrupted = corrupt_module_weight(folder / "export" / "model.onnx", "2", tmp_path)
     tconform.check(
         module, inputs, onnx_model=corrupted.path, repro=tmp_path / "bundle", shapes=False
@@ -172,12 +177,11 @@ def test_a_left_padded_decoder_fails_naming_padding_and_passes_with_the_mask(tmp
     assert any(f"{left_out} of" in n for n in ort.notes)
 
 
+@pytest.mark.parametrize("checked", ["llama"], indirect=True)  # one model is enough
 def test_a_float16_conversion_names_nothing_clean_and_the_module_corrupted(checked, tmp_path):
     """onnxruntime's float16 converter (inputs and outputs kept float32): judged by the float16
     row, a clean conversion shows no FAIL row and names nothing; a corrupted weight is named."""
-    name, module, inputs, folder, _ = checked
-    if name != "llama":
-        pytest.skip("one model is enough for the conversion")
+    _, module, inputs, folder, _ = checked
     half = tmp_path / "half.onnx"
     converted = convert_float_to_float16(
         onnx.load(str(folder / "export" / "model.onnx")), keep_io_types=True
