@@ -167,11 +167,11 @@ def test_dynamic_axes_and_inputs_from_a_file(tmp_path):
     assert code == 0, out + err
     ids = np.random.default_rng(0).integers(0, 64, (3, 5))
     np.savez(tmp_path / "inputs.npz", idx=ids)
+    # the file's own shape alone: the one this test is about
     code, out, err = run_cli(
-        "check", target, "--model", str(tmp_path / "model.onnx"),
+        "check", target, "--model", str(tmp_path / "model.onnx"), "--no-shapes",
         "--inputs", str(tmp_path / "inputs.npz"), "--tolerance", "output=1e-4,1e-4", "-q",
-        "--no-shapes",
-    )  # fmt: skip  (the file's own shape is the one this test is about)
+    )  # fmt: skip
     assert code == 0, out + err
     assert "inputs.npz" in out and "(given, sha256" in out
 
