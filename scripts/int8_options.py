@@ -79,8 +79,8 @@ def main() -> None:
             if key not in made:
                 made[key] = quantized(args.model, Path(tmp) / f"q{len(made)}.onnx", changes)
             settings = bench_settings(
-                "base", ("transformer",), (), ("onnxruntime",), "cpu", 0, graph_opt, 2, None,
-                args.seconds, Path(tmp),
+                "base", ("transformer",), (), ("onnxruntime",), "cpu", 0,
+                {"graph_opt": graph_opt}, 2, None, args.seconds, Path(tmp),
             )  # fmt: skip
             runtime = settings.runtime("onnxruntime", "cpu")
             call = open_engine(runtime, Subject(derived_file(made[key])), feeds)

@@ -13,7 +13,7 @@ from tconform.errors import EXIT_EP_UNAVAILABLE
 from tconform.pipeline import run, run_request, unchecked
 from tconform.report import RunReport
 from tconform.request import Axes, Localising, References, Request, Tolerances, UserModel
-from tconform.runtimes import RuntimeOptions
+from tconform.runtimes import RuntimeOptions, declared_settings
 from tconform.runtimes.providers import parse_eps
 from tconform.suites.module import AUTO, ModuleSuite
 
@@ -47,10 +47,8 @@ def check(
     padding_mask: str | None = None,
     allow_missing_ep: bool = False,
     strict_placement: bool = False,
-    tf32: bool = False,
-    bf16: bool = False,
     threads: int = 0,
-    graph_opt: str = "all",
+    runtime_options: Mapping[str, object] | None = None,
     name: str | None = None,
     command: str = "",
     crash_folder: str | Path | None = None,
@@ -64,8 +62,12 @@ def check(
     tconform.runtimes.RUNTIMES, or specs naming a release or an interpreter of one
     ("onnxruntime==1.20.1", "openvino@/usr/bin/python3.11": tconform.runtimes.specs), each such
     run in a worker process; the ONNX ones run the exported (or given) model, the module ones
-    (torch) the module itself. exporter/opset/dtype: the export's one cell; matrix: an
-    Axes whose every cell is checked instead. dynamic: axes kept free, {input: {axis: name}} or
+    (torch) the module itself. threads: intra-op threads (0: each runtime's default).
+    runtime_options: the options runtimes declare, by field, as the command line's options set
+    them ({"tf32": True, "graph_opt": "basic", "bf16": True, "device_id": 1,
+    "provider_options": {...}}: tconform.runtimes.declared_options()).
+    exporter/opset/dtype: the export's one cell; matrix: an Axes whose every cell is checked
+    instead. dynamic: axes kept free, {input: {axis: name}} or
     ["NAME=AXES", ...] as on the command line (the others inferred); shapes: also check at batch
     1, a larger batch, a shorter and a longer sequence, with batch consistency. atol/rtol:
     override the default (the "model" row of tconform.compare.TOLERANCES); tolerances: per
@@ -93,10 +95,8 @@ def check(
         runtimes=RuntimeOptions(
             tuple(runtimes),
             tuple(parse_eps(spec)),
-            tf32=tf32,
-            bf16=bf16,
+            settings=declared_settings(runtime_options or {}),
             threads=threads,
-            graph_opt=graph_opt,
             crash_folder=Path(crash_folder) if crash_folder is not None else None,
         ),
         allow_missing_ep=allow_missing_ep,

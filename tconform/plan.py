@@ -128,7 +128,7 @@ class Suite:
 def request_runtimes(request: Request, graph_opt: str = "all") -> list[Runtime]:
     """Every requested runtime on every requested provider it supports (ONNX Runtime at the
     graph-optimisation level `graph_opt`)."""
-    return make_runtimes(request.runtimes.replace(graph_opt=graph_opt))
+    return make_runtimes(request.runtimes.given(graph_opt=graph_opt))
 
 
 @dataclass(frozen=True)

@@ -294,7 +294,7 @@ CORPUS = [
     Hostile("length-penalty-inf", ("bench", "--generate", "2", "--length-penalty", "inf"), "--len"),
     Hostile("top-p-nan", ("bench", "--generate", "2", "--top-p", "nan"), "--top-p"),
     Hostile("device-id-negative", ("verify", "--device-id", "-1"), "--device-id"),
-    Hostile("graph-opt-list", ("bench", "--graph-opt", "basic,all"), "--graph-opts"),
+    Hostile("graph-opt-list", ("bench", "--graph-opt", "basic,all"), "one value"),
     Hostile("provider-option", ("verify", "--provider-option", "novalue"), "KEY=VALUE"),
     # --- user code that ends the check's process: one line, never exit 0 --------------------
     Hostile("factory-sys-exit", ("check", T("exits_0")), "called sys.exit(0)", subprocess=True),

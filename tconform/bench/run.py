@@ -6,7 +6,7 @@ measure the ceiling again, and sum up the best variant per case and shape (bench
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,18 +94,19 @@ def check_shape(shape: tuple[int, int], cases: tuple[Case, ...], cfg: ModelConfi
 
 
 def bench_settings(
-    preset, cases, shapes, engines, ep_spec, threads, graph_opt, warmup, runs, seconds,
+    preset, cases, shapes, engines, ep_spec, threads, runtime_settings, warmup, runs, seconds,
     artifacts, profile=False, spinning=False, skip_layer_norm_fusion=False,
     flush_denormals=True, module=None, input_sets=(), crash_folder=None,
 ) -> BenchSettings:  # fmt: skip
     """Validate every option before anything slow starts. `module`: a user's model
     (PACKAGE.MODULE:FACTORY) timed at its `input_sets` instead of tconform's cases (its
     preset, cases and shapes are then None, () and ()). `crash_folder`: where an engine in a
-    worker that crashes leaves its repro bundle."""
+    worker that crashes leaves its repro bundle. `runtime_settings`: the options runtimes
+    declare that were given (tconform.runtimes.RuntimeOptions.settings)."""
     common = dict(
         eps=tuple(parse_eps(ep_spec)),
         threads=threads or default_threads(),
-        graph_opt=graph_opt,
+        runtime_settings=dict(runtime_settings),
         warmup=warmup,
         runs=runs,
         seconds=seconds,
@@ -187,7 +188,7 @@ class BenchSettings:
     engines: tuple[str, ...]
     eps: tuple[str, ...]
     threads: int
-    graph_opt: str
+    runtime_settings: Mapping[str, object]  # the options runtimes declare, as given
     warmup: int
     runs: int | None
     seconds: float
@@ -221,14 +222,13 @@ class BenchSettings:
         return self.artifacts.with_name("-".join([self.artifacts.name, *differs]))
 
     def runtime(self, name: str, ep: str, **options: object) -> Runtime:
-        """The runtime `name` on `ep` as this bench times it: its threads, for ONNX Runtime
-        its session settings, and a graph variant's `options` (OpenVINO's bf16), of which
-        make_runtime gives each runtime the ones it takes."""
+        """The runtime `name` on `ep` as this bench times it: its threads, the options given,
+        for ONNX Runtime its session settings, and a graph variant's `options` (OpenVINO's
+        bf16), of which make_runtime gives each runtime the ones it takes."""
         return make_runtime(
             name,
             ep,
-            **options,
-            graph_opt=self.graph_opt,
+            **{**self.runtime_settings, **options},
             threads=self.threads,
             session_config={
                 SPINNING_KEY: "1" if self.spinning else "0",
@@ -243,6 +243,12 @@ class BenchSettings:
             else (),
             crash_folder=self.crash_folder,
         )
+
+    @property
+    def graph_opt(self) -> str:
+        """ONNX Runtime's graph-optimisation level: the one given, else its default."""
+        default = runtime_class("onnxruntime").graph_opt
+        return str(self.runtime_settings.get("graph_opt", default))
 
     def record(self) -> dict[str, object]:
         if self.module is not None:
@@ -264,6 +270,7 @@ class BenchSettings:
             "intra_op_threads": self.threads,
             "torch_threads": self.threads,
             "graph_optimization": self.graph_opt,
+            "runtime_options": dict(self.runtime_settings),
             "session_config": self.runtime(BASELINE, "cpu").session_config,
             "disabled_optimizers": {
                 ep: list(self.runtime(BASELINE, ep).disabled_optimizers) for ep in self.eps

@@ -32,6 +32,7 @@ from tconform.commands.options import (
     FiniteRange,
     FolderPath,
     RegularFile,
+    RuntimeCommand,
     ShapeType,
     case_option,
     crash_folder_beside,
@@ -115,7 +116,7 @@ _DECODING_OPTIONS = (
 
 
 @writes_report("bench", kind="tconform.bench.report:BenchReport")
-@click.command("bench")
+@click.command("bench", cls=RuntimeCommand)
 @click.argument("target", required=False, metavar="[PACKAGE.MODULE:FACTORY]")
 @preset_option("base")
 @case_option("Case to time (repeatable) [transformer and the heaviest components].")
@@ -157,9 +158,7 @@ _DECODING_OPTIONS = (
     "ENGINE@PYTHON times that release of the engine's runtime in a worker process (e.g. "
     "onnxruntime==1.20.1 beside onnxruntime compares two releases' speed; docs/versions.md).",
 )
-@runtime_options(
-    "ep", "allow_missing_ep", "threads", "graph_opt", ep="all", threads="one per physical core"
-)
+@runtime_options("ep", "allow_missing_ep", "threads", ep="all", threads="one per physical core")
 @click.option(
     "--warmup", type=click.IntRange(0, 10000), default=2, show_default=True, help="Untimed runs."
 )
@@ -260,7 +259,7 @@ def bench(
     if target is not None and source is click.core.ParameterSource.DEFAULT:
         preset = None  # a user's model has no preset; one given is refused as such
     options = (
-        preset, cases, shapes, engines, runtime.ep_spec, runtime.threads, runtime.graph_opt,
+        preset, cases, shapes, engines, runtime.ep_spec, runtime.threads, runtime.settings,
         warmup, runs, seconds, artifacts, profile, spinning, skip_layer_norm_fusion,
         flush_denormals, target, input_sets, crash_folder_beside(*reports.values()),
     )  # fmt: skip

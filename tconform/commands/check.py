@@ -21,6 +21,7 @@ from tconform.commands.options import (
     FolderPath,
     InputsArchive,
     RegularFile,
+    RuntimeCommand,
     axes_options,
     crash_folder_beside,
     localise_option,
@@ -51,7 +52,7 @@ def _provenance(results, settings) -> str:
 
 
 @writes_report("check")
-@click.command("check")
+@click.command("check", cls=RuntimeCommand)
 @click.argument("target", metavar="PACKAGE.MODULE:FACTORY")
 @click.option(
     "--inputs",
@@ -72,10 +73,7 @@ def _provenance(results, settings) -> str:
     help="Check at the example's shape only (not also at batch 1, a larger batch, a shorter and "
     "a longer sequence, nor batch consistency).",
 )
-@runtime_options(
-    "runtime", "ep", "tf32", "bf16", "device_id", "provider_option", "graph_opt", "threads",
-    "allow_missing_ep", "strict_placement", "no_torch",
-)  # fmt: skip
+@runtime_options("runtime", "ep", "threads", "allow_missing_ep", "strict_placement", "no_torch")
 @axes_options("auto, 18, float32, all")
 @tolerance_options()
 @click.option(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import click
 
 from tconform.commands.options import (
+    RuntimeCommand,
     artifacts_option,
     crash_folder_beside,
     quiet_option,
@@ -73,7 +74,7 @@ def format_doc_table(report) -> str:
 
 
 @writes_report("doc")
-@click.command("doc")
+@click.command("doc", cls=RuntimeCommand)
 @artifacts_option("Artifacts folder; the document components are exported under DIR/doc/<config>/.")
 @runtime_options("runtime", "ep", "allow_missing_ep", "no_torch")
 @report_options("json", "junit", "markdown")

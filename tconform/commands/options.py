@@ -13,8 +13,8 @@ import functools
 import math
 import os
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -306,23 +306,21 @@ class OutputTolerance(click.ParamType):
         return name.strip(), (atol, rtol)
 
 
-class GraphOptLevel(click.ParamType):
-    """One ONNX Runtime graph-optimisation level (tconform.runtimes.providers.GRAPH_OPT_LEVELS,
-    read when the option is given)."""
+class OneOf(click.ParamType):
+    """One of `values` (a runtime option's: ONNX Runtime's graph-optimisation levels)."""
 
-    name = "LEVEL"
+    name = "VALUE"
+
+    def __init__(self, values: tuple[str, ...]) -> None:
+        self.values = values
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "[" + "|".join(self.values) + "]"
 
     def convert(self, value, param, ctx):
-        from tconform.runtimes.providers import GRAPH_OPT_LEVELS
-
-        if value not in GRAPH_OPT_LEVELS:
-            hint = " (one level; `verify --matrix` takes a list with --graph-opts)"
-            self.fail(
-                f"{value!r} is not one of {', '.join(GRAPH_OPT_LEVELS)}"
-                + (hint if "," in str(value) else ""),
-                param,
-                ctx,
-            )
+        if value not in self.values:
+            hint = " (one value; --matrix takes lists: see --help)" if "," in str(value) else ""
+            self.fail(f"{value!r} is not one of {', '.join(self.values)}{hint}", param, ctx)
         return value
 
 
@@ -457,11 +455,8 @@ class RuntimeChoice:
 
     names: tuple[str, ...] = DEFAULT_RUNTIMES  # --runtime (the command's default when not given)
     ep_spec: str = "cpu"
-    tf32: bool = False
-    bf16: bool = False
-    device_id: int = 0
-    provider_options: tuple[tuple[str, str], ...] = ()
-    graph_opt: str = "all"
+    # the options runtimes declare that were given, by field (tconform.runtimes.RuntimeOptions)
+    settings: Mapping[str, object] = field(default_factory=dict)
     threads: int | None = None  # None: the command's default
     allow_missing_ep: bool = False
     strict_placement: bool = False
@@ -483,11 +478,7 @@ class RuntimeChoice:
         return RuntimeOptions(
             self.names,
             tuple(parse_eps(self.ep_spec)),
-            tf32=self.tf32,
-            bf16=self.bf16,
-            device_id=self.device_id,
-            provider_options=dict(self.provider_options),
-            graph_opt=self.graph_opt,
+            settings=dict(self.settings),
             threads=self.threads or 0,
             crash_folder=crash_folder,
         )
@@ -527,40 +518,6 @@ RUNTIME_OPTIONS = dict(
             help="Execution providers: cpu, cuda, a comma list, or all (every one that runs here).",
         ),
         _runtime_option(
-            "tf32",
-            "--tf32",
-            is_flag=True,
-            help="Allow TF32 matrix products on CUDA (own tolerance).",
-        ),
-        _runtime_option(
-            "bf16",
-            "--bf16",
-            is_flag=True,
-            help="Allow bfloat16 inference where a runtime has it (OpenVINO), own tolerance row.",
-        ),
-        _runtime_option(
-            "device_id",
-            "--device-id",
-            type=click.IntRange(0, 1023),
-            default=0,
-            show_default=True,
-            help="CUDA device.",
-        ),
-        _runtime_option(
-            "provider_options",
-            "--provider-option",
-            multiple=True,
-            type=KeyValue(),
-            help="Passed to the provider (repeatable), e.g. cudnn_conv_algo_search=DEFAULT.",
-        ),
-        _runtime_option(
-            "graph_opt",
-            "--graph-opt",
-            type=GraphOptLevel(),
-            default=None,
-            help="ONNX Runtime graph-optimisation level: disable, basic, extended, all [all].",
-        ),
-        _runtime_option(
             "threads",
             "--threads",
             type=click.IntRange(1, 1024),
@@ -588,11 +545,11 @@ RUNTIME_OPTIONS = dict(
 
 
 def runtime_options(*names: str, ep: str = "cpu", threads: str | None = None):
-    """The runtime group: the options of RUNTIME_OPTIONS named (`runtime`, `ep`, `tf32`,
-    `bf16`, `device_id`, `provider_option`, `graph_opt`, `threads`, `allow_missing_ep`,
-    `strict_placement`, `no_torch`), which the command receives as one `runtime` parameter, a
+    """The runtime group: the options of RUNTIME_OPTIONS named (`runtime`, `ep`, `threads`,
+    `allow_missing_ep`, `strict_placement`, `no_torch`) and every option a runtime declares
+    (a RuntimeCommand adds those), which the command receives as one `runtime` parameter, a
     RuntimeChoice. `ep` is the --ep default, `threads` what --threads defaults to."""
-    keys = {"runtime": "runtime_names", "ep": "ep_spec", "provider_option": "provider_options"}
+    keys = {"runtime": "runtime_names", "ep": "ep_spec"}
     dests = [keys.get(name, name) for name in names]
     unknown = [n for n in dests if n not in RUNTIME_OPTIONS]
     if unknown:
@@ -610,16 +567,64 @@ def runtime_options(*names: str, ep: str = "cpu", threads: str | None = None):
                 names = tuple(n for n in names if n != "torch")
                 if not names:
                     raise click.UsageError("--no-torch leaves no runtime to run on")
-            given["provider_options"] = tuple(given.get("provider_options", ()))
-            if given.get("graph_opt") is None:
-                given.pop("graph_opt", None)
-            return command(*args, runtime=RuntimeChoice(names, **given), **kwargs)
+            settings = _declared_values(kwargs)
+            runtime = RuntimeChoice(names, settings=settings, **given)
+            return command(*args, runtime=runtime, **kwargs)
 
         for dest in reversed(dests):
             with_runtime = RUNTIME_OPTIONS[dest](**changes.get(dest, {}))(with_runtime)
         return with_runtime
 
     return decorate
+
+
+class RuntimeCommand(click.Command):
+    """A command with the runtime group: the options runtimes declare (Runtime.options) join
+    its own when it parses or shows its help, not when tconform starts (reading them imports
+    every runtime, torch's among them), and again when a runtime joins RUNTIMES."""
+
+    declared: tuple = ()
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        from tconform.runtimes import declared_options
+
+        declared = tuple(declared_options().values())
+        if declared != self.declared:
+            own = [p for p in self.params if not isinstance(p, _DeclaredOption)]
+            self.params = own + [_DeclaredOption(option) for option in declared]
+            self.declared = declared
+        return super().get_params(ctx)
+
+
+class _DeclaredOption(click.Option):
+    """A runtime's declared option on the command line; not given, it is None (or () for a
+    repeatable one) and the runtime's own default stands."""
+
+    def __init__(self, option) -> None:
+        attrs: dict[str, object] = {"help": option.help, "default": None}
+        flag = option.flag
+        if option.kind is bool:
+            flag = f"{option.flag}/--no-{option.flag.removeprefix('--')}"
+        elif option.kind is int:
+            attrs["type"] = click.IntRange(*option.bounds) if option.bounds else int
+        elif option.kind is dict:
+            attrs.update(multiple=True, type=KeyValue(), default=())
+        else:
+            attrs["type"] = OneOf(option.kind)
+        super().__init__([flag, option.field], **attrs)
+
+
+def _declared_values(kwargs: dict) -> dict[str, object]:
+    """The options runtimes declare that were given, taken out of a command's parameters, by
+    field (one not given keeps its runtime's default)."""
+    from tconform.runtimes import declared_options
+
+    settings = {}
+    for name, option in declared_options().items():
+        value = kwargs.pop(name, None)
+        if value is not None and value != ():
+            settings[name] = dict(value) if option.kind is dict else value
+    return settings
 
 
 # --- the tolerance group -------------------------------------------------------------------------
@@ -735,12 +740,14 @@ class AxesChoice:
         from tconform.request import Axes
 
         given = dict(self.given)
-        if "graph_opts" in given and runtime.graph_opt != "all":
+        level = runtime.settings.get("graph_opt")
+        if "graph_opts" in given and level is not None:
             raise click.UsageError(
                 "--graph-opt is one level, --graph-opts the matrix axis: not both"
             )
         values = {**(defaults or {}), **given}
-        values.setdefault("graph_opts", (runtime.graph_opt,))
+        if level is not None:
+            values.setdefault("graph_opts", (level,))
         return Axes(matrix=self.matrix, **values)
 
     def single(self) -> None:

@@ -9,6 +9,7 @@ import click
 from tconform.commands.options import (
     AXIS_OPTIONS,
     FolderPath,
+    RuntimeCommand,
     artifacts_option,
     attention_option,
     axes_options,
@@ -26,7 +27,7 @@ from tconform.commands.run import run_and_report, writes_report
 
 
 @writes_report("verify")
-@click.command("verify")
+@click.command("verify", cls=RuntimeCommand)
 @click.option(
     "--golden",
     "golden_dir",
@@ -51,10 +52,7 @@ from tconform.commands.run import run_and_report, writes_report
     "the document checks, which need their own exports, are left out).",
 )
 @attention_option("[the --artifacts folder's own; plain for a new folder]")
-@runtime_options(
-    "runtime", "ep", "tf32", "bf16", "device_id", "provider_option", "graph_opt", "threads",
-    "allow_missing_ep", "strict_placement", "no_torch",
-)  # fmt: skip
+@runtime_options("runtime", "ep", "threads", "allow_missing_ep", "strict_placement", "no_torch")
 @localise_option("never", "never")
 @click.option("--no-doc", is_flag=True, help="Skip the documents' checks.")
 @click.option(

@@ -21,6 +21,7 @@ whose top token is the oracle's.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,7 @@ class GenerateSettings:
     decoding: Decoding
     engines: tuple[tuple[str, str], ...]  # (engine name, ep)
     threads: int
+    runtime_settings: Mapping[str, object] = field(default_factory=dict)  # declared, as given
     batch: int = 1
     src_len: int = 32
     repeats: int = 3
@@ -285,7 +287,7 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
     for engine, ep in engines:
         runtime = make_runtime(
             engine.runtime, ep, threads=settings.threads, crash_folder=settings.crash_folder,
-            **dict(engine.options),
+            **{**settings.runtime_settings, **dict(engine.options)},
         )  # fmt: skip
         if engine.precision is not None and runtime.precision != engine.precision:
             why = (
@@ -564,6 +566,7 @@ def generate_run(
             Decoding(new_tokens, eos_id=end_token),
             tuple(chosen),
             runtime.threads or default_threads(),
+            dict(runtime.settings),
             artifacts=artifacts or Path("artifacts/bench") / preset / "generation",
             crash_folder=crash_folder,
         )

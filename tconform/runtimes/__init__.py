@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tconform.errors import UsageError
-from tconform.runtimes.base import ModuleTarget, Runtime, Session, TensorInfo, TimedCall
+from tconform.runtimes.base import (
+    ModuleTarget,
+    Runtime,
+    RuntimeOption,
+    Session,
+    TensorInfo,
+    TimedCall,
+)
 from tconform.runtimes.labels import runtime_label
 from tconform.runtimes.specs import RuntimeSpec, base_name, parse_spec
 
@@ -24,11 +31,14 @@ __all__ = [
     "RUNTIMES",
     "ModuleTarget",
     "Runtime",
+    "RuntimeOption",
     "RuntimeOptions",
     "RuntimeSpec",
     "Session",
     "TensorInfo",
     "TimedCall",
+    "declared_options",
+    "declared_settings",
     "label",
     "make_runtime",
     "make_runtimes",
@@ -54,17 +64,13 @@ RUNTIMES: dict[str, str] = {
 class RuntimeOptions:
     """What a command asks of its runtimes, from the shared command-line options: which
     runtimes (names, or specs naming a release or an interpreter: tconform.runtimes.specs), on
-    which providers, and the options a runtime takes where it has them (each runtime's
-    dataclass fields say which: ONNX Runtime takes tf32 and graph_opt, OpenVINO bf16, torch
-    none of them)."""
+    which providers, their threads, and the options runtimes declare (Runtime.options), by
+    field, each given to the runtimes that take it: ONNX Runtime's tf32 or graph_opt,
+    OpenVINO's bf16. An option not in `settings` keeps its runtime's default."""
 
     names: tuple[str, ...] = ("onnxruntime", "torch")
     eps: tuple[str, ...] = ("cpu",)
-    tf32: bool = False  # CUDA: TF32 matrix products (their own tolerance row)
-    bf16: bool = False  # OpenVINO: bfloat16 inference precision (its own tolerance row)
-    device_id: int = 0
-    provider_options: Mapping[str, str] = field(default_factory=dict)
-    graph_opt: str = "all"
+    settings: Mapping[str, object] = field(default_factory=dict)
     threads: int = 0  # 0: the runtime's default
     # Where a runtime in a worker writes the repro bundle of a crash (None: nowhere; the
     # command's choice, beside its reports: tconform.runtimes.crashes)
@@ -72,6 +78,10 @@ class RuntimeOptions:
 
     def replace(self, **changes: object) -> RuntimeOptions:
         return dataclasses.replace(self, **changes)
+
+    def given(self, **settings: object) -> RuntimeOptions:
+        """These options with `settings` set too (a plan's graph-optimisation level)."""
+        return self.replace(settings={**self.settings, **settings})
 
 
 def runtime_class(name: str) -> type:
@@ -81,6 +91,30 @@ def runtime_class(name: str) -> type:
         raise UsageError(f"unknown runtime {name!r}; choose from {', '.join(RUNTIMES)}")
     module, cls = RUNTIMES[name].split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def declared_options() -> dict[str, RuntimeOption]:
+    """Every option the runtimes declare, by field (the command line's runtime group). It
+    imports every runtime's module, torch's among them: read it when a command runs, not when
+    tconform starts."""
+    declared: dict[str, RuntimeOption] = {}
+    for name in RUNTIMES:
+        for option in runtime_class(name).options:
+            declared.setdefault(option.field, option)
+    return declared
+
+
+def declared_settings(settings: Mapping[str, object]) -> dict[str, object]:
+    """`settings` (the Python API's runtime options), or one UsageError line naming one that
+    no runtime declares."""
+    declared = declared_options()
+    for name in settings:
+        if name not in declared:
+            raise UsageError(
+                f"runtime option {name!r}: no runtime takes it (they take "
+                f"{', '.join(sorted(declared))})"
+            )
+    return dict(settings)
 
 
 def takes_option(runtime: Runtime, option: str) -> bool:
@@ -114,9 +148,7 @@ def make_runtime(name: str, ep: str = "cpu", **options: object) -> Runtime:
 def make_runtimes(options: RuntimeOptions, consumes: str | None = None) -> list[Runtime]:
     """Every runtime of `options.names` on every provider of `options.eps` it runs on (only
     those that consume `consumes`, "onnx" or "module", when given), in the order named."""
-    shared = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
-    shared["provider_options"] = dict(options.provider_options)
-    del shared["names"], shared["eps"]
+    shared = {**options.settings, "threads": options.threads, "crash_folder": options.crash_folder}
     runtimes = []
     for name in options.names:
         cls = runtime_class(name)

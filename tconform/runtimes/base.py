@@ -125,17 +125,35 @@ class Session:
         """Release what the session holds (compiled graphs, device buffers)."""
 
 
+@dataclass(frozen=True)
+class RuntimeOption:
+    """An option a runtime declares (Runtime.options): it sets the runtime's field `field`, and
+    every command that takes runtimes offers it as `flag` (tconform.commands.options reads the
+    declarations, so a new option is a change in its runtime's module alone). `kind` is bool (a
+    flag), int (within `bounds`), a tuple of the values it may take, or dict (KEY=VALUE,
+    repeatable). The default is the field's."""
+
+    field: str
+    flag: str
+    help: str
+    kind: type | tuple[str, ...] = bool
+    bounds: tuple[int, int] | None = None
+
+
 class Runtime:
     """How to open models on one provider. Every runtime subclasses it as a dataclass whose
-    fields are the options it takes (tconform.runtimes.takes_option) and declares here what it
-    is and what it can do; the defaults are those of a runtime in tconform's own process that
-    keeps tensors on the host. Callers read these, never probe for them."""
+    fields are the options it takes (tconform.runtimes.takes_option; those a user sets, it
+    declares in `options`) and declares here what it is and what it can do; the defaults are
+    those of a runtime in tconform's own process that keeps tensors on the host. Callers read
+    these, never probe for them."""
 
     name: ClassVar[str]  # its key in tconform.runtimes.RUNTIMES
     consumes: ClassVar[str]  # "onnx" (opens a model file) or "module" (opens a ModuleTarget)
     eps: ClassVar[tuple[str, ...]]  # the devices or execution providers it can run on
     # A deployment target, which bench times (ONNX's reference evaluator is not one)
     timed: ClassVar[bool] = True
+    # The options it takes from the command line, each a field of the class
+    options: ClassVar[tuple[RuntimeOption, ...]] = ()
     ep: str
 
     @property

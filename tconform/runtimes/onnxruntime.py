@@ -28,7 +28,7 @@ from onnx import TensorProto
 
 from tconform.compare import BFLOAT16
 from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
-from tconform.runtimes.base import Runtime, Session, TensorInfo, TimedCall
+from tconform.runtimes.base import Runtime, RuntimeOption, Session, TensorInfo, TimedCall
 from tconform.runtimes.providers import (
     CUDA_DEFAULT_OPTIONS,
     DEVICE_TYPES,
@@ -55,6 +55,23 @@ class OrtRuntime(Runtime):
     consumes: ClassVar[str] = "onnx"
     eps: ClassVar[tuple[str, ...]] = tuple(PROVIDERS)
     package: ClassVar[str] = "onnxruntime"  # on the package index (`--runtime onnxruntime==X`)
+    options: ClassVar[tuple[RuntimeOption, ...]] = (
+        RuntimeOption("tf32", "--tf32", "Allow TF32 matrix products on CUDA (own tolerance)."),
+        RuntimeOption("device_id", "--device-id", "CUDA device [0].", int, (0, 1023)),
+        RuntimeOption(
+            "provider_options",
+            "--provider-option",
+            "Passed to the provider (repeatable), e.g. cudnn_conv_algo_search=DEFAULT.",
+            dict,
+        ),
+        RuntimeOption(
+            "graph_opt",
+            "--graph-opt",
+            "ONNX Runtime graph-optimisation level [all] (`verify --matrix` takes several "
+            "with --graph-opts).",
+            tuple(GRAPH_OPT_LEVELS),
+        ),
+    )
 
     ep: str = "cpu"
     graph_opt: str = "all"

@@ -33,7 +33,7 @@ import numpy as np
 
 from tconform.compare import BFLOAT16
 from tconform.errors import ProviderUnavailable, UsageError
-from tconform.runtimes.base import Runtime, Session, TensorInfo, TimedCall, select
+from tconform.runtimes.base import Runtime, RuntimeOption, Session, TensorInfo, TimedCall, select
 
 # OpenVINO's element type names -> tconform's precision names.
 PRECISIONS = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -140,6 +140,13 @@ class OpenVinoRuntime(Runtime):
     consumes: ClassVar[str] = "onnx"
     eps: ClassVar[tuple[str, ...]] = ("cpu",)
     package: ClassVar[str] = "openvino"  # on the package index (`--runtime openvino==X`)
+    options: ClassVar[tuple[RuntimeOption, ...]] = (
+        RuntimeOption(
+            "bf16",
+            "--bf16",
+            "Allow bfloat16 inference where a runtime has it (OpenVINO), own tolerance row.",
+        ),
+    )
 
     ep: str = "cpu"  # the OpenVINO device, lower case ("cpu" is OpenVINO's "CPU")
     bf16: bool = False  # ask for INFERENCE_PRECISION_HINT bf16 (what is used is read back)

@@ -20,7 +20,7 @@ def small(monkeypatch, tmp_path):
     monkeypatch.setattr(ceiling, "COPY_BYTES", 2**20)
     monkeypatch.setattr(ceiling, "PROBE_RUNS", 3)
     settings = bench_settings(
-        "tiny", ("feed_forward",), (), ("onnxruntime",), "cpu", 1, "all", 0, 1, 0.1, tmp_path
+        "tiny", ("feed_forward",), (), ("onnxruntime",), "cpu", 1, {}, 0, 1, 0.1, tmp_path
     )
     return settings.runtime
 

@@ -57,7 +57,7 @@ def user_package(tmp_path, monkeypatch):
 
 def settings(target: str, *engines: str, input_sets: tuple[str, ...] = ()):
     return bench_settings(
-        None, (), (), engines, "cpu", 1, "all", 0, 2, 0.05, None, module=target,
+        None, (), (), engines, "cpu", 1, {}, 0, 2, 0.05, None, module=target,
         input_sets=input_sets,
     )  # fmt: skip
 
@@ -69,9 +69,9 @@ def test_a_users_model_has_only_its_own_graph_variants():
     with pytest.raises(UsageError, match="'onnxruntime-sdpa' times a graph only tconform's"):
         parse_engines(("onnxruntime-sdpa",), for_module=True)
     with pytest.raises(UsageError, match="--shape chooses among tconform's own cases"):
-        bench_settings(None, (), ((1, 4),), (), "cpu", 1, "all", 0, 2, 0.05, None, module="a:b")
+        bench_settings(None, (), ((1, 4),), (), "cpu", 1, {}, 0, 2, 0.05, None, module="a:b")
     with pytest.raises(UsageError, match="--input-set names the input sets of a user's model"):
-        bench_settings("tiny", (), (), (), "cpu", 1, "all", 0, 2, 0.05, None, input_sets=("x",))
+        bench_settings("tiny", (), (), (), "cpu", 1, {}, 0, 2, 0.05, None, input_sets=("x",))
     plain = settings("a.b:c", "torch")
     assert plain.exports == ()  # nothing exported for torch alone
     assert plain.module.shapes is False  # the example's shape only: no other shape is made

@@ -55,7 +55,7 @@ def test_the_int8_and_bf16_variants_and_torch_int8_are_engines():
 def test_each_export_a_variant_runs_gets_its_own_folder(tmp_path):
     settings = bench_settings(
         "tiny", ("feed_forward",), (), ("onnxruntime-int8", "openvino", "torch-int8"), "cpu",
-        1, "all", 0, 1, 0.1, tmp_path / "tiny",
+        1, {}, 0, 1, 0.1, tmp_path / "tiny",
     )  # fmt: skip
     # openvino runs the plain float32 export; torch-int8 runs the module, no export
     assert settings.exports == (("plain", "int8"), ("plain", "float32"))

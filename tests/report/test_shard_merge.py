@@ -179,7 +179,7 @@ def test_a_precision_plan_is_not_applicable_to_tconforms_own_cases(cli, small):
         (("--matrix", "--exporter", "onnxscript"), "unknown value 'onnxscript'"),
         (("--matrix", "--opset", "16"), "unknown value '16'"),
         (("--matrix", "--graph-opts", "max"), "unknown value 'max'"),
-        (("--matrix", "--graph-opt", "disable,all"), "takes a list with --graph-opts"),
+        (("--matrix", "--graph-opt", "disable,all"), "one value; --matrix takes lists"),
         (("--graph-opts", "all"), "--graph-opts is a matrix axis: add --matrix"),
         (("--dtype", "float16"), "--dtype is a matrix axis: add --matrix"),
     ],
