@@ -19,11 +19,10 @@ import numpy as np
 from bench_report import best_cpu_rows, read_bench_report
 
 from tconform import registry
-from tconform.bench.run import SKIP_LAYER_NORM_FUSION
 from tconform.config import get_preset
 from tconform.execution import Subject, open_subject
 from tconform.models import given_file
-from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO, OrtRuntime
+from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO, SKIP_LAYER_NORM_FUSION, OrtRuntime
 
 SETTINGS = {
     "subnormals flushed": ({DENORMAL_AS_ZERO: "1"}, ()),

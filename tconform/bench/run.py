@@ -39,7 +39,6 @@ from tconform.report.environment import environment, utc_now
 from tconform.request import UserModel
 from tconform.results import Status
 from tconform.runtimes import RUNTIMES, Runtime, make_runtime, runtime_class
-from tconform.runtimes.onnxruntime import DENORMAL_AS_ZERO
 from tconform.runtimes.providers import parse_eps, unavailable_reason
 from tconform.runtimes.specs import base_name
 from tconform.suites.module import EXAMPLE
@@ -54,13 +53,18 @@ DEFAULT_SHAPES = ((1, 32), (8, 128))
 # null where the model has no such axis; gflop and tokens_per_s null where not counted;
 # details.sha256 of the model a row ran.
 SCHEMA = "tconform-bench/5"
-# Busy-waiting intra-op threads win a little on an idle machine and lose a lot where other
-# jobs share the cores (a spinning thread holds a core another process needs; docs/performance.md).
-SPINNING_KEY = "session.intra_op.allow_spinning"
-# ONNX Runtime's SkipLayerNormalization CPU kernel measured several times slower than the
-# LayerNormalization and Add it replaces (docs/performance.md), so bench leaves them unfused;
-# verify at --graph-opt basic runs the same unfused kernels.
-SKIP_LAYER_NORM_FUSION = "SkipLayerNormFusion"
+
+
+def ort_defaults(ep: str) -> dict[str, object]:
+    """bench's own choice of ONNX Runtime's options where they are not given
+    (docs/performance.md): no busy-waiting intra-op threads (they win a little on an idle
+    machine and lose a lot where other jobs share the cores); subnormal floats flushed (those
+    of the softmax's smallest weights slowed the fused Attention 2x on an Intel Xeon, and
+    flushing them changed no output bit; the torch engines restore PyTorch's default); and on
+    the CPU provider no Add + LayerNormalization fusion (its SkipLayerNormalization kernel
+    measured several times slower than the two it replaces; CUDA has its own kernel)."""
+    unfused = {"skip_layer_norm_fusion": False} if ep == "cpu" else {}
+    return {"spinning": False, "flush_denormals": True, **unfused}
 
 
 def default_threads() -> int:
@@ -95,8 +99,7 @@ def check_shape(shape: tuple[int, int], cases: tuple[Case, ...], cfg: ModelConfi
 
 def bench_settings(
     preset, cases, shapes, engines, ep_spec, threads, runtime_settings, warmup, runs, seconds,
-    artifacts, profile=False, spinning=False, skip_layer_norm_fusion=False,
-    flush_denormals=True, module=None, input_sets=(), crash_folder=None,
+    artifacts, profile=False, module=None, input_sets=(), crash_folder=None,
 ) -> BenchSettings:  # fmt: skip
     """Validate every option before anything slow starts. `module`: a user's model
     (PACKAGE.MODULE:FACTORY) timed at its `input_sets` instead of tconform's cases (its
@@ -111,9 +114,6 @@ def bench_settings(
         runs=runs,
         seconds=seconds,
         profile=profile,
-        spinning=spinning,
-        skip_layer_norm_fusion=skip_layer_norm_fusion,
-        flush_denormals=flush_denormals,
         crash_folder=crash_folder,
     )
     if module is not None:
@@ -194,9 +194,6 @@ class BenchSettings:
     seconds: float
     artifacts: Path
     profile: bool = False
-    spinning: bool = False
-    skip_layer_norm_fusion: bool = False
-    flush_denormals: bool = True
     module: UserModel | None = None
     input_sets: tuple[str, ...] = ()
     crash_folder: Path | None = None  # where an engine in a worker that crashes leaves a bundle
@@ -222,25 +219,14 @@ class BenchSettings:
         return self.artifacts.with_name("-".join([self.artifacts.name, *differs]))
 
     def runtime(self, name: str, ep: str, **options: object) -> Runtime:
-        """The runtime `name` on `ep` as this bench times it: its threads, the options given,
-        for ONNX Runtime its session settings, and a graph variant's `options` (OpenVINO's
-        bf16), of which make_runtime gives each runtime the ones it takes."""
+        """The runtime `name` on `ep` as this bench times it: its threads, the options given
+        (else, for ONNX Runtime, bench's own: ort_defaults), and a graph variant's `options`
+        (OpenVINO's bf16), of which make_runtime gives each runtime the ones it takes."""
         return make_runtime(
             name,
             ep,
-            **{**self.runtime_settings, **options},
+            **{**ort_defaults(ep), **self.runtime_settings, **options},
             threads=self.threads,
-            session_config={
-                SPINNING_KEY: "1" if self.spinning else "0",
-                # Subnormal floats (below 1.2e-38) from the softmax's smallest weights slowed
-                # the fused Attention 2x on an Intel Xeon (docs/performance.md); flushing them
-                # changed no output bit. The torch engines restore PyTorch's default.
-                DENORMAL_AS_ZERO: "1" if self.flush_denormals else "0",
-            },
-            # Measured on the CPU provider only; CUDA has its own SkipLayerNormalization kernel.
-            disabled_optimizers=(SKIP_LAYER_NORM_FUSION,)
-            if ep == "cpu" and not self.skip_layer_norm_fusion
-            else (),
             crash_folder=self.crash_folder,
         )
 
@@ -271,9 +257,9 @@ class BenchSettings:
             "torch_threads": self.threads,
             "graph_optimization": self.graph_opt,
             "runtime_options": dict(self.runtime_settings),
-            "session_config": self.runtime(BASELINE, "cpu").session_config,
+            "session_config": self.runtime(BASELINE, "cpu").config_entries(),
             "disabled_optimizers": {
-                ep: list(self.runtime(BASELINE, ep).disabled_optimizers) for ep in self.eps
+                ep: list(self.runtime(BASELINE, ep).disabled()) for ep in self.eps
             },
             "warmup": self.warmup,
             "runs": self.runs,

@@ -180,27 +180,6 @@ _DECODING_OPTIONS = (
     "export folder, as check --out names it [artifacts/check/<target>].",
 )
 @click.option(
-    "--spinning/--no-spinning",
-    default=False,
-    show_default=True,
-    help="Let ONNX Runtime's intra-op threads busy-wait between kernels "
-    "(session.intra_op.allow_spinning); off by default for shared machines.",
-)
-@click.option(
-    "--skip-layer-norm-fusion/--no-skip-layer-norm-fusion",
-    default=False,
-    show_default=True,
-    help="Let ONNX Runtime fuse Add + LayerNormalization into SkipLayerNormalization; off by "
-    "default: its CPU kernel measured slower than the two it replaces (docs/performance.md).",
-)
-@click.option(
-    "--flush-denormals/--keep-denormals",
-    default=True,
-    show_default=True,
-    help="Let ONNX Runtime flush subnormal floats to zero (session.set_denormal_as_zero); on by "
-    "default: they slow its matrix products on some CPUs (docs/performance.md).",
-)
-@click.option(
     "--profile",
     is_flag=True,
     help="Add ONNX Runtime's per-op-type time and the share outside matrix products per row.",
@@ -226,9 +205,6 @@ def bench(
     runs,
     seconds,
     artifacts,
-    spinning,
-    skip_layer_norm_fusion,
-    flush_denormals,
     profile,
     reports,
     compare,
@@ -260,8 +236,8 @@ def bench(
         preset = None  # a user's model has no preset; one given is refused as such
     options = (
         preset, cases, shapes, engines, runtime.ep_spec, runtime.threads, runtime.settings,
-        warmup, runs, seconds, artifacts, profile, spinning, skip_layer_norm_fusion,
-        flush_denormals, target, input_sets, crash_folder_beside(*reports.values()),
+        warmup, runs, seconds, artifacts, profile, target, input_sets,
+        crash_folder_beside(*reports.values()),
     )  # fmt: skip
     run_and_report(BenchReport(), partial(_timings, options, runtime), False, reports)
 

@@ -93,6 +93,7 @@ def doc(artifacts_dir, runtime, reports, quiet):
             "artifacts": str(artifacts_dir),
             "eps": list(options.eps),
             "runtimes": list(options.names),
+            "runtime_options": dict(options.settings),
         }
         checked = run_document_checks(options, artifacts_dir, progress)
         report.details = checked.to_dict()

@@ -45,6 +45,10 @@ from tconform.runtimes.providers import (
 _COPY_OPS = {"MemcpyToHost", "MemcpyFromHost"}
 # Session config: "1" flushes subnormal floats to zero (see OrtRuntime.match_calling_thread).
 DENORMAL_AS_ZERO = "session.set_denormal_as_zero"
+# Session config: "1" lets the intra-op threads busy-wait between kernels.
+SPINNING = "session.intra_op.allow_spinning"
+# The graph transformer that fuses Add + LayerNormalization into SkipLayerNormalization.
+SKIP_LAYER_NORM_FUSION = "SkipLayerNormFusion"
 
 
 @dataclass
@@ -71,6 +75,26 @@ class OrtRuntime(Runtime):
             "with --graph-opts).",
             tuple(GRAPH_OPT_LEVELS),
         ),
+        RuntimeOption(
+            "spinning",
+            "--spinning",
+            "Let ONNX Runtime's intra-op threads busy-wait between kernels "
+            f"({SPINNING}) [ONNX Runtime's default: on; bench: off, for shared machines].",
+        ),
+        RuntimeOption(
+            "flush_denormals",
+            "--flush-denormals",
+            f"Let ONNX Runtime flush subnormal floats to zero ({DENORMAL_AS_ZERO}) [ONNX "
+            "Runtime's default: off; bench: on, they slow its matrix products on some CPUs "
+            "(docs/performance.md)].",
+        ),
+        RuntimeOption(
+            "skip_layer_norm_fusion",
+            "--skip-layer-norm-fusion",
+            "Let ONNX Runtime fuse Add + LayerNormalization into SkipLayerNormalization [ONNX "
+            "Runtime's default: on; bench on the CPU provider: off, its kernel measured slower "
+            "than the two it replaces (docs/performance.md)].",
+        ),
     )
 
     ep: str = "cpu"
@@ -79,11 +103,13 @@ class OrtRuntime(Runtime):
     provider_options: dict[str, str] = field(default_factory=dict)  # raw, from the CLI
     tf32: bool = False  # CUDA only: allow TF32 matrix products
     device_id: int = 0  # CUDA only
-    # Session config entries (SessionOptions.add_session_config_entry), e.g. bench's
-    # "session.intra_op.allow_spinning"; recorded with the settings.
+    # None: ONNX Runtime's own default (a command may choose its own: bench's)
+    spinning: bool | None = None
+    flush_denormals: bool | None = None
+    skip_layer_norm_fusion: bool | None = None
+    # Raw session config entries (SessionOptions.add_session_config_entry; they win) and
+    # graph transformers not to run (InferenceSession's disabled_optimizers), for scripts
     session_config: dict[str, str] = field(default_factory=dict)
-    # Names of ONNX Runtime's graph transformers not to run (InferenceSession's
-    # disabled_optimizers), e.g. bench's "SkipLayerNormFusion"; recorded with the settings.
     disabled_optimizers: tuple[str, ...] = ()
 
     @property
@@ -122,10 +148,23 @@ class OrtRuntime(Runtime):
             "precision": self.precision,
             "graph_optimization": self.graph_opt,
             "intra_op_threads": self.threads,
-            "session_config": dict(self.session_config),
-            "disabled_optimizers": list(self.disabled_optimizers),
+            "session_config": self.config_entries(),
+            "disabled_optimizers": list(self.disabled()),
             "onnxruntime": ort.__version__,
         }
+
+    def config_entries(self) -> dict[str, str]:
+        """The session config entries: the options' where they are given, then the raw ones."""
+        entries = {}
+        for key, given in ((SPINNING, self.spinning), (DENORMAL_AS_ZERO, self.flush_denormals)):
+            if given is not None:
+                entries[key] = "1" if given else "0"
+        return {**entries, **self.session_config}
+
+    def disabled(self) -> tuple[str, ...]:
+        """The graph transformers not to run: the raw ones, and the fusion where it is off."""
+        unfused = (SKIP_LAYER_NORM_FUSION,) if self.skip_layer_norm_fusion is False else ()
+        return tuple(dict.fromkeys((*self.disabled_optimizers, *unfused)))
 
     def session_options(self, profile_prefix: str | None = None) -> ort.SessionOptions:
         opts = ort.SessionOptions()
@@ -133,7 +172,7 @@ class OrtRuntime(Runtime):
         opts.intra_op_num_threads = self.threads
         opts.log_severity_level = 3  # errors only; fallbacks are detected from get_providers()
         opts.add_session_config_entry(RECORD_ASSIGNMENT, "1")
-        for key, value in self.session_config.items():
+        for key, value in self.config_entries().items():
             opts.add_session_config_entry(key, value)
         if profile_prefix is not None:
             opts.enable_profiling = True
@@ -156,7 +195,7 @@ class OrtRuntime(Runtime):
                     str(model_path),
                     self.session_options(profile_prefix),
                     providers=providers,
-                    disabled_optimizers=list(self.disabled_optimizers),
+                    disabled_optimizers=list(self.disabled()),
                 )
             except Exception as exc:  # ORT raises its own exception types
                 session, error = None, exc
@@ -209,12 +248,13 @@ class OrtRuntime(Runtime):
         ONNX Runtime sets its worker threads for every session, but the calling thread, which
         runs a share of every kernel, only for the first session of a process: without this a
         session's speed and bits would depend on which session came first."""
-        if DENORMAL_AS_ZERO in self.session_config:
+        entries = self.config_entries()
+        if DENORMAL_AS_ZERO in entries:
             try:
                 import torch  # its set_flush_denormal sets the same two flags (FTZ and DAZ)
             except ImportError:  # a worker's environment (tconform.runtimes.remote): a fresh
                 return  # process, whose first session ONNX Runtime sets the thread for
-            torch.set_flush_denormal(self.session_config[DENORMAL_AS_ZERO] == "1")
+            torch.set_flush_denormal(entries[DENORMAL_AS_ZERO] == "1")
 
     def _load_error(self, model_path: Path, exc: Exception) -> TconformError:
         text = str(exc).strip()

@@ -55,3 +55,31 @@ def test_the_api_refuses_an_option_no_runtime_declares():
     assert declared_settings({"tf32": True}) == {"tf32": True}
     with pytest.raises(UsageError, match=r"'tf_32': no runtime takes it.*tf32"):
         declared_settings({"tf_32": True})
+
+
+def test_onnxruntimes_session_options_keep_its_defaults_and_bench_chooses_its_own(tmp_path):
+    """Not given, ONNX Runtime's own defaults stand (verify, check); bench chooses its own
+    where they are not given, and a given one wins there too."""
+    from tconform.bench.run import bench_settings
+    from tconform.runtimes.onnxruntime import (
+        DENORMAL_AS_ZERO,
+        SKIP_LAYER_NORM_FUSION,
+        SPINNING,
+        OrtRuntime,
+    )
+
+    plain = OrtRuntime()
+    assert plain.config_entries() == {} and plain.disabled() == ()
+
+    def timed(**given):
+        settings = bench_settings(
+            "tiny", ("feed_forward",), (), ("onnxruntime",), "cpu", 1, given, 0, 1, 0.1, tmp_path
+        )
+        return settings.runtime("onnxruntime", "cpu")
+
+    chosen = timed()
+    assert chosen.config_entries() == {SPINNING: "0", DENORMAL_AS_ZERO: "1"}
+    assert chosen.disabled() == (SKIP_LAYER_NORM_FUSION,)
+    given = timed(spinning=True, flush_denormals=False, skip_layer_norm_fusion=True)
+    assert given.config_entries() == {SPINNING: "1", DENORMAL_AS_ZERO: "0"}
+    assert given.disabled() == ()
