@@ -19,7 +19,7 @@ import re
 import shutil
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,17 +103,82 @@ def write(
     existing golden folder keeps its other cases: the named ones are added, or replaced with
     force; the folder's preset and seed must be the ones asked for.
     """
+    header = {
+        "kind": GOLDEN,
+        "tool": "tconform",
+        "version": tool_version(),
+        "preset": preset,
+        "config": cfg.to_dict(),
+        "seed": seed,
+        "input_sets": [vars(s) for s in input_shapes(cfg)],
+        "stored_dtype": "float32",
+        "tolerances": tolerance_table(),
+        "versions": library_versions(),
+    }
+
+    def stored() -> Iterator[StoredCase]:
+        for case in cases:
+            sets = generate_case(case, cfg, seed)
+            yield StoredCase(
+                case.name,
+                sets,
+                {
+                    "component": case.component,
+                    "tolerance_class": case.tolerance,
+                    "inputs": [s.name for s in case.inputs(cfg)],
+                    "outputs": [s.name for s in case.outputs(cfg)],
+                    "sets": {
+                        s.name: {
+                            **{n: list(a.shape) for n, a in s.inputs.items()},
+                            **{n: list(a.shape) for n, a in s.outputs.items()},
+                        }
+                        for s in sets
+                    },
+                },
+            )
+            if on_case:
+                on_case(case)
+
+    def keep() -> dict:
+        return _cases_to_keep(golden_dir, cfg, seed, preset, cases, force)
+
+    return write_folder(golden_dir, header, stored(), force, keep if only_these else None)
+
+
+@dataclass(frozen=True)
+class StoredCase:
+    """One case as a golden folder stores it: its input sets' tensor files under NAME/, and its
+    manifest entry (the writer adds the files' sha256s)."""
+
+    name: str
+    sets: list[InputSet]
+    entry: dict
+
+
+def write_folder(
+    golden_dir: Path,
+    header: dict,
+    cases: Iterable[StoredCase],
+    force: bool,
+    keep: Callable[[], dict] | None = None,
+) -> dict:
+    """The one golden writer (tconform's cases and the generation goldens alike): with the
+    folder locked, every case's files into a staging folder beside it, the manifest (`header`,
+    then the cases with their files' sha256s), swapped into place. An existing folder is
+    replaced only with `force`, and only a golden folder (or an empty one); `keep`, called
+    under the lock where the folder holds goldens, names the entries of its cases to keep byte
+    for byte (`golden --case`)."""
     require_replaceable_golden_folder(golden_dir)  # before the lock file goes beside it
     golden_dir.parent.mkdir(parents=True, exist_ok=True)
     with folder_lock(golden_dir):
         kept: dict = {}
-        if only_these and manifest_kind(golden_dir) == GOLDEN:
-            kept = _cases_to_keep(golden_dir, cfg, seed, preset, cases, force)
+        if keep is not None and manifest_kind(golden_dir) == GOLDEN:
+            kept = keep()
         elif golden_dir.exists() and any(golden_dir.iterdir()) and not force:
             raise UsageError(f"{golden_dir} already holds files; pass --force to replace goldens")
         require_replaceable_golden_folder(golden_dir)
         _remove_leftovers(golden_dir)
-        return _write_locked(golden_dir, cfg, seed, cases, preset, on_case, kept)
+        return _write_locked(golden_dir, header, cases, kept)
 
 
 def _cases_to_keep(golden_dir, cfg, seed, preset, cases, force) -> dict:
@@ -175,50 +240,22 @@ def _remove_leftovers(golden_dir: Path) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _write_locked(golden_dir, cfg, seed, cases, preset, on_case, kept: dict) -> dict:
+def _write_locked(golden_dir: Path, header: dict, cases: Iterable[StoredCase], kept: dict) -> dict:
     staging = Path(tempfile.mkdtemp(prefix=f".{golden_dir.name}.staging-", dir=golden_dir.parent))
     try:
         for name in kept:  # the folder's other cases, byte for byte
             shutil.copytree(golden_dir / name, staging / name)
-        manifest_cases = dict(kept)
+        entries = dict(kept)
         for case in cases:
-            sets = generate_case(case, cfg, seed)
             hashes = {}
-            for input_set in sets:
+            for input_set in case.sets:
                 for rel, data in _tensor_files(input_set).items():
                     path = staging / case.name / rel
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(data)
                     hashes[rel] = sha256_bytes(data)
-            manifest_cases[case.name] = {
-                "component": case.component,
-                "tolerance_class": case.tolerance,
-                "inputs": [s.name for s in case.inputs(cfg)],
-                "outputs": [s.name for s in case.outputs(cfg)],
-                "sets": {
-                    s.name: {
-                        **{n: list(a.shape) for n, a in s.inputs.items()},
-                        **{n: list(a.shape) for n, a in s.outputs.items()},
-                    }
-                    for s in sets
-                },
-                "sha256": hashes,
-            }
-            if on_case:
-                on_case(case)
-        manifest = {
-            "kind": GOLDEN,
-            "tool": "tconform",
-            "version": tool_version(),
-            "preset": preset,
-            "config": cfg.to_dict(),
-            "seed": seed,
-            "input_sets": [vars(s) for s in input_shapes(cfg)],
-            "stored_dtype": "float32",
-            "tolerances": tolerance_table(),
-            "versions": library_versions(),
-            "cases": manifest_cases,
-        }
+            entries[case.name] = {**case.entry, "sha256": hashes}
+        manifest = {**header, "cases": entries}
         atomic_write_json(staging / MANIFEST, manifest)
         _swap_into_place(staging, golden_dir)
     except BaseException:
@@ -297,8 +334,9 @@ def _checked_bytes(path: Path, expected_sha: str, shape: list[int] | None, root:
     return data
 
 
-def _read_tensor(path: Path, expected_sha: str, shape: list[int] | None, root: Path) -> tuple:
-    """(name, array) of a golden .pb, its bytes checked (_checked_bytes), with its data inline
+def read_tensor(path: Path, expected_sha: str, shape: list[int] | None, root: Path) -> tuple:
+    """(name, array) of a golden .pb (tconform's cases and the generation goldens alike), its
+    bytes checked (_checked_bytes), with its data inline
     (external data is refused: it would be read from wherever the tensor points and escape the
     hash)."""
     data = _checked_bytes(path, expected_sha, shape, root)
@@ -366,7 +404,7 @@ def read_case(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) ->
     folder must hold exactly the files its manifest lists, and at least one input set."""
     loaded: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for set_name, kind, spec, path, sha, shapes in _case_files(golden_dir, manifest, case, cfg):
-        name, array = _read_tensor(path, sha, shapes.get(spec.name), golden_dir)
+        name, array = read_tensor(path, sha, shapes.get(spec.name), golden_dir)
         _check_tensor(path, name, array, spec, shapes, cfg)
         loaded.setdefault(set_name, {"input": {}, "output": {}})[kind][spec.name] = array
     return [InputSet(name, sets["input"], sets["output"]) for name, sets in loaded.items()]

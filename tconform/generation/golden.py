@@ -21,14 +21,13 @@ cache (past length 0). The end token is the one the model was trained to end wit
 set's rule (rows ending at different steps, a row at the limit, ...) is checked on the oracle's
 greedy decoding when the goldens are made, and a checkpoint that breaks one is refused.
 
-Files, manifest, atomic replacement and the drift check are tconform.golden's; log-probs are
-stored in float32 and checked within one float32 ulp, tokens and lengths exactly.
+Files, the writer (write_folder), the tensor reader, atomic replacement and the drift check are
+tconform.golden's; log-probs are stored in float32 and checked within one float32 ulp, tokens
+and lengths exactly.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,8 +36,8 @@ import numpy as np
 from tconform import golden as golden_files
 from tconform.config import MAX_SEED, ModelConfig, get_preset
 from tconform.errors import EXIT_FAILURE, UsageError
-from tconform.files import atomic_write_json, require_inside, sha256_bytes
-from tconform.folders import GOLDEN, MANIFEST, folder_lock, read_json_manifest
+from tconform.files import require_inside
+from tconform.folders import GOLDEN, MANIFEST, read_json_manifest
 from tconform.generation.driver import (
     BOS,
     EOS,
@@ -216,58 +215,36 @@ def build_cases(cfg: ModelConfig, seed: int, checkpoint: str = CHECKPOINT) -> li
     return cases
 
 
-def _case_entry(case: GenerationCase, hashes: dict[str, str]) -> dict:
+def _stored(case: GenerationCase) -> golden_files.StoredCase:
     tensors = {**case.input_set.inputs, **case.input_set.outputs}
-    return {
+    entry = {
         "set": case.source_set.name,
         "mask_fill": case.source_set.mask_fill,
         "strategy": vars(case.strategy),
         "decoding": vars(case.decoding),
         "shapes": {name: list(array.shape) for name, array in tensors.items()},
-        "sha256": hashes,
     }
+    return golden_files.StoredCase(case.name, [case.input_set], entry)
 
 
 def write(folder: Path, cfg: ModelConfig, seed: int, preset: str, force: bool = False) -> dict:
-    """Write the generation goldens into `folder`, replacing it whole (as tconform.golden does)."""
+    """Write the generation goldens into `folder` with tconform.golden's writer (the folder
+    replaced whole, with force)."""
     golden_params(cfg)  # the preset must be the checkpoint's: refused before any file is touched
-    if folder.exists() and any(folder.iterdir()) and not force:
-        raise UsageError(f"{folder} already holds files; pass --force to replace goldens")
-    golden_files.require_replaceable_golden_folder(folder)  # before the lock file goes beside it
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with folder_lock(folder):
-        golden_files.require_replaceable_golden_folder(folder)
-        golden_files._remove_leftovers(folder)
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staging-", dir=folder.parent))
-        try:
-            entries = {}
-            for case in build_cases(cfg, seed):
-                hashes = {}
-                for rel, data in golden_files._tensor_files(case.input_set).items():
-                    path = staging / case.name / rel
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(data)
-                    hashes[rel] = sha256_bytes(data)
-                entries[case.name] = _case_entry(case, hashes)
-            manifest = {
-                "kind": GOLDEN,
-                "generation": True,
-                "tool": "tconform",
-                "version": tool_version(),
-                "preset": preset,
-                "config": cfg.to_dict(),
-                "seed": seed,
-                "checkpoint": checkpoint_record(),
-                "stored_dtype": "float32",
-                "versions": library_versions(),
-                "cases": entries,
-            }
-            atomic_write_json(staging / MANIFEST, manifest)
-            golden_files._swap_into_place(staging, folder)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-    return manifest
+    header = {
+        "kind": GOLDEN,
+        "generation": True,
+        "tool": "tconform",
+        "version": tool_version(),
+        "preset": preset,
+        "config": cfg.to_dict(),
+        "seed": seed,
+        "checkpoint": checkpoint_record(),
+        "stored_dtype": "float32",
+        "versions": library_versions(),
+    }
+    cases = (_stored(case) for case in build_cases(cfg, seed))
+    return golden_files.write_folder(folder, header, cases, force)
 
 
 def read_generation_manifest(folder: Path) -> dict:
@@ -342,7 +319,7 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, dict[str, str], list[Gen
                     raise fail(path, f"{where} shape of {tensor!r}", "must be a list of sizes")
                 for size in shape:
                     expect_int(size, path, f"{where} shape of {tensor!r}", 0, 2**31)
-                stored_name, array = golden_files._read_tensor(
+                stored_name, array = golden_files.read_tensor(
                     folder / name / rel,
                     expect_str(entry["sha256"].get(rel), path, f"{where} sha256 of {rel}", SHA256),
                     shape,
