@@ -461,8 +461,14 @@ def execute(
             ]
             break
     if strict_placement:
-        for result in results:
-            if result.fallback_ops and result.status == Status.PASS:
-                result.status = str(Status.FAIL)
-                result.message = f"{result.notes[0]} (--strict-placement)"
+        require_placement(results)
     return results
+
+
+def require_placement(results: list[Result]) -> None:
+    """--strict-placement: a passing result any of whose nodes fell back to another provider
+    fails, naming the fallback (its first note)."""
+    for result in results:
+        if result.fallback_ops and result.status == Status.PASS:
+            result.status = str(Status.FAIL)
+            result.message = f"{result.notes[0]} (--strict-placement)"

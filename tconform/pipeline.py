@@ -14,7 +14,6 @@ ran (path, sha256, origin).
 from __future__ import annotations
 
 from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError, UsageError
-from tconform.execution import Subject, execute
 from tconform.localise import Localisation
 from tconform.localise.versions import add_version_runs, version_partings
 from tconform.plan import Lane, Plan, Progress, Suite, plan, request_runtimes, select_units
@@ -57,14 +56,13 @@ def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -
     for n, case in enumerate(cases, 1):
         progress(f"[{n}/{len(cases)}] {case.name}")
         sets = suite.input_sets(case)
-        module = suite.module_target(case)
         for lane in (lane for lane in lanes if lane.case == case):
             lane_sets = [
                 s
                 for s in sets
                 if unit_id(case.name, lane.cell, label(lane.runtime), s.name) in mine_ids
             ]
-            results = lane_results(lane, models, module, lane_sets, suite, request)
+            results = lane_results(lane, models, lane_sets, suite, request)
             if _localises(request, lane):
                 model = models[lane.model_key]
                 found = suite.localise(lane.runtime, model, results, sets)
@@ -109,7 +107,7 @@ def _localises(request: Request, lane: Lane) -> bool:
     )
 
 
-def lane_results(lane: Lane, models, module, sets, suite: Suite, request: Request) -> list[Result]:
+def lane_results(lane: Lane, models, sets, suite: Suite, request: Request) -> list[Result]:
     """The lane's results on `sets`, each stamped with its cell and unit."""
     case, runtime = lane.case, lane.runtime
     if lane.not_applicable:
@@ -131,12 +129,7 @@ def lane_results(lane: Lane, models, module, sets, suite: Suite, request: Reques
             for s in sets
         ]
     else:
-        model = models[lane.model_key] if runtime.consumes == "onnx" else None
-        row = suite.row(case)
-        judge = suite.judge(case)
-        results = execute(
-            runtime, Subject(model, module), sets, judge, row, request.strict_placement
-        )
+        results = suite.run(lane, models, sets, request.strict_placement)
     for r in results:
         r.cell = lane.cell
         r.unit = unit_id(case.name, lane.cell, label(runtime), r.input_set)

@@ -105,6 +105,21 @@ class Suite:
         """How the case's outputs are judged, at the precision each run computed in."""
         raise NotImplementedError
 
+    def run(
+        self, lane: Lane, models: dict, sets: list[InputSet], strict_placement: bool
+    ) -> list[Result]:
+        """The lane's results on `sets` (of `input_sets`): each set fed to the lane's model, or
+        the case's module, and judged (tconform.execution). A suite whose cases are not one
+        feed each (decoding) runs them its own way."""
+        from tconform.execution import Subject, execute  # the plan itself runs nothing
+
+        case, runtime = lane.case, lane.runtime
+        if runtime.consumes == "onnx":
+            subject = Subject(onnx=models[lane.model_key])
+        else:
+            subject = Subject(module=self.module_target(case))
+        return execute(runtime, subject, sets, self.judge(case), self.row(case), strict_placement)
+
     def localise(
         self, runtime: Runtime, model: ModelUnderTest, results: list[Result], sets: list[InputSet]
     ) -> list[Localisation]:

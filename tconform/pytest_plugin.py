@@ -8,7 +8,8 @@ that cannot run, a cell that cannot exist or a missing float16 kernel is a skip 
 runs these items instead of the test files it collected; a session whose every unit was skipped
 checked nothing, and ends with exit 5 (pytest's "no tests ran") and a line saying so, never 0.
 With --tconform-module PACKAGE.MODULE:FACTORY the units are those of a user's model, as
-`tconform check` lays them out (its shapes, its cells), instead of tconform's own cases. One
+`tconform check` lays them out (its shapes, its cells), instead of tconform's own cases; with
+--tconform-generation, those of the generation goldens (`verify --generation`). One
 suite is opened per session for a user's model and serves every unit: it is copied and
 exported once.
 
@@ -34,7 +35,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tconform", "tconform conformance units")
     group.addoption("--tconform", action="store_true", help="Run tconform's verify units.")
     group.addoption("--tconform-ep", default="cpu", help="Execution providers [cpu].")
-    group.addoption("--tconform-golden", default="golden", help="Golden folder [golden].")
+    group.addoption(
+        "--tconform-golden",
+        default=None,
+        help="Golden folder [golden; golden-generation with --tconform-generation].",
+    )
     group.addoption(
         "--tconform-artifacts", default="artifacts", help="Artifacts folder [artifacts]."
     )
@@ -46,6 +51,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--tconform-module",
         metavar="PACKAGE.MODULE:FACTORY",
         help="Check this model (as `tconform check` does) instead of tconform's own cases.",
+    )
+    group.addoption(
+        "--tconform-generation",
+        action="store_true",
+        help="The generation goldens' units (verify --generation) instead of the cases'.",
     )
     group.addoption("--tconform-matrix", action="store_true", help="verify --matrix.")
     for flag, field in _AXES.items():
@@ -94,21 +104,24 @@ def _request(config: pytest.Config):
 
     from tconform.commands.options import MATRIX_AXES, FolderPath
     from tconform.errors import TconformError
-    from tconform.request import Axes, References, Request, UserModel
+    from tconform.request import Axes, Generations, References, Request, UserModel
     from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps
 
     axes = {}
+    generation = config.getoption("--tconform-generation")
+    golden = config.getoption("--tconform-golden") or (
+        "golden-generation" if generation else "golden"
+    )
     try:
         for flag, field in _AXES.items():
             value = config.getoption(flag)
             if value is not None:
                 axes[field] = MATRIX_AXES[field].convert(value, None, None)
         eps = parse_eps(config.getoption("--tconform-ep"))
-        folders = {  # the command's own checks of a folder option (type, name lengths)
-            flag: FolderPath().convert(config.getoption(flag), None, None)
-            for flag in ("--tconform-golden", "--tconform-artifacts")
-        }
+        folder = FolderPath()  # the command's own checks of a folder option (type, name lengths)
+        golden_dir = folder.convert(golden, None, None)
+        artifacts_dir = folder.convert(config.getoption("--tconform-artifacts"), None, None)
     except (click.BadParameter, TconformError) as exc:
         raise pytest.UsageError(f"tconform: {exc}") from None
     if axes and not config.getoption("--tconform-matrix"):
@@ -123,10 +136,12 @@ def _request(config: pytest.Config):
             raise pytest.UsageError(f"tconform: {exc}") from None
         subject = UserModel(target)
         axes.setdefault("exporters", ("auto",))
+    elif generation:
+        subject = Generations(golden_dir, artifacts_dir)
     else:
         subject = References(
-            folders["--tconform-golden"],
-            folders["--tconform-artifacts"],
+            golden_dir,
+            artifacts_dir,
             tuple(config.getoption("--tconform-case")),
             with_doc=not config.getoption("--tconform-no-doc"),
         )

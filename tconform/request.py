@@ -5,9 +5,11 @@ The command line (`tconform verify`, `tconform check`), the Python API (`tconfor
 its part and nothing else: the plan (tconform.plan) its subject, axes, shard and units, the
 runtimes their `RuntimeOptions`, the comparator the tolerance, localisation its own part.
 
-What a request checks is one of two subjects, each a suite of cases (tconform.suites):
+What a request checks is one of three subjects, each a suite of cases (tconform.suites):
   References  tconform's own cases (tconform.registry) against the goldens of a golden folder,
               their models exported to (or held in) an artifacts folder, or given;
+  Generations tconform's generation goldens (sequences decoded with a trained checkpoint),
+              decoded with the three generation models, exported, held or given;
   UserModel   a user's PyTorch module (PACKAGE.MODULE:FACTORY) against its own float64 copy,
               its model exported by the run, or given.
 Everything else (runtimes, the matrix axes, tolerances, localisation, shards, reports) is the
@@ -92,6 +94,19 @@ class References:
 
 
 @dataclass(frozen=True)
+class Generations:
+    """tconform's generation goldens in `golden_dir`, each decoded on every runtime with the
+    key/value cache and without it, by the generation models of `artifacts_dir` (exported where
+    missing or stale, or held as they are without `export`) or given ones (`models`: gen_encoder,
+    gen_step, gen_prefix -> path, read-only; run on the goldens of the preset's mask fill)."""
+
+    golden_dir: Path = Path("golden-generation")
+    artifacts_dir: Path = Path("artifacts")
+    models: Mapping[str, Path] = field(default_factory=dict)
+    export: bool = True
+
+
+@dataclass(frozen=True)
 class UserModel:
     """A user's module: `target` names its factory (PACKAGE.MODULE:FACTORY, which returns
     (module, example_inputs), or the module alone with `inputs`, an .npz file). `dynamic`:
@@ -115,7 +130,7 @@ class Request:
     """One run: its subject, the runtimes and how they run, the axes, tolerances, localisation,
     and which of the plan's work units this machine checks (a shard, or the units named)."""
 
-    subject: References | UserModel = field(default_factory=References)
+    subject: References | Generations | UserModel = field(default_factory=References)
     runtimes: RuntimeOptions = field(default_factory=_runtime_options)
     allow_missing_ep: bool = False
     strict_placement: bool = False

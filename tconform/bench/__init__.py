@@ -21,4 +21,5 @@ group of rows runs: one case at one shape, or a user's model at one input set.
   summary.py  the best variant per case and shape
   report.py   table, markdown, JSON and plot of a run
   compare.py  `bench --compare A.json B.json`: ratios with a noise estimate
+  generate.py `bench --generate N`: autoregressive decoding per token, with the cache and without
 """

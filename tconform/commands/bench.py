@@ -221,7 +221,7 @@ def bench(
         _compare(compare, reports)
         return
     if generate is not None:
-        from tconform.generation.bench import GenerateReport, generate_run
+        from tconform.bench.generate import GenerateReport, generate_run
 
         run = generate_run(
             preset, generate.tokens, generate.strategy, generate.end_token, engines, runtime,

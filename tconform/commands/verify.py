@@ -89,43 +89,38 @@ def verify(
     could not run (unless --allow-missing-ep).
     """
     from tconform.models import parse_model_options
+    from tconform.pipeline import run_request
     from tconform.report import RunReport
-    from tconform.request import Localising, References, Request
+    from tconform.request import Generations, Localising, References, Request
 
-    _refuse_conflicts(axes, generation, shard, cases)
+    _refuse_conflicts(axes, generation, cases)
     model_paths = [item.partition("=")[2].strip() for item in models]
     require_reports_apart(
         [m for m in model_paths if m], *reports.values(), what="the model under test"
     )
 
     def run(report, progress) -> None:
-        lookup = _generation_case() if generation else _component_case()
-        subject = References(
-            golden_dir, artifacts_dir, cases, parse_model_options(models, lookup),
-            export=not no_export, attention=attention, with_doc=not no_doc,
-        )  # fmt: skip
+        if generation:
+            given = parse_model_options(models, _generation_case())
+            subject = Generations(golden_generation_dir, artifacts_dir, given, not no_export)
+        else:
+            subject = References(
+                golden_dir, artifacts_dir, cases, parse_model_options(models, _component_case()),
+                export=not no_export, attention=attention, with_doc=not no_doc,
+            )  # fmt: skip
         request = Request(
             subject, **runtime.request_fields(crash_folder_beside(*reports.values())),
             axes=axes.axes(runtime), localise=Localising(localise), shard=shard,
         )  # fmt: skip
-        if generation:
-            from tconform.generation.verify import verify_generation
-
-            verify_generation(request, golden_generation_dir, report, progress)
-        else:
-            from tconform.pipeline import run_request
-
-            run_request(request, report, progress)
+        run_request(request, report, progress)
 
     run_and_report(RunReport("verify"), run, quiet, reports)
 
 
-def _refuse_conflicts(axes, generation: bool, shard, cases) -> None:
+def _refuse_conflicts(axes, generation: bool, cases) -> None:
     if axes.given and not axes.matrix:  # a plain run's one cell is the artifacts folder's own
         flag = next(f for f, (name, _) in AXIS_OPTIONS.items() if name in dict(axes.given))
         raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
-    if generation and (axes.matrix or shard):
-        raise click.UsageError("--generation runs on its own: not with --matrix or --shard")
     if generation and cases:
         raise click.UsageError(
             "--case selects components; --generation checks every generation golden (name its "

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -176,13 +177,19 @@ def set_rule_broken(source_set: SourceSet, greedy: Generation) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(eq=False)  # one object per golden, equal to itself only: a plan's lanes key on it
 class GenerationCase:
     name: str  # <set>-<strategy>
     source_set: SourceSet
     strategy: Strategy
     decoding: Decoding
     input_set: InputSet
+    # its size, as the plan costs it (tconform.plan.SuiteCase): a whole model, decoded
+    tolerance: ClassVar[str] = "model"
+
+    @property
+    def component(self) -> str:
+        return f"generation, {self.strategy.name}"
 
     def generation(self) -> Generation:
         out = self.input_set.outputs

@@ -20,9 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tconform.compare import OutputComparison, Tolerance, compare_output
+from tconform.compare import TOLERANCES, OutputComparison, Tolerance, compare_output, tolerance_for
 from tconform.generation.driver import Generation
 from tconform.results import Status
+
+
+def step_tolerance(precision: str) -> Tolerance:
+    """The tolerance of a generation model's step log-probabilities: the "generation" row of
+    tconform.compare.TOLERANCES where the precision has one, else its "model" row."""
+    return TOLERANCES.get((precision, "generation")) or tolerance_for(precision, "model")
 
 
 @dataclass(frozen=True)

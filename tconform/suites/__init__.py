@@ -3,6 +3,8 @@ tconform.plan.Suite; the pipeline that runs them is tconform.pipeline).
 
   reference.py   tconform's own cases against the goldens of a golden folder (`verify`)
   module.py      a user's model against its own float64 copy (`check`)
+  generation.py  tconform's generation goldens, decoded with and without the cache
+                 (`verify --generation`)
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 
 from tconform.plan import Progress, Suite
-from tconform.request import References, Request
+from tconform.request import Generations, References, Request
 
 
 @contextlib.contextmanager
@@ -21,6 +23,12 @@ def open_suite(request: Request, progress: Progress = lambda _: None) -> Iterato
         from tconform.suites.reference import reference_suite
 
         with reference_suite(request) as suite:
+            yield suite
+        return
+    if isinstance(request.subject, Generations):
+        from tconform.suites.generation import generation_suite
+
+        with generation_suite(request) as suite:
             yield suite
         return
     from tconform.suites.module import module_suite

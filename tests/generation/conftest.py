@@ -10,7 +10,7 @@ from gen_helpers import GOLDEN_DIR, TINY
 from shared_build import built_once
 
 from tconform.generation import golden
-from tconform.generation.verify import export_models
+from tconform.suites.generation import export_models
 from tconform.weights import DEFAULT_SEED
 
 

@@ -184,6 +184,8 @@ def test_a_given_decoder_step_model_is_verified_read_only(cli, generation_artifa
         (["--model", "norm=x.onnx"], "unknown generation model 'norm'"),
         (["--model", "gen_step=missing.onnx"], "missing.onnx: no such file"),
         (["--no-export", "--artifacts", "EMPTY"], "missing (--no-export exports nothing"),
+        (["--localise"], "--generation judges decoded tokens"),
+        (["--matrix"], "--generation has no matrix"),
     ],
 )
 def test_generation_options_are_honoured_or_refused(cli, tmp_path, args, says):

@@ -19,8 +19,8 @@ from gen_helpers import (
 from tconform.generation.driver import Decoding, Strategy, generate
 from tconform.generation.golden import oracle_generate, set_config
 from tconform.generation.steppers import DEVICE_STATE, CachedStepper, make_stepper
-from tconform.generation.verify import model_folder
 from tconform.runtimes import make_runtime
+from tconform.suites.generation import model_folder
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,8 @@ def test_verify_generation_gives_the_oracles_tokens_on_every_golden(
     assert len(results) == len(golden_names) * 2 * 2  # two runtimes, cache and no cache
     assert {r["status"] for r in results} == {"pass"}
     assert {r["runtime"] for r in results} == {"onnxruntime", "torch"}
-    assert {r["cell"] for r in results} == {"kv-cache", "no-cache"}
+    assert {r["input_set"] for r in results} == {"kv-cache", "no-cache"}
+    assert {r["cell"] for r in results} == {"dynamo-opset18-float32-all", "module"}
     assert all(r["model"]["sha256"] for r in results)
 
 

@@ -47,7 +47,7 @@ from tconform.generation.driver import (
     teacher_forced,
 )
 from tconform.generation.steppers import CachedStepper, make_stepper, oracle_sessions
-from tconform.generation.verify import step_tolerance
+from tconform.generation.verdict import step_tolerance
 from tconform.models import ModelUnderTest
 from tconform.quality import top1_agreement
 from tconform.reference import Transformer
@@ -490,9 +490,9 @@ class GenerateReport:
     environment: dict = field(default_factory=dict)
     error: dict | None = None
     writers: ClassVar[dict[str, str]] = {
-        "json": "tconform.generation.bench:JSON",
-        "markdown": "tconform.generation.bench:MARKDOWN",
-        "plot": "tconform.generation.bench:PLOT",
+        "json": "tconform.bench.generate:JSON",
+        "markdown": "tconform.bench.generate:MARKDOWN",
+        "plot": "tconform.bench.generate:PLOT",
     }
 
     @property

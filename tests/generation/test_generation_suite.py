@@ -1,0 +1,58 @@
+"""The generation goldens as a suite of the one pipeline: planned as work units like every other
+case (so shards, the pytest plugin and `report merge` take them), nothing exported or run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+
+import pytest
+from gen_helpers import GOLDEN_DIR
+
+from tconform.plan import plan, select_units
+from tconform.request import Generations, Request
+from tconform.runtimes import RuntimeOptions
+from tconform.suites import open_suite
+
+
+@pytest.mark.unit
+def test_every_golden_is_two_units_per_runtime_and_shards_split_them_whole():
+    request = Request(Generations(GOLDEN_DIR), RuntimeOptions(("onnxruntime", "torch")))
+    goldens = json.loads((GOLDEN_DIR / "manifest.json").read_text())["cases"]
+    with open_suite(request) as suite:
+        units = plan(request, suite).units
+    assert {(u.case, u.input_set) for u in units} == {
+        (name, decoding) for name in goldens for decoding in ("kv-cache", "no-cache")
+    }
+    assert len(units) == len(goldens) * 2 * 2  # two runtimes
+    shards = [
+        {u.id for u in select_units(replace(request, shard=(k, 3)), units)} for k in (1, 2, 3)
+    ]
+    assert all(shards) and sum(map(len, shards)) == len(units)
+    assert set().union(*shards) == {u.id for u in units}
+
+
+@pytest.mark.integration
+def test_pytest_tconform_generation_runs_the_goldens_units(generation_artifacts, tmp_path):
+    """`pytest --tconform --tconform-generation`: one item per golden, runtime and decoding, as
+    `verify --generation` plans them; a golden's four units run and pass."""
+    goldens = json.loads((GOLDEN_DIR / "manifest.json").read_text())["cases"]
+    plugin = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tconform",
+              "--tconform-generation", "--tconform-golden", str(GOLDEN_DIR),
+              "--tconform-artifacts", str(generation_artifacts)]  # fmt: skip
+    listed = subprocess.run(
+        [*plugin, "--collect-only", "-q"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert f"{len(goldens) * 2 * 2} tests collected" in listed.stdout, listed.stdout[-2000:]
+    junit = tmp_path / "j.xml"
+    done = subprocess.run(
+        [*plugin, "-k", "ends-greedy", "-q", "--junitxml", str(junit)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ran = list(ET.parse(junit).getroot().iter("testcase"))
+    assert len(ran) == 4 and all(len(case) == 0 for case in ran)  # no failure, error or skip
+    assert all(case.get("name").startswith("ends-greedy") for case in ran)
