@@ -215,9 +215,8 @@ class GenerationSuite(Suite):
         cfg = self.config(case)
         results = []
         for decoding in sets:
-            component = f"{case.component}, {decoding.what}"
-            note = f"decoder: {decoding.decoder}; mask fill {cfg.mask_fill}"
-            row = Result.about(case.name, component, input_set=decoding.name, notes=[note])
+            component = f"{case.component}, mask fill {cfg.mask_fill}, {decoding.what}"
+            row = Result.about(case.name, component, input_set=decoding.name)
             try:
                 opened = self._sessions(runtime, cfg)
             except NotRun as why:

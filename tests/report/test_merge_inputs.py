@@ -15,8 +15,6 @@ pytestmark = pytest.mark.unit
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        ({"tool": "tconform", "command": "verify", "results": [],
-          "settings": {"golden_generation": "golden-generation"}}, "are not sharded"),
         ({"tool": "tconform", "command": "bench", "results": []}, "not of verify"),
         ({"tool": "tconform", "command": "verify", "results": [], "settings": {}},
          "records no work units"),
