@@ -5,14 +5,23 @@ through the one pipeline (tconform.pipeline), as the command line's `check` and 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from torch import nn
 
-from tconform.errors import EXIT_EP_UNAVAILABLE
+from tconform.errors import EXIT_EP_UNAVAILABLE, UsageError
 from tconform.pipeline import run, run_request, unchecked
 from tconform.report import RunReport
-from tconform.request import Axes, Localising, References, Request, Tolerances, UserModel
+from tconform.request import (
+    Axes,
+    Generations,
+    Localising,
+    References,
+    Request,
+    Tolerances,
+    UserModel,
+)
 from tconform.runtimes import RuntimeOptions, declared_settings
 from tconform.runtimes.providers import parse_eps
 from tconform.suites.module import AUTO, ModuleSuite
@@ -82,7 +91,6 @@ def check(
     `partings`: where two localised versions of a runtime part)."""
     declared = dict(dynamic) if isinstance(dynamic, Mapping) else {}
     given = tuple(dynamic) if dynamic is not None and not isinstance(dynamic, Mapping) else ()
-    spec = eps if isinstance(eps, str) else ",".join(eps)
     request = Request(
         UserModel(
             target=name or type(module).__name__,
@@ -92,16 +100,13 @@ def check(
             padding_mask=padding_mask,
             shapes=shapes,
         ),
-        runtimes=RuntimeOptions(
-            tuple(runtimes),
-            tuple(parse_eps(spec)),
-            settings=declared_settings(runtime_options or {}),
-            threads=threads,
-            crash_folder=Path(crash_folder) if crash_folder is not None else None,
-        ),
+        runtimes=_runtimes(runtimes, eps, threads, runtime_options, crash_folder),
         allow_missing_ep=allow_missing_ep,
         strict_placement=strict_placement,
-        axes=matrix or Axes(exporters=(exporter,), opsets=(opset,), dtypes=(dtype,)),
+        axes=_at_level(
+            matrix or Axes(exporters=(exporter,), opsets=(opset,), dtypes=(dtype,)),
+            runtime_options,
+        ),
         tolerances=Tolerances(atol, rtol, tuple((tolerances or {}).items())),
         localise=Localising(_localise_when(localise), isolate, Path(repro) if repro else None),
         command=command,
@@ -116,9 +121,10 @@ def check(
 
 
 def verify(
-    golden_dir: str | Path = "golden",
+    golden_dir: str | Path | None = None,
     artifacts_dir: str | Path = "artifacts",
     *,
+    generation: bool = False,
     cases: Sequence[str] = (),
     eps: Sequence[str] | str = ("cpu",),
     runtimes: Sequence[str] = ("onnxruntime", "torch"),
@@ -126,19 +132,66 @@ def verify(
     with_doc: bool = True,
     localise: bool = False,
     allow_missing_ep: bool = False,
+    strict_placement: bool = False,
+    threads: int = 0,
+    runtime_options: Mapping[str, object] | None = None,
+    shard: tuple[int, int] | None = None,
+    crash_folder: str | Path | None = None,
     progress: Progress = lambda _: None,
 ) -> RunReport:
-    """Verify tconform's own cases against the goldens of `golden_dir`, as `tconform verify`
-    does: their models exported to `artifacts_dir` where missing or stale. Returns the run's
-    report."""
-    spec = eps if isinstance(eps, str) else ",".join(eps)
+    """Verify tconform's own cases against the goldens of `golden_dir` (default "golden"), as
+    `tconform verify` does: their models exported to `artifacts_dir` where missing or stale; or
+    with `generation`, decode the generation goldens (default "golden-generation") as `verify
+    --generation` does. cases: only these cases (or goldens). shard: (K, N), this machine's
+    part of the work units (`tconform report merge` joins the reports). The runtime arguments
+    are `check`'s. Returns the run's report."""
+    runtime_request = _runtimes(runtimes, eps, threads, runtime_options, crash_folder)
+    if generation:
+        folder = Path(golden_dir or "golden-generation")
+        subject = Generations(folder, Path(artifacts_dir), tuple(cases))
+    else:
+        folder = Path(golden_dir or "golden")
+        subject = References(folder, Path(artifacts_dir), tuple(cases), with_doc=with_doc)
     request = Request(
-        References(Path(golden_dir), Path(artifacts_dir), tuple(cases), with_doc=with_doc),
-        runtimes=RuntimeOptions(tuple(runtimes), tuple(parse_eps(spec))),
+        subject,
+        runtimes=runtime_request,
         allow_missing_ep=allow_missing_ep,
-        axes=matrix or Axes(),
+        strict_placement=strict_placement,
+        axes=_at_level(matrix or Axes(), runtime_options),
         localise=Localising("failure" if localise else "never"),
+        shard=shard,
     )
     report = RunReport("verify")
     run_request(request, report, progress)
     return report
+
+
+def _runtimes(
+    names: Sequence[str],
+    eps: Sequence[str] | str,
+    threads: int,
+    options: Mapping[str, object] | None,
+    crash_folder: str | Path | None,
+) -> RuntimeOptions:
+    """The runtimes a call asks for, as the command line's runtime options build them."""
+    spec = eps if isinstance(eps, str) else ",".join(eps)
+    return RuntimeOptions(
+        tuple(names),
+        tuple(parse_eps(spec)),
+        settings=declared_settings(options or {}),
+        threads=threads,
+        crash_folder=Path(crash_folder) if crash_folder is not None else None,
+    )
+
+
+def _at_level(axes: Axes, options: Mapping[str, object] | None) -> Axes:
+    """`axes` with the one graph-optimisation level `options` give (as the command line's
+    --graph-opt stands for the axis): the plan runs each cell at its axis' level."""
+    level = (options or {}).get("graph_opt")
+    if level is None:
+        return axes
+    if axes.graph_opts != Axes.graph_opts:
+        raise UsageError(
+            "runtime_options' graph_opt is one level, the matrix's graph_opts the axis: not both"
+        )
+    return replace(axes, graph_opts=(str(level),))

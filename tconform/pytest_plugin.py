@@ -137,7 +137,7 @@ def _request(config: pytest.Config):
         subject = UserModel(target)
         axes.setdefault("exporters", ("auto",))
     elif generation:
-        subject = Generations(golden_dir, artifacts_dir)
+        subject = Generations(golden_dir, artifacts_dir, tuple(config.getoption("--tconform-case")))
     else:
         subject = References(
             golden_dir,

@@ -95,13 +95,15 @@ class References:
 
 @dataclass(frozen=True)
 class Generations:
-    """tconform's generation goldens in `golden_dir`, each decoded on every runtime with the
-    key/value cache and without it, by the generation models of `artifacts_dir` (exported where
-    missing or stale, or held as they are without `export`) or given ones (`models`: gen_encoder,
-    gen_step, gen_prefix -> path, read-only; run on the goldens of the preset's mask fill)."""
+    """tconform's generation goldens in `golden_dir` (those named in `cases`, or all), each
+    decoded on every runtime with the key/value cache and without it, by the generation models
+    of `artifacts_dir` (exported where missing or stale, or held as they are without `export`)
+    or given ones (`models`: gen_encoder, gen_step, gen_prefix -> path, read-only; run on the
+    goldens of the preset's mask fill)."""
 
     golden_dir: Path = Path("golden-generation")
     artifacts_dir: Path = Path("artifacts")
+    cases: tuple[str, ...] = ()
     models: Mapping[str, Path] = field(default_factory=dict)
     export: bool = True
 

@@ -846,6 +846,14 @@ VERIFY_GG = (
     "{user}/art",
     "--no-torch",
 )
+
+
+def verify_gg(id: str, says: str, plant: Callable) -> Planted:
+    """`verify --generation` on a planted golden folder: refused, leaving only its own shared
+    lock beside the folder (.gg.lock), as verify leaves .g.lock."""
+    return Planted(id, VERIFY_GG, says, plant, writes=("user/.gg.lock",))
+
+
 COMMANDS = {  # one cheap command line of each command, for what every command must refuse
     "export": ("export", "--case", "norm", "--out", "{user}/art"),
     "golden": ("golden", "--check", "--out", "{golden}"),
@@ -904,18 +912,14 @@ PLANTED = [
         lock_link,
     ),
     # --- generation manifests: a name is a name, every value checked before the run ----------
-    Planted(
-        "checkpoint-absolute", VERIFY_GG, "a name, never a path", recorded_checkpoint("/etc/passwd")
-    ),
-    Planted(
+    verify_gg("checkpoint-absolute", "a name, never a path", recorded_checkpoint("/etc/passwd")),
+    verify_gg(
         "checkpoint-dotdot",
-        VERIFY_GG,
         "a name, never a path",
         recorded_checkpoint("../../../../outside/weights"),
     ),
-    Planted(
+    verify_gg(
         "checkpoint-not-a-string",
-        VERIFY_GG,
         "a name, never a path",
         recorded_checkpoint({"name": "reverse"}),
     ),
@@ -925,63 +929,53 @@ PLANTED = [
         "a name, never a path",
         recorded_checkpoint("../reverse"),
     ),
-    Planted(
+    verify_gg(
         "max-new-tokens-huge",
-        VERIFY_GG,
         "max new tokens 1000000000: must be 1..",
         every_decoding("max_new_tokens", 10**9),
     ),
-    Planted(
+    verify_gg(
         "max-new-tokens-negative",
-        VERIFY_GG,
         "max new tokens -1",
         every_decoding("max_new_tokens", -1),
     ),
-    Planted(
+    verify_gg(
         "max-new-tokens-string",
-        VERIFY_GG,
         "'max_new_tokens' must be an integer",
         every_decoding("max_new_tokens", "8"),
     ),
-    Planted(
+    verify_gg(
         "max-new-tokens-bool",
-        VERIFY_GG,
         "'max_new_tokens' must be an integer",
         every_decoding("max_new_tokens", True),
     ),
-    Planted(
+    verify_gg(
         "max-new-tokens-shorter-than-stored",
-        VERIFY_GG,
         "tokens is int64",
         every_decoding("max_new_tokens", 2),
     ),
-    Planted(
+    verify_gg(
         "pad-id-negative",
-        VERIFY_GG,
         "pad token -5 outside the vocabulary",
         every_decoding("pad_id", -5),
     ),
-    Planted(
+    verify_gg(
         "eos-id-outside-vocabulary",
-        VERIFY_GG,
         "end token (--end-token) 31 outside",
         every_decoding("eos_id", 31),
     ),
-    Planted(
+    verify_gg(
         "decoding-unknown-field",
-        VERIFY_GG,
         "'decoding' must hold",
         every_decoding("temperature", 2),
     ),
-    Planted(
+    verify_gg(
         "generation-seed-string",
-        VERIFY_GG,
         "'seed' must be an integer",
         lambda ws: copy_generation_golden(ws, lambda m: m.update(seed="7")),
     ),
-    Planted(
+    verify_gg(
         "generation-config-not-the-checkpoints",
-        VERIFY_GG,
         "'config' is not the one",
         lambda ws: copy_generation_golden(ws, lambda m: m["config"].update(n_layers=3)),
     ),
@@ -1389,9 +1383,8 @@ PLANTED = [
         ("check", T(), "--model", "{user}/" + "m" * 256),
         "the file system takes at most 255",
     ),
-    Planted(
+    verify_gg(
         "generation-shape-not-sizes",
-        VERIFY_GG,
         "shape of 'tokens'",
         lambda ws: copy_generation_golden(
             ws, lambda m: [e["shapes"].update(tokens=["3"]) for e in m["cases"].values()]

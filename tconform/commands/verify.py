@@ -36,7 +36,7 @@ from tconform.commands.run import run_and_report, writes_report
     show_default=True,
 )
 @artifacts_option("Models; missing or stale ones of tconform's own are exported first.")
-@case_option()
+@case_option("Only this case, or with --generation this golden (repeatable).")
 @click.option(
     "--model",
     "models",
@@ -93,7 +93,7 @@ def verify(
     from tconform.report import RunReport
     from tconform.request import Generations, Localising, References, Request
 
-    _refuse_conflicts(axes, generation, cases)
+    _refuse_conflicts(axes)
     model_paths = [item.partition("=")[2].strip() for item in models]
     require_reports_apart(
         [m for m in model_paths if m], *reports.values(), what="the model under test"
@@ -102,7 +102,9 @@ def verify(
     def run(report, progress) -> None:
         if generation:
             given = parse_model_options(models, _generation_case())
-            subject = Generations(golden_generation_dir, artifacts_dir, given, not no_export)
+            subject = Generations(
+                golden_generation_dir, artifacts_dir, cases, given, export=not no_export
+            )
         else:
             subject = References(
                 golden_dir, artifacts_dir, cases, parse_model_options(models, _component_case()),
@@ -117,15 +119,10 @@ def verify(
     run_and_report(RunReport("verify"), run, quiet, reports)
 
 
-def _refuse_conflicts(axes, generation: bool, cases) -> None:
+def _refuse_conflicts(axes) -> None:
     if axes.given and not axes.matrix:  # a plain run's one cell is the artifacts folder's own
         flag = next(f for f, (name, _) in AXIS_OPTIONS.items() if name in dict(axes.given))
         raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
-    if generation and cases:
-        raise click.UsageError(
-            "--case selects components; --generation checks every generation golden (name its "
-            "models gen_encoder, gen_step, gen_prefix with --model)"
-        )
 
 
 def _component_case():

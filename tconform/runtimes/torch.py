@@ -148,9 +148,10 @@ class TorchRuntime(Runtime):
 
         from torch.ao.quantization import quantize_dynamic
 
-        with warnings.catch_warnings():  # torch.ao.quantization's deprecation notices
-            warnings.simplefilter("ignore")
-            return quantize_dynamic(module.eval(), {nn.Linear}, dtype=torch.qint8)
+        # A copy, quantised in eval mode: the user's module keeps its own modes.
+        with warnings.catch_warnings(), eval_mode(module):
+            warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
+            return quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8, inplace=False)
 
     def precision_context(self) -> contextlib.AbstractContextManager:
         """What a forward pass runs under: torch.autocast where the runtime asks for it."""

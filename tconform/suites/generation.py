@@ -131,7 +131,7 @@ class GenerationSuite(Suite):
         self.where = str(folder / MANIFEST)
         self.preset_cfg, self.seed, self.recorded, cases = golden.read_cases(folder)
         self.checkpoint = golden.require_current_checkpoint(folder, self.recorded)
-        self.cases = tuple(cases)
+        self.cases = _named(cases, subject.cases, folder)
         self.decoders: dict[tuple[ModelConfig, str], ModelUnderTest] = {}
         self.opened: dict[tuple[str, ModelConfig], tuple[ExitStack, dict[str, Opened]]] = {}
         self.not_opened: dict[tuple[str, ModelConfig], NotRun] = {}
@@ -146,7 +146,7 @@ class GenerationSuite(Suite):
         if axes.matrix:
             raise UsageError("--generation has no matrix: its models are float32 exports")
         settings = export_settings(self.preset_cfg, self.seed, self.checkpoint)
-        return [Cell(settings.exporter, settings.opset, settings.dtype)]
+        return [Cell(settings.exporter, settings.opset, settings.dtype, axes.graph_opts[0])]
 
     def given(self, case: golden.GenerationCase) -> bool:
         return bool(self.subject.models) and self.config(case) == self.preset_cfg
@@ -304,6 +304,19 @@ class GenerationSuite(Suite):
             "checkpoint": self.recorded,
             "cases": [case.name for case in self.cases],
         }
+
+
+def _named(
+    cases: list[golden.GenerationCase], names: tuple[str, ...], folder: Path
+) -> tuple[golden.GenerationCase, ...]:
+    """The goldens named (all where none is), in the folder's order."""
+    known = [case.name for case in cases]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UsageError(
+            f"{folder}: no generation golden {unknown[0]!r}; choose from {', '.join(known)}"
+        )
+    return tuple(case for case in cases if not names or case.name in names)
 
 
 @contextlib.contextmanager

@@ -180,7 +180,7 @@ def test_a_given_decoder_step_model_is_verified_read_only(cli, generation_artifa
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--case", "norm"], "--case selects components"),
+        (["--case", "norm"], "no generation golden 'norm'; choose from ends-beam3"),
         (["--model", "norm=x.onnx"], "unknown generation model 'norm'"),
         (["--model", "gen_step=missing.onnx"], "missing.onnx: no such file"),
         (["--no-export", "--artifacts", "EMPTY"], "missing (--no-export exports nothing"),

@@ -12,8 +12,10 @@ from dataclasses import replace
 import pytest
 from gen_helpers import GOLDEN_DIR
 
+import tconform
+from tconform.errors import UsageError
 from tconform.plan import plan, select_units
-from tconform.request import Generations, Request
+from tconform.request import Axes, Generations, Request
 from tconform.runtimes import RuntimeOptions
 from tconform.suites import open_suite
 
@@ -56,3 +58,45 @@ def test_pytest_tconform_generation_runs_the_goldens_units(generation_artifacts,
     ran = list(ET.parse(junit).getroot().iter("testcase"))
     assert len(ran) == 4 and all(len(case) == 0 for case in ran)  # no failure, error or skip
     assert all(case.get("name").startswith("ends-greedy") for case in ran)
+
+
+@pytest.mark.integration
+def test_the_python_api_verifies_the_goldens_named_with_the_runtime_options_given(
+    generation_artifacts,
+):
+    """`tconform.verify(generation=True, ...)` is `verify --generation --case ...`: the goldens
+    named, on the runtimes asked for, with their options recorded in the report."""
+    report = tconform.verify(
+        GOLDEN_DIR,
+        generation_artifacts,
+        generation=True,
+        cases=["ends-greedy", "right_padding-beam3"],
+        runtimes=["onnxruntime"],
+        threads=1,
+        runtime_options={"graph_opt": "basic"},
+    )
+    assert report.exit_code == 0
+    assert sorted((r.case, r.input_set) for r in report.results) == [
+        (name, decoding)
+        for name in ("ends-greedy", "right_padding-beam3")
+        for decoding in ("kv-cache", "no-cache")
+    ]
+    (settings,) = report.settings["runtimes"].values()
+    assert settings["graph_optimization"] == "basic" and settings["intra_op_threads"] == 1
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"cases": ["norm"]}, "no generation golden 'norm'"),
+        ({"runtime_options": {"bogus": 1}}, "bogus"),
+        (
+            {"matrix": Axes(graph_opts=("basic",)), "runtime_options": {"graph_opt": "all"}},
+            "not both",
+        ),
+    ],
+)
+def test_the_python_api_refuses_what_the_command_refuses(given, says):
+    with pytest.raises(UsageError, match=says):
+        tconform.verify(GOLDEN_DIR, generation=True, **given)

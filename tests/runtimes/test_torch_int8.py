@@ -56,3 +56,13 @@ def test_verify_judges_torch_int8_under_the_int8_rows(cli, tmp_path, built):
     assert all(o["min_sqnr_db"] is not None for r in judged for o in r["outputs"])
     unjudged = [r for r in rows if not r["outputs"]]
     assert all(r["status"] == "skip" and "no limit for int8" in r["message"] for r in unjudged)
+
+
+@pytest.mark.unit
+def test_the_users_module_keeps_its_modes_and_its_float_layers():
+    """The quantised module is a copy in eval mode; the one given is left as it was."""
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1)).train()
+    quantised = make_runtime("torch-int8").prepared(module)
+    assert all(m.training for m in module.modules())
+    assert type(module[0]) is torch.nn.Linear
+    assert not quantised[1].training  # the copy's dropout is off
