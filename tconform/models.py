@@ -34,7 +34,7 @@ from tconform.files import (
 )
 from tconform.heap import trim
 from tconform.provenance import ModelProvenance, onnx_provenance
-from tconform.registry import Case, get_case
+from tconform.registry import Case, exporting_command, get_case
 
 # A protobuf message cannot exceed 2 GiB, so a larger .onnx file cannot be a model (weights past
 # that size live in external data files).
@@ -333,7 +333,9 @@ def held_model(
     file is `cached`; anything else is checked like a given model."""
     path = artifacts_dir / case.name / "model.onnx"
     if not path.exists():
-        raise UsageError(f"{path}: missing (--no-export exports nothing; run `tconform export`)")
+        raise UsageError(
+            f"{path}: missing (--no-export exports nothing; run `{exporting_command(case.name)}`)"
+        )
     require_inside(artifacts_dir, path)
     entry = manifest.get("models", {}).get(case.name)
     if entry is None:

@@ -145,6 +145,7 @@ def _settings(
     return {
         "eps": list(request.runtimes.eps),
         "allow_missing_ep": request.allow_missing_ep,
+        "strict_placement": request.strict_placement,
         "runtimes": {label(lane.runtime): lane.runtime.settings() for lane in lanes},
         "localise": request.localise.when != "never",
         "matrix": [cell.key for cell in planned.suite.cells(axes)] if axes.matrix else None,

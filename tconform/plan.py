@@ -228,6 +228,8 @@ def select_units(request: Request, units: list[Unit]) -> list[Unit]:
     chosen = units
     if request.shard is not None:
         index, count = request.shard
+        if not (isinstance(index, int) and isinstance(count, int) and 1 <= index <= count):
+            raise UsageError(f"--shard {index}/{count}: K/N with 1 <= K <= N")
         chosen = shard_units(units, index, count)
         if not chosen:
             groups = len({u.group for u in units})

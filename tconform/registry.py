@@ -410,6 +410,14 @@ def generation_case(name: str) -> Case:
     return _named(GENERATION_CASES, name, "generation model")
 
 
+def exporting_command(name: str) -> str:
+    """The command that exports the case (or generation model) called `name` where it is
+    missing: `tconform export` knows the registry's cases, `verify --generation` its models."""
+    if name in {case.name for case in GENERATION_CASES}:
+        return "tconform verify --generation"
+    return "tconform export"
+
+
 def case_names() -> tuple[str, ...]:
     return tuple(c.name for c in CASES)
 

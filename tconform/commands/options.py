@@ -22,6 +22,7 @@ import click
 from tconform.config import ATTENTION_KERNELS, DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
 from tconform.errors import UsageError
 from tconform.files import require_name_fits, require_utf8_name, resolved, shown
+from tconform.runtimes import MAX_THREADS
 
 # ASCII digits only, at most nine: `\d` and str.isdigit accept other scripts' digits (and `²`,
 # which int() refuses), and a count of twenty digits would size a list.
@@ -520,7 +521,7 @@ RUNTIME_OPTIONS = dict(
         _runtime_option(
             "threads",
             "--threads",
-            type=click.IntRange(1, 1024),
+            type=click.IntRange(1, MAX_THREADS),
             default=None,
             help="Intra-op threads per session [the runtime's default].",
         ),

@@ -93,7 +93,7 @@ def verify(
     from tconform.report import RunReport
     from tconform.request import Generations, Localising, References, Request
 
-    _refuse_conflicts(axes)
+    _refuse_conflicts(axes, generation, attention)
     model_paths = [item.partition("=")[2].strip() for item in models]
     require_reports_apart(
         [m for m in model_paths if m], *reports.values(), what="the model under test"
@@ -119,10 +119,14 @@ def verify(
     run_and_report(RunReport("verify"), run, quiet, reports)
 
 
-def _refuse_conflicts(axes) -> None:
+def _refuse_conflicts(axes, generation: bool, attention: str | None) -> None:
     if axes.given and not axes.matrix:  # a plain run's one cell is the artifacts folder's own
         flag = next(f for f, (name, _) in AXIS_OPTIONS.items() if name in dict(axes.given))
         raise click.UsageError(f"{flag} is a matrix axis: add --matrix")
+    if generation and attention:
+        raise click.UsageError(
+            "--attention picks the kernel of the cases' models; --generation's are plain"
+        )
 
 
 def _component_case():

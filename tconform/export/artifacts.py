@@ -185,10 +185,13 @@ def is_current(path: Path, key: str, previous: dict | None, force: bool, out_dir
         return False
     if not path.is_file():
         raise UsageError(f"{path}: exists and is not a regular file; tconform will not replace it")
-    ways_on = (
-        f"verify it as it is with --model {path.parent.name}={path}, "
-        "or replace it with `tconform export --force`"
+    name = path.parent.name
+    replace = (
+        "replace it with `tconform export --force`"
+        if registry.exporting_command(name) == "tconform export"
+        else "remove it to have it exported anew"
     )
+    ways_on = f"verify it as it is with --model {name}={path}, or {replace}"
     if previous is None:
         if force:
             return False

@@ -74,6 +74,22 @@ def _same(reports: list[tuple[Path, dict]], what: str, value) -> None:
             )
 
 
+def _runtimes(reports: list[tuple[Path, dict]]) -> dict[str, object]:
+    """Every shard's runtimes with their settings (a shard records the runtimes of its own
+    lanes); a runtime two shards ran with different settings is not one run's."""
+    seen: dict[str, tuple[Path, object]] = {}
+    for path, data in reports:
+        held = data["settings"].get("runtimes")
+        for name, settings in (held if isinstance(held, dict) else {}).items():
+            first = seen.setdefault(name, (path, settings))
+            if first[1] != settings:
+                raise UsageError(
+                    f"{path}: runtime {name} ran with other settings than in {first[0]} "
+                    f"({settings} != {first[1]})"
+                )
+    return {name: settings for name, (_, settings) in seen.items()}
+
+
 def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
     """The report's results, each of one of its declared units, and one at least per unit
     (unless the run stopped early, which the merged report then says)."""
@@ -119,6 +135,8 @@ def merge(paths: list[Path]) -> RunReport:
     _same(reports, "golden manifest sha256", lambda d: d["settings"].get("golden_manifest_sha256"))
     _same(reports, "tconform version", lambda d: d.get("version"))
     _same(reports, "unit list sha256", lambda d: d["settings"]["units"].get("sha256"))
+    _same(reports, "strict placement", lambda d: d["settings"].get("strict_placement"))
+    runtimes = _runtimes(reports)
     owner: dict[str, Path] = {}
     for path, data in reports:
         for unit in data["settings"]["units"]["ids"]:
@@ -137,6 +155,7 @@ def merge(paths: list[Path]) -> RunReport:
     merged.settings = {
         **first["settings"],
         "units": {**expected, "shard": None, "ids": list(owner)},
+        "runtimes": runtimes,
     }
     merged.details["shards"] = [
         {

@@ -27,6 +27,8 @@ from tconform.runtimes.base import (
 from tconform.runtimes.labels import runtime_label
 from tconform.runtimes.specs import RuntimeSpec, base_name, parse_spec
 
+MAX_THREADS = 1024  # intra-op threads a session may be given (--threads, `threads=`)
+
 __all__ = [
     "RUNTIMES",
     "ModuleTarget",
@@ -76,6 +78,10 @@ class RuntimeOptions:
     # command's choice, beside its reports: tconform.runtimes.crashes)
     crash_folder: Path | None = None
 
+    def __post_init__(self) -> None:
+        if not (isinstance(self.threads, int) and 0 <= self.threads <= MAX_THREADS):
+            raise UsageError(f"threads {self.threads!r}: must be 0 (the default) .. {MAX_THREADS}")
+
     def replace(self, **changes: object) -> RuntimeOptions:
         return dataclasses.replace(self, **changes)
 
@@ -108,12 +114,15 @@ def declared_settings(settings: Mapping[str, object]) -> dict[str, object]:
     """`settings` (the Python API's runtime options), or one UsageError line naming one that
     no runtime declares."""
     declared = declared_options()
-    for name in settings:
+    for name, value in settings.items():
         if name not in declared:
             raise UsageError(
                 f"runtime option {name!r}: no runtime takes it (they take "
                 f"{', '.join(sorted(declared))})"
             )
+        problem = declared[name].problem(value)
+        if problem:
+            raise UsageError(f"runtime option {name!r}: {problem}")
     return dict(settings)
 
 

@@ -139,6 +139,24 @@ class RuntimeOption:
     kind: type | tuple[str, ...] = bool
     bounds: tuple[int, int] | None = None
 
+    def problem(self, value: object) -> str:
+        """What is wrong with `value` for this option ('' when nothing): the command line's
+        types check the same for its flags."""
+        if isinstance(self.kind, tuple):
+            ok = value in self.kind
+            wanted = f"one of {', '.join(self.kind)}"
+        elif self.kind is int:
+            low, high = self.bounds or (0, 2**31 - 1)
+            ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+            wanted = f"an integer in {low}..{high}"
+        elif self.kind is bool:
+            ok = value is None or isinstance(value, bool)
+            wanted = "True, False or None"
+        else:
+            ok = isinstance(value, dict)
+            wanted = "a dict"
+        return "" if ok else f"{value!r} is not {wanted}"
+
 
 class Runtime:
     """How to open models on one provider. Every runtime subclasses it as a dataclass whose

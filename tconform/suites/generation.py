@@ -20,7 +20,7 @@ decoding opens them again.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +54,7 @@ from tconform.generation.steppers import make_stepper
 from tconform.generation.verdict import Verdict, judge, step_tolerance
 from tconform.models import ModelUnderTest, given_model, held_model, model_from_record
 from tconform.plan import Lane, Progress, Suite
-from tconform.registry import GENERATION_CASES, PREFIX, STEP, generation_case
+from tconform.registry import ENCODER, GENERATION_CASES, PREFIX, STEP, generation_case
 from tconform.request import Axes, Generations, Request
 from tconform.results import Result, Status
 from tconform.runtimes import Runtime, label
@@ -98,8 +98,10 @@ def export_models(
     artifacts_dir: Path,
     progress: Progress,
     checkpoint: str = golden.CHECKPOINT,
+    given: Collection[tuple[ModelConfig, str]] = (),
 ) -> dict[tuple[ModelConfig, str], ExportRecord]:
-    """Every generation model of every config, exported where not current, in one pool."""
+    """Every generation model of every config but those `given`, exported where not current,
+    in one pool."""
     jobs = [
         ExportJob(
             case,
@@ -108,6 +110,7 @@ def export_models(
         )
         for cfg in configs
         for case in GENERATION_CASES
+        if (cfg, case.name) not in given
     ]
     records = export_jobs(
         jobs, on_done=lambda r: progress(f"  {r.location}: {'reused' if r.cached else 'exported'}")
@@ -197,9 +200,11 @@ class GenerationSuite(Suite):
                         chosen[cfg, case.name] = held_model(case, cfg, folder, manifest, key)
             return chosen
         folder = subject.artifacts_dir
-        records = export_models(configs, preset_cfg, self.seed, folder, progress, self.checkpoint)
+        records = export_models(
+            configs, preset_cfg, self.seed, folder, progress, self.checkpoint, given=set(chosen)
+        )
         for (cfg, name), record in records.items():
-            chosen.setdefault((cfg, name), model_from_record(generation_case(name), record))
+            chosen[cfg, name] = model_from_record(generation_case(name), record)
         return chosen
 
     # --- running ----------------------------------------------------------------------------
@@ -224,11 +229,20 @@ class GenerationSuite(Suite):
                 results.append(not_run(row, runtime, subject, why))
                 continue
             results.append(self._decode(opened, cfg, case, decoding, row))
+            results[-1].notes += self._encoder_notes(runtime, cfg)
             if results[-1].status == Status.CRASH:  # the worker is gone: open anew next time
                 self.opened.pop((label(runtime), cfg))[0].close()
         if strict_placement:
             require_placement(results)
         return results
+
+    def _encoder_notes(self, runtime: Runtime, cfg: ModelConfig) -> list[str]:
+        """A row names the decoder that ran; the encoder is named beside it where it is not
+        tconform's own unchanged export (a given file, or one changed since)."""
+        encoder = self.decoders.get((cfg, ENCODER.name))
+        if runtime.consumes != "onnx" or encoder is None or encoder.provenance.origin != "given":
+            return []
+        return [f"{ENCODER.name}: {encoder.provenance.short}", *encoder.notes]
 
     def _sessions(self, runtime: Runtime, cfg: ModelConfig) -> dict[str, Opened]:
         """The runtime's three sessions of `cfg`'s models, opened on first use; NotRun (kept, so
@@ -299,6 +313,11 @@ class GenerationSuite(Suite):
             "artifacts": str(self.subject.artifacts_dir),
             "export": self.subject.export,
             "given_models": {name: str(path) for name, path in self.subject.models.items()},
+            # every file the decoding ran (rows name their decoder), by model and mask fill
+            "models": {
+                f"{name} (mask fill {cfg.mask_fill})": model.provenance.to_dict()
+                for (cfg, name), model in self.decoders.items()
+            },
             "config": self.preset_cfg.to_dict(),
             "seed": self.seed,
             "checkpoint": self.recorded,

@@ -4,6 +4,7 @@ case (so shards, the pytest plugin and `report merge` take them), nothing export
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -14,6 +15,7 @@ from gen_helpers import GOLDEN_DIR
 
 import tconform
 from tconform.errors import UsageError
+from tconform.files import sha256_file
 from tconform.plan import plan, select_units
 from tconform.request import Axes, Generations, Request
 from tconform.runtimes import RuntimeOptions
@@ -91,6 +93,10 @@ def test_the_python_api_verifies_the_goldens_named_with_the_runtime_options_give
     [
         ({"cases": ["norm"]}, "no generation golden 'norm'"),
         ({"runtime_options": {"bogus": 1}}, "bogus"),
+        ({"runtime_options": {"graph_opt": "bogus"}}, "'bogus' is not one of disable, basic"),
+        ({"threads": -1}, "threads -1: must be 0"),
+        ({"shard": (0, 2)}, "--shard 0/2: K/N with 1 <= K <= N"),
+        ({"shard": (1, 0)}, "--shard 1/0"),
         (
             {"matrix": Axes(graph_opts=("basic",)), "runtime_options": {"graph_opt": "all"}},
             "not both",
@@ -100,3 +106,25 @@ def test_the_python_api_verifies_the_goldens_named_with_the_runtime_options_give
 def test_the_python_api_refuses_what_the_command_refuses(given, says):
     with pytest.raises(UsageError, match=says):
         tconform.verify(GOLDEN_DIR, generation=True, **given)
+
+
+@pytest.mark.integration
+def test_a_given_encoder_is_named_by_every_row_it_ran_under(cli, generation_artifacts, tmp_path):
+    """Rows name the decoder that ran; a given encoder is named beside it, and the report's
+    settings name every file the decoding ran (path, sha256, origin)."""
+    encoder = tmp_path / "encoder.onnx"
+    shutil.copyfile(generation_artifacts / "generation" / "gen_encoder" / "model.onnx", encoder)
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "verify", "--generation", "--golden-generation", str(GOLDEN_DIR), "--case", "ends-greedy",
+        "--artifacts", str(generation_artifacts), "--no-torch", "--model", f"gen_encoder={encoder}",
+        "--json", str(report), "-q",
+    )  # fmt: skip
+    assert code == 0, out + err
+    data = json.loads(report.read_text())
+    assert len(data["results"]) == 2
+    assert all(f"gen_encoder: {encoder} (given" in " ".join(r["notes"]) for r in data["results"])
+    models = data["settings"]["models"]
+    (named,) = [m for key, m in models.items() if key.startswith("gen_encoder")]
+    assert named["origin"] == "given" and named["sha256"] == sha256_file(encoder)
+    assert {key.split()[0] for key in models} == {"gen_encoder", "gen_step", "gen_prefix"}

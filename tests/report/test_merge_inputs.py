@@ -131,3 +131,31 @@ def test_shard_counts_in_a_report_are_read_as_ascii_digits_and_cost_nothing():
     said = _missing_shards([f"1/{huge}", f"3/{huge}"])
     assert said.startswith(f"no report of shard 2/{huge}, 4/{huge}") and said.count(", ...") == 1
     assert _missing_shards(["²/3", "1/3"]) == "the reports hold shards 1/3, ²/3"
+
+
+def _two_shards(tmp_path, first: dict, second: dict) -> list:
+    """Two one-unit shards of one two-unit run, recording `first` and `second` as the
+    settings of their runtimes."""
+    from tconform.units import digest
+
+    units = [f"norm/dynamo-opset18-float32-all/ort-cpu/test_data_set_{n}" for n in (0, 1)]
+    paths = []
+    for k, (unit, runtimes) in enumerate(zip(units, (first, second), strict=True), 1):
+        report = _shard()
+        report["settings"]["units"] = {
+            "ids": [unit], "total": 2, "sha256": digest(units), "shard": f"{k}/2"
+        }  # fmt: skip
+        report["settings"]["runtimes"] = runtimes
+        report["results"][0].update(unit=unit, input_set=unit.rsplit("/", 1)[1])
+        paths.append(tmp_path / f"s{k}.json")
+        paths[-1].write_text(json.dumps(report))
+    return paths
+
+
+def test_shards_whose_runtime_ran_with_other_settings_are_not_one_run(tmp_path):
+    one, other = {"ort-cpu": {"intra_op_threads": 0}}, {"ort-cpu": {"intra_op_threads": 1}}
+    with pytest.raises(UsageError, match="runtime ort-cpu ran with other settings"):
+        merge(_two_shards(tmp_path, one, other))
+    torch = {"torch": {"threads": 0}}  # a runtime only one shard ran is that shard's
+    merged = merge(_two_shards(tmp_path, one, {**one, **torch}))
+    assert merged.settings["runtimes"] == {**one, **torch}
