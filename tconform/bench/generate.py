@@ -31,7 +31,7 @@ import numpy as np
 
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
 from tconform.bench.engines import engine_runtime, engine_variant, weight_counter
-from tconform.bench.report import ending
+from tconform.bench.report import BenchReport, ending
 from tconform.bench.timing import round_sig, timed_runs
 from tconform.compare import compare_output
 from tconform.config import ModelConfig
@@ -480,27 +480,18 @@ MARKDOWN = Writer(write_markdown, _is_own_markdown)
 PLOT = Writer(write_plot, _is_own_plot)
 
 
-@dataclass
-class GenerateReport:
+class GenerateReport(BenchReport):
     """`bench --generate`'s report kind for the run frame: `data` is run_generate_bench's report
     (filled as the run goes), `error` what ended it early."""
 
-    command: str = "bench"
-    data: dict = field(default_factory=dict)
-    environment: dict = field(default_factory=dict)
-    error: dict | None = None
     writers: ClassVar[dict[str, str]] = {
         "json": "tconform.bench.generate:JSON",
         "markdown": "tconform.bench.generate:MARKDOWN",
         "plot": "tconform.bench.generate:PLOT",
     }
 
-    @property
-    def exit_code(self) -> int:
-        return int(self.error["exit_code"]) if self.error is not None else 0
-
-    def to_dict(self) -> dict:
-        report = {
+    def blank(self) -> dict:
+        return {
             "tool": "tconform bench",
             "kind": KIND,
             "environment": self.environment,
@@ -508,11 +499,7 @@ class GenerateReport:
             "unavailable": [],
             "skipped": [],
             "crashed": [],
-            **self.data,
         }
-        report["exit_code"] = self.exit_code
-        report["error"] = self.error
-        return report
 
     def render(self) -> str:
         report = self.to_dict()

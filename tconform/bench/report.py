@@ -45,8 +45,9 @@ class BenchReport:
     def exit_code(self) -> int:
         return int(self.error["exit_code"]) if self.error is not None else 0
 
-    def to_dict(self) -> dict:
-        report = {
+    def blank(self) -> dict:
+        """What the report holds before the run filled anything in."""
+        return {
             "tool": TOOL,
             "schema": SCHEMA,
             "environment": self.environment,
@@ -56,11 +57,10 @@ class BenchReport:
             "unavailable": [],
             "results": [],
             "best": [],
-            **self.data,
         }
-        report["exit_code"] = self.exit_code
-        report["error"] = self.error
-        return report
+
+    def to_dict(self) -> dict:
+        return {**self.blank(), **self.data, "exit_code": self.exit_code, "error": self.error}
 
     def render(self) -> str:
         """The table and, below it, the ceilings, ratios to torch and best variants."""
