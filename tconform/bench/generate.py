@@ -31,7 +31,7 @@ import numpy as np
 
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
 from tconform.bench.engines import engine_runtime, engine_variant, weight_counter
-from tconform.bench.report import BenchReport, ending
+from tconform.bench.report import BenchReport, ending, is_own_json, is_own_markdown
 from tconform.bench.timing import round_sig, timed_runs
 from tconform.compare import compare_output
 from tconform.config import ModelConfig
@@ -456,17 +456,7 @@ def write_markdown(path: Path, report: GenerateReport) -> None:
 
 
 def _is_own_markdown(path: Path) -> bool:
-    try:
-        with path.open(encoding="utf-8") as text:
-            return text.readline().rstrip("\n") == "## tconform bench --generate"
-    except (OSError, UnicodeDecodeError):
-        return False
-
-
-def _is_own_json(path: Path) -> bool:
-    from tconform.bench.report import is_own_json
-
-    return is_own_json(path)
+    return is_own_markdown(path, "## tconform bench --generate")
 
 
 def _is_own_plot(path: Path) -> bool:
@@ -475,7 +465,7 @@ def _is_own_plot(path: Path) -> bool:
     return png.is_own(path)
 
 
-JSON = Writer(write_json, _is_own_json)
+JSON = Writer(write_json, is_own_json)
 MARKDOWN = Writer(write_markdown, _is_own_markdown)
 PLOT = Writer(write_plot, _is_own_plot)
 

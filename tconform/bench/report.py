@@ -280,11 +280,11 @@ def write_markdown(path: Path, report: BenchReport) -> None:
     atomic_write_bytes(path, markdown(report.to_dict()).encode())
 
 
-def is_own_markdown(path: Path) -> bool:
-    """Whether `path` holds a bench markdown summary (its first line is tconform's)."""
+def is_own_markdown(path: Path, heading: str = "## tconform bench") -> bool:
+    """Whether `path` holds a bench markdown summary (its first line is `heading`, tconform's)."""
     try:
         with path.open(encoding="utf-8") as text:
-            return text.readline().rstrip("\n") == "## tconform bench"
+            return text.readline().rstrip("\n") == heading
     except (OSError, UnicodeDecodeError):
         return False
 
