@@ -90,6 +90,10 @@ _INT8_TYPES = {2, 3}  # UINT8, INT8
 _INT4_TYPES = {21, 22}  # UINT4, INT4 (QDQ)
 # Ops whose uint8 weight packs two 4-bit values per byte (their `bits` attribute, default 4).
 _PACKED_OPS = {"MatMulNBits", "GatherBlockQuantized"}
+# Ops that copy a float table's rows as they are (an embedding lookup, a slice of a positional
+# table): a float table only these read computes nothing, so it does not make a model whose
+# products are quantised (an int4 export keeps its embedding tables float32) a float model.
+_LOOKUP_OPS = {"Gather", "GatherElements", "GatherND", "Slice"}
 # Weights: initializers of two or more dimensions (matrices, kernels, tables). A scale or zero
 # point has one element, or one per channel; a bias, a norm's gain or a Reshape's shape is 1-D.
 # (A size threshold left out the whole of a small model: its int8 graph was judged float32.)
@@ -152,7 +156,8 @@ def live_part(graph) -> Live:
 def quantized_elements(model) -> dict[str, int]:
     """Weight elements that reach `model`'s outputs by how they are held: "int8" (int8/uint8
     read by a quantised op), "int4" (4-bit: packed two to a byte for MatMulNBits, or an int4
-    tensor), "float". Dead weights do not count."""
+    tensor), "float". Dead weights do not count, nor do float tables that are only looked up
+    (_LOOKUP_OPS): their rows enter the compute exactly."""
     live = live_part(model.graph)
     readers: dict[str, set[str]] = {}
     bits: dict[str, int] = {}
@@ -162,6 +167,7 @@ def quantized_elements(model) -> dict[str, int]:
         if node.op_type in _PACKED_OPS and len(node.input) > 1:
             width = next((a.i for a in node.attribute if a.name == "bits"), 4)
             bits[node.input[0 if node.op_type == "GatherBlockQuantized" else 1]] = width
+    looked_up = {name for name, ops in readers.items() if ops <= _LOOKUP_OPS}
     # An int8 embedding table is gathered first and its rows dequantised after (the quantiser's
     # Gather -> DequantizeLinear): a Gather's readers read its table too.
     for node in live.nodes:
@@ -181,7 +187,7 @@ def quantized_elements(model) -> dict[str, int]:
             counts["int4"] += 2 * count
         elif quantized and tensor.data_type in _INT8_TYPES:
             counts["int8"] += count
-        else:
+        elif tensor.name not in looked_up:
             counts["float"] += count
     return counts
 

@@ -87,6 +87,38 @@ def test_int8_weights_earn_the_int8_row_only_where_they_are_nearly_all_that_comp
     assert "int8 50% of its weights" in why and "stricter float32 row" in why
 
 
+def test_a_float_table_only_looked_up_computes_nothing_and_one_multiplied_does():
+    """An int4 export keeps its embedding table float32: gathered rows enter the compute
+    exactly, so the quantised products alone decide the row; the same table in a product
+    (a tied output head left float) computes in float32."""
+    rows = 4
+
+    def model(tied_head: bool):
+        head = (
+            helper.make_node("MatMul", ["a", "table"], ["y"])
+            if tied_head
+            else helper.make_node("Identity", ["a"], ["y"])
+        )
+        nodes = [
+            helper.make_node("Gather", ["table", "ids"], ["e"]),
+            helper.make_node("DequantizeLinear", ["q", "scale"], ["wq"]),
+            helper.make_node("MatMul", ["e", "wq"], ["a"]),
+            head,
+        ]
+        weights = [
+            numpy_helper.from_array(np.ones((rows, 100), np.float32), "table"),
+            numpy_helper.from_array(np.ones((rows, 10), np.int8), "q"),
+            numpy_helper.from_array(np.array(0.1, np.float32), "scale"),
+            numpy_helper.from_array(np.zeros((1,), np.int64), "ids"),
+        ]
+        return _model(nodes, weights)
+
+    assert quantized_share(model(False)) == 1.0
+    assert compute_type(model(False)) == ("int8", "")
+    assert quantized_share(model(True)) == pytest.approx(40 / 440)
+    assert compute_type(model(True))[0] == "float32"
+
+
 def test_float16_and_float32_compute_mixed_take_the_stricter_row():
     def chain(count, start):
         names = [start, *(f"{start}{k}" for k in range(count))]

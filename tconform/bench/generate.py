@@ -169,6 +169,7 @@ def _decode_row(engine, runtime, sessions, cfg, settings, feeds, ep: str) -> dic
             cached = stepper.inner
     row = {
         "engine": engine.name,
+        "ep": ep,
         "label": label(runtime),
         "precision": sessions[STEP.name].precision,
         "settings": runtime.settings(),

@@ -85,6 +85,10 @@ def test_a_timed_row_outside_its_tolerance_fails_the_bench():
     mine = {**failed, "seq": None, "input_set": "batch-1"}
     with pytest.raises(TconformError, match="onnxruntime-int8/cpu on input set batch-1"):
         require_within_tolerance([mine])
+    # a decoding row (bench --generate) has no shape of its own
+    step = {"engine": "onnxruntime-int4", "ep": "cpu", "accuracy": failed["accuracy"]}
+    with pytest.raises(TconformError, match="first onnxruntime-int4/cpu: max abs error"):
+        require_within_tolerance([step])
     # the run went on: its markdown says it failed, not that it stopped early
     error = {"exit_code": EXIT_FAILURE, "message": message}
     assert "The run failed (exit 1)" in markdown({"error": error, "results": [], "settings": {}})

@@ -136,6 +136,7 @@ def test_bench_generate_reports_per_token_figures_floor_and_plot(cli, tmp_path):
         assert row["cache_bytes"] > 0 and row["floor_ratio"] > 0 and row["tokens_per_s"] > 0
         # judged against the float64 oracle's steps, fed its tokens
         assert row["precision"] == "float32" and row["accuracy"]["status"] == "pass"
+        assert row["ep"] == "cpu"
         assert row["step_weight_bytes"] > 0 and row["memory_floor_ms"] > 0
     assert rows["torch"]["vs_torch_cached"] == 1.0
     assert report["fastest_verified"]["engine"] in rows
