@@ -19,7 +19,7 @@ from functools import partial
 import numpy as np
 
 from tconform.bench.fusions import fused_model, fused_op_counts
-from tconform.bench.weights import module_weight_bytes, onnx_weight_bytes
+from tconform.bench.weights import HELD_FLOAT_BYTES, module_weight_bytes, onnx_weight_bytes
 from tconform.bench.workload import Workload
 from tconform.config import ModelConfig
 from tconform.errors import UsageError, WorkerCrashed
@@ -308,10 +308,12 @@ def open_engine(
 
 
 def weight_counter(opened: Opened) -> Callable[[int], int] | None:
-    """What counts the weight bytes the opened engine reads: its ONNX file's initializers, or
-    its module's tensors (None where it holds neither)."""
+    """What counts the weight bytes the opened engine reads: its ONNX file's initializers (the
+    float32 ones in the narrower float type its runtime computes in, where it converts them:
+    OpenVINO at bf16), or its module's tensors (None where it holds neither)."""
     if opened.onnx_file:
-        return partial(onnx_weight_bytes, opened.subject.onnx.path)
+        float_itemsize = HELD_FLOAT_BYTES.get(opened.session.precision, 4)
+        return partial(onnx_weight_bytes, opened.subject.onnx.path, float_itemsize=float_itemsize)
     module = getattr(opened.session, "module", None)
     return partial(module_weight_bytes, module) if module is not None else None
 

@@ -15,21 +15,29 @@ import onnx
 import torch
 from onnx import helper
 
+# The bytes a float32 weight takes in a runtime that computes in another float type and
+# converts the weights to it as it compiles (OpenVINO's inference precision).
+HELD_FLOAT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
 
 def gathered_bytes(array_bytes: int, rows: int, tokens: int) -> int:
     """Bytes read from a table of `rows` rows of `array_bytes` in all, one row per token."""
     return array_bytes // rows * min(rows, tokens) if rows else 0
 
 
-def onnx_weight_bytes(path: Path, tokens: int) -> int:
+def onnx_weight_bytes(path: Path, tokens: int, float_itemsize: int = 4) -> int:
     """Bytes of the initializers in the ONNX file at `path` that a forward pass over `tokens`
     tokens reads: each in full, except the data of a Gather (an embedding table: the int8
-    graph gathers from the int8 table and dequantises the rows), of which `tokens` rows."""
+    graph gathers from the int8 table and dequantises the rows), of which `tokens` rows.
+    `float_itemsize` is what the runtime holds a float32 initializer in (2 where it computes
+    in bfloat16 and converts the weights as it compiles, as OpenVINO's bf16 precision does)."""
     model = onnx.load(str(path))
     gathered = {n.input[0] for n in model.graph.node if n.op_type == "Gather"}
     total = 0
     for initializer in model.graph.initializer:
         itemsize = helper.tensor_dtype_to_np_dtype(initializer.data_type).itemsize
+        if initializer.data_type == onnx.TensorProto.FLOAT:
+            itemsize = float_itemsize
         nbytes = math.prod(initializer.dims) * itemsize
         if initializer.name in gathered and initializer.dims:
             total += gathered_bytes(nbytes, initializer.dims[0], tokens)

@@ -80,11 +80,13 @@ def default_opset(attention: str) -> int:
     return ATTENTION_OPSET if attention == "sdpa" else DEFAULT_OPSET
 
 
-# The source files whose text decides what a case exports.
+# The source files whose text decides what a case exports, and what its record says it
+# computes in (provenance.py's rule: a record made under an older rule is made again).
 _PACKAGE = Path(__file__).parents[1]
 _MODEL_SOURCES = sorted(
     [
         *(_PACKAGE / "reference").glob("*.py"),
+        _PACKAGE / "provenance.py",
         _PACKAGE / "registry.py",
         _PACKAGE / "weights.py",
         _PACKAGE / "config.py",
