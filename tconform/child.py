@@ -212,8 +212,11 @@ def _child_main(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         send.send(outcome)
+    except ConnectionError:  # the parent stopped listening (interrupted): no one to tell
+        return
     except Exception as exc:  # a result that cannot be pickled
-        send.send(("error", (f"{what}: its result could not be sent: {first_line(exc)}", 2)))
+        with contextlib.suppress(ConnectionError):
+            send.send(("error", (f"{what}: its result could not be sent: {first_line(exc)}", 2)))
     send.close()
     # A normal exit, so that multiprocessing's finalizers release what the check held; a thread
     # the user's code left running only delays it (the parent ends it after a grace period).

@@ -85,7 +85,8 @@ def require_artifacts_folder(folder: Path) -> None:
     if golden is not None:
         raise UsageError(
             f"{folder} is or lies in a golden folder ({golden / MANIFEST}); "
-            "models go into an artifacts folder of their own (e.g. --out artifacts)"
+            "models go into an artifacts folder of their own "
+            "(export --out DIR, verify --artifacts DIR)"
         )
 
 

@@ -318,7 +318,7 @@ class ArtifactsFolder:
         if held is not None and held != wanted:
             raise UsageError(
                 f"{out_dir} holds {_describe(held)} models; export {_describe(wanted)} into a "
-                "folder of its own (--out DIR)"
+                "folder of its own (export --out DIR, verify --artifacts DIR)"
             )
 
     def place(self, record: ExportRecord, staged: Path) -> ExportRecord:
