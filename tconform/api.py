@@ -11,7 +11,7 @@ from pathlib import Path
 from torch import nn
 
 from tconform.errors import EXIT_EP_UNAVAILABLE, UsageError
-from tconform.pipeline import run, run_request, unchecked
+from tconform.pipeline import run, run_request
 from tconform.report import RunReport
 from tconform.request import (
     Axes,
@@ -25,6 +25,7 @@ from tconform.request import (
 from tconform.runtimes import RuntimeOptions, declared_settings
 from tconform.runtimes.providers import parse_eps
 from tconform.suites.module import AUTO, ModuleSuite
+from tconform.units import unchecked
 
 Progress = Callable[[str], None]
 
@@ -114,7 +115,7 @@ def check(
     report = RunReport("check")
     suite = ModuleSuite(request, module, example_inputs, progress, declared)
     run(request, suite, report, progress)
-    why = unchecked(request, report)
+    why = unchecked(report.results, request.whole_run)
     if why:  # exit 3, as the command line's, with the reason
         report.error = {"message": why, "exit_code": EXIT_EP_UNAVAILABLE}
     return report

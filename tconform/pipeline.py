@@ -13,7 +13,7 @@ ran (path, sha256, origin).
 
 from __future__ import annotations
 
-from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError, UsageError
+from tconform.errors import UsageError
 from tconform.localise import Localisation
 from tconform.localise.versions import add_version_runs, version_partings
 from tconform.plan import Lane, Plan, Progress, Suite, plan, request_runtimes, select_units
@@ -21,7 +21,7 @@ from tconform.report import RunReport
 from tconform.request import Request
 from tconform.results import Result, allow_missing
 from tconform.runtimes import label
-from tconform.units import Unit, digest, unchecked_models, unit_id
+from tconform.units import Unit, digest, require_checked, unit_id
 
 
 def run_request(request: Request, report: RunReport, progress: Progress = lambda _: None) -> None:
@@ -32,7 +32,7 @@ def run_request(request: Request, report: RunReport, progress: Progress = lambda
         raise UsageError("nothing to run: no runtime runs on the requested providers")
     with open_suite(request, progress) as suite:
         run(request, suite, report, progress)
-    require_checked(request, report)
+    require_checked(report.results, request.whole_run)
 
 
 def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -> None:
@@ -81,22 +81,6 @@ def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -
     report.results += suite.extra_results(progress)
     if request.allow_missing_ep:
         report.results = allow_missing(report.results)
-
-
-def unchecked(request: Request, report: RunReport) -> str:
-    """Why a whole run checked no model ('' where it did): none of its ONNX lanes checked one
-    (the rows of the PyTorch runtimes check the module, not a model). `report merge` judges a
-    shard's part of a run, and the pytest plugin each unit, so those are never unchecked here."""
-    if request.shard is not None or request.only_units is not None:
-        return ""
-    return unchecked_models(report.results)
-
-
-def require_checked(request: Request, report: RunReport) -> None:
-    """A command's run that checked no model ends with exit 3, naming why."""
-    why = unchecked(request, report)
-    if why:
-        raise TconformError.with_code(why, EXIT_EP_UNAVAILABLE)
 
 
 def _localises(request: Request, lane: Lane) -> bool:

@@ -142,3 +142,8 @@ class Request:
     shard: tuple[int, int] | None = None
     only_units: frozenset[str] | None = None
     command: str = ""  # how the run was started, for a repro bundle's README
+
+    @property
+    def whole_run(self) -> bool:
+        """Whether this machine checks every unit of the plan (no shard, no units named)."""
+        return self.shard is None and self.only_units is None

@@ -21,6 +21,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tconform.errors import EXIT_EP_UNAVAILABLE, TconformError
 from tconform.results import Result, unchecked_lanes
 
 MODULE = "module"  # the cell of runtimes that run the PyTorch module (torch, torch-compile)
@@ -99,6 +100,20 @@ def unchecked_models(results: Iterable[Result]) -> str:
     results = list(results)
     onnx = [r for r in results if r.cell not in (MODULE, documents_unit().cell, "")]
     return unchecked_lanes(onnx, results)
+
+
+def unchecked(results: Iterable[Result], whole_run: bool) -> str:
+    """Why a whole run checked no model ('' where it did; unchecked_models). A shard's part of a
+    run (`report merge` judges the whole) and the pytest plugin's units are no whole run."""
+    return unchecked_models(results) if whole_run else ""
+
+
+def require_checked(results: Iterable[Result], whole_run: bool) -> None:
+    """A whole run that checked no model ends with exit 3, naming why. (Here, not in the
+    pipeline: `check`'s parent judges its child's results without importing torch.)"""
+    why = unchecked(results, whole_run)
+    if why:
+        raise TconformError.with_code(why, EXIT_EP_UNAVAILABLE)
 
 
 def digest(ids: Iterable[str]) -> str:

@@ -190,8 +190,8 @@ def in_child(request, report, progress) -> None:
     """The check of `request` in a spawned child (tconform.child): the user's code never ends
     this process; what the report needs comes back."""
     from tconform.child import run_in_child
-    from tconform.pipeline import require_checked
     from tconform.report.environment import utc_now
+    from tconform.units import require_checked
 
     subject = request.subject
     phase = ["starting"]
@@ -216,7 +216,7 @@ def in_child(request, report, progress) -> None:
     report.results, report.settings = found["results"], found["settings"]
     report.details, report.environment = found["details"], found["environment"]
     report.localisations, report.partings = found["localisations"], found["partings"]
-    require_checked(request, report)
+    require_checked(report.results, request.whole_run)
 
 
 def check_in_child(send, request, started: str) -> dict:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tconform.runtimes.torch import eval_mode, flatten_outputs, plain_composition
+from tconform.runtimes.torch_session import eval_mode, flatten_outputs, plain_composition
 
 
 @dataclass

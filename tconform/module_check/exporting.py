@@ -41,7 +41,7 @@ from tconform.errors import (
 )
 from tconform.files import atomic_write_bytes
 from tconform.module_check.inputs import ModuleInputs
-from tconform.runtimes.torch import eval_mode
+from tconform.runtimes.torch_session import eval_mode
 
 __all__ = [
     "DEFAULT_OPSET",

@@ -40,7 +40,7 @@ from tconform.errors import UsageError, calling_user_code, first_line
 from tconform.localise.capture import Call, ModuleTree, capture_calls
 from tconform.module_check.inputs import ModuleInputs
 from tconform.provenance import ModelProvenance, module_provenance
-from tconform.runtimes.torch import DTYPES, eval_mode, flatten_outputs, plain_composition
+from tconform.runtimes.torch_session import DTYPES, eval_mode, flatten_outputs, plain_composition
 
 
 def module_device(module: nn.Module) -> torch.device:

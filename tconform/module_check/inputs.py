@@ -20,7 +20,7 @@ from torch import nn
 
 from tconform.check_folder import require_target
 from tconform.errors import UsageError, calling_user_code
-from tconform.runtimes.torch import as_array
+from tconform.runtimes.torch_session import as_array
 
 
 @dataclass

@@ -101,8 +101,8 @@ def runtime_class(name: str) -> type:
 
 def declared_options() -> dict[str, RuntimeOption]:
     """Every option the runtimes declare, by field (the command line's runtime group). It
-    imports every runtime's module, torch's among them: read it when a command runs, not when
-    tconform starts."""
+    imports every runtime's module; each imports its library (torch, OpenVINO) only to open a
+    session, so reading this costs no library import."""
     declared: dict[str, RuntimeOption] = {}
     for name in RUNTIMES:
         for option in runtime_class(name).options:

@@ -43,7 +43,7 @@ class ModuleTarget:
     """A PyTorch module to run: `build()` makes it (weights loaded); feeds are passed as
     `module(*[feeds[n] for n in args], **{n: feeds[n] for n in kwargs})`, the ones named in
     `floats` cast to the runtime's dtype; `outputs` names what it returns, flattened
-    (tconform.runtimes.torch.flatten_outputs)."""
+    (tconform.runtimes.torch_session.flatten_outputs)."""
 
     build: Callable[[], Any]
     args: tuple[str, ...]

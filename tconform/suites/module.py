@@ -58,8 +58,8 @@ from tconform.plan import Lane, Progress, Suite, matrix_cells
 from tconform.request import Axes, Request, UserModel
 from tconform.results import Result
 from tconform.runtimes import ModuleTarget, Runtime, make_runtime, make_runtimes
-from tconform.runtimes.torch import DTYPES as TORCH_DTYPES
-from tconform.runtimes.torch import eval_mode
+from tconform.runtimes.torch_session import DTYPES as TORCH_DTYPES
+from tconform.runtimes.torch_session import eval_mode
 from tconform.units import GIVEN, Cell
 
 AUTO = "auto"  # the exporter setting that tries dynamo, then TorchScript where dynamo fails

@@ -10,7 +10,7 @@ from torch import nn
 from tconform.errors import UsageError
 from tconform.module_check.float64_copy import build_float64_copy
 from tconform.module_check.inputs import as_inputs
-from tconform.runtimes.torch import eval_mode, flatten_outputs
+from tconform.runtimes.torch_session import eval_mode, flatten_outputs
 
 pytestmark = pytest.mark.unit
 

@@ -14,6 +14,7 @@ from tconform.config import PRESETS
 from tconform.execution import Subject, case_module, open_subject
 from tconform.export import ExportSettings, build_module, example_shape
 from tconform.runtimes import make_runtime
+from tconform.runtimes.torch_session import prepared
 
 TINY = PRESETS["tiny"]
 
@@ -62,7 +63,7 @@ def test_verify_judges_torch_int8_under_the_int8_rows(cli, tmp_path, built):
 def test_the_users_module_keeps_its_modes_and_its_float_layers():
     """The quantised module is a copy in eval mode; the one given is left as it was."""
     module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1)).train()
-    quantised = make_runtime("torch-int8").prepared(module)
+    quantised = prepared(make_runtime("torch-int8"), module)
     assert all(m.training for m in module.modules())
     assert type(module[0]) is torch.nn.Linear
     assert not quantised[1].training  # the copy's dropout is off
