@@ -10,11 +10,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tconform import golden, registry
-from tconform.config import PRESETS
 from tconform.results import Result
 from tconform.units import result_unit
-from tconform.weights import DEFAULT_SEED
 
 CASES = ("embedding", "norm")
 
@@ -31,11 +28,9 @@ def test_the_plugin_costs_nothing_without_the_flag():
 
 
 @pytest.mark.integration
-def test_pytest_tconform_n2_runs_the_units_of_verify(cli, tmp_path):
-    golden.write(
-        tmp_path / "golden", PRESETS["tiny"], DEFAULT_SEED, registry.select_cases(CASES), "tiny"
-    )
-    common = ["--golden", str(tmp_path / "golden"), "--artifacts", str(tmp_path / "art")]
+def test_pytest_tconform_n2_runs_the_units_of_verify(cli, workspace, tmp_path):
+    golden_dir, artifacts = workspace["golden"], workspace["artifacts"]  # exported once per run
+    common = ["--golden", str(golden_dir), "--artifacts", str(artifacts)]
     cases = [a for case in CASES for a in ("--case", case)]
     # cuda is requested and absent here: its units must be skips with the reason, never passes.
     code, _, err = cli(
@@ -54,13 +49,8 @@ def test_pytest_tconform_n2_runs_the_units_of_verify(cli, tmp_path):
 
     run = tmp_path / "run"  # a folder of its own: no test files, no project conftest
     run.mkdir()
-    plugin = [
-        "--tconform",
-        "--tconform-golden",
-        str(tmp_path / "golden"),
-        "--tconform-artifacts",
-        str(tmp_path / "art"),
-    ]
+    plugin = ["--tconform", "--tconform-golden", str(golden_dir), "--tconform-artifacts",
+              str(artifacts)]  # fmt: skip
     plugin += [a for case in CASES for a in ("--tconform-case", case)]
     done = subprocess.run(
         [
