@@ -127,7 +127,7 @@ def test_graph_variants_are_engines_and_the_report_names_the_best(tmp_path, monk
     )  # fmt: skip
     report = json.loads(out.read_text())
     assert report["settings"]["session_config"] == {
-        "session.intra_op.allow_spinning": "0",
+        "session.intra_op.allow_spinning": "1",
         "session.set_denormal_as_zero": "1",
     }
     assert report["settings"]["disabled_optimizers"] == {"cpu": ["SkipLayerNormFusion"]}
