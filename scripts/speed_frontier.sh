@@ -31,8 +31,8 @@ if [[ $flags == *avx512_bf16* || $flags == *amx_bf16* ]]; then native_bf16=yes; 
 
 common=(--preset base --case transformer --threads 2 --ep cpu --seconds 3)
 engines=(--engine onnxruntime --engine onnxruntime-sdpa --engine onnxruntime-int8
-    --engine onnxruntime-int4 --engine openvino-bf16 --engine torch --engine torch-compile
-    --engine torch-int8 --engine torch-compile-int8)
+    --engine onnxruntime-sdpa-int8 --engine onnxruntime-int4 --engine openvino-bf16
+    --engine torch --engine torch-compile --engine torch-int8 --engine torch-compile-int8)
 bf16=(--engine torch-bf16 --engine torch-compile-bf16)
 if [[ $native_bf16 == yes ]]; then
     engines+=("${bf16[@]}")

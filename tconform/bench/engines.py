@@ -66,6 +66,9 @@ GRAPH_VARIANTS = {
     # onnxruntime.quantization.quantize_dynamic of the float32 export (tconform export --dtype
     # int8, a user's model's int8 cell): int8 weights, activations quantised per call
     "onnxruntime-int8": GraphVariant(dtype="int8"),
+    # the same quantisation of the sdpa export: the projections int8, the fused Attention
+    # float32 (ONNX Runtime's contrib QAttention is another op: export/quantize.py)
+    "onnxruntime-sdpa-int8": GraphVariant(attention="sdpa", dtype="int8"),
     # onnxruntime.quantization's MatMulNBitsQuantizer of the float32 export (tconform export
     # --dtype int4): 4-bit weights in blocks of 32, what ONNX Runtime GenAI ships for the CPU
     "onnxruntime-int4": GraphVariant(dtype="int4"),

@@ -54,13 +54,14 @@ def test_the_int8_and_bf16_variants_and_torch_int8_are_engines():
 
 def test_each_export_a_variant_runs_gets_its_own_folder(tmp_path):
     settings = bench_settings(
-        "tiny", ("feed_forward",), (), ("onnxruntime-int8", "openvino", "torch-int8"), "cpu",
+        "tiny", ("feed_forward",), (),
+        ("onnxruntime-int8", "onnxruntime-sdpa-int8", "openvino", "torch-int8"), "cpu",
         1, {}, 0, 1, 0.1, tmp_path / "tiny",
     )  # fmt: skip
     # openvino runs the plain float32 export; torch-int8 runs the module, no export
-    assert settings.exports == (("plain", "int8"), ("plain", "float32"))
+    assert settings.exports == (("plain", "int8"), ("sdpa", "int8"), ("plain", "float32"))
     folders = {settings.artifacts_for(e) for e in settings.exports}
-    assert folders == {tmp_path / "tiny-int8", tmp_path / "tiny"}
+    assert folders == {tmp_path / "tiny-int8", tmp_path / "tiny-sdpa-int8", tmp_path / "tiny"}
 
 
 def test_bf16_without_native_kernels_is_reported_unavailable_not_timed(monkeypatch):

@@ -1,10 +1,13 @@
-"""restore_scopes: the quantiser's nodes take the module scope their consumers share, so that
-localisation places a quantised Linear's MatMulInteger inside the Linear."""
+"""The quantisers: restore_scopes gives their nodes the module scope their consumers share, so
+that localisation places a quantised Linear's MatMulInteger inside the Linear; ONNX's own
+Attention survives int8 quantisation."""
 
+import numpy as np
+import onnx
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
-from tconform.export.quantize import restore_scopes
+from tconform.export.quantize import quantize_int8, restore_scopes
 from tconform.localise.scopes import dynamo_scope, node_namespace
 
 pytestmark = pytest.mark.unit
@@ -80,3 +83,34 @@ def test_a_linear_without_a_bias_keeps_its_scope_through_the_tensor_its_matmul_m
     without_source = quantised()
     restore_scopes(without_source)
     assert scopes(without_source)["o"] == ("",)  # the residual's scope: the Linear lost
+
+
+def test_int8_leaves_onnx_attention_float_and_quantises_its_projection(tmp_path):
+    """quantize_dynamic takes ONNX's Attention (opset 23, the sdpa export) for ONNX Runtime's
+    contrib op and writes a QAttention that does not load: it must stay as it was."""
+    shape = [1, 2, 4, 8]  # batch, heads, sequence, head width
+    weight = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["q"], name="proj"),
+        helper.make_node("Attention", ["q", "x", "x"], ["y"], name="sdpa", is_causal=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    source, target = tmp_path / "f32.onnx", tmp_path / "int8.onnx"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    onnx.save(model, source)
+    quantize_int8(source, target)
+    ops = {(n.op_type, n.domain) for n in onnx.load(target).graph.node}
+    assert ("Attention", "") in ops and ("QAttention", "com.microsoft") not in ops
+    assert any(op in ("MatMulInteger", "DynamicQuantizeMatMul") for op, _ in ops)
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(target, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    (y,) = session.run(None, {"x": x})
+    assert y.shape == tuple(shape) and np.isfinite(y).all()
