@@ -53,15 +53,31 @@ def flatten_outputs(out: object, prefix: str = "output") -> list[tuple[str, torc
     it: a tensor is `output`, a tuple gives output_0, output_1, ..., a dict (a transformers
     ModelOutput among them) its keys; anything that is not a tensor (None, numbers) is left
     out, as the exporters leave it out."""
-    if isinstance(out, torch.Tensor):
-        return [(prefix, out)]
+    return [(name, leaf) for name, leaf in _leaves(out, prefix) if isinstance(leaf, torch.Tensor)]
+
+
+def opaque_outputs(out: object) -> list[tuple[str, str]]:
+    """(name, type name) for each part of a module's output that is neither a tensor, a
+    tuple, list or dict of them, nor a constant the exporters drop (None, a number, a
+    string): an object such as transformers' DynamicCache, which no exporter can return."""
+    constants = (type(None), bool, int, float, complex, str)
+    return [
+        (name, type(leaf).__name__)
+        for name, leaf in _leaves(out, "output")
+        if not isinstance(leaf, (torch.Tensor, *constants))
+    ]
+
+
+def _leaves(out: object, prefix: str) -> list[tuple[str, object]]:
+    """(name, part) for every part of `out` that is not a tuple, list or dict, named as
+    flatten_outputs names them."""
     if isinstance(out, dict):
         items = [(str(k) if prefix == "output" else f"{prefix}.{k}", v) for k, v in out.items()]
     elif isinstance(out, (tuple, list)):
         items = [(f"{prefix}_{i}", v) for i, v in enumerate(out)]
     else:
-        return []
-    return [pair for name, value in items for pair in flatten_outputs(value, name)]
+        return [(prefix, out)]
+    return [pair for name, value in items for pair in _leaves(value, name)]
 
 
 @contextlib.contextmanager

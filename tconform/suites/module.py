@@ -59,7 +59,7 @@ from tconform.request import Axes, Request, UserModel
 from tconform.results import Result
 from tconform.runtimes import ModuleTarget, Runtime, make_runtime, make_runtimes
 from tconform.runtimes.torch_session import DTYPES as TORCH_DTYPES
-from tconform.runtimes.torch_session import eval_mode
+from tconform.runtimes.torch_session import eval_mode, flatten_outputs, opaque_outputs
 from tconform.units import GIVEN, Cell
 
 AUTO = "auto"  # the exporter setting that tries dynamo, then TorchScript where dynamo fails
@@ -138,7 +138,15 @@ class Tolerances:
 def run_eagerly(module: nn.Module, inputs: ModuleInputs, name: str):
     """The module as it is (its own dtype, eval mode): its outputs."""
     with calling_user_code(f"{name}: the module rejects its inputs"), eval_mode(module):
-        outputs = run_module(module, inputs)
+        returned = run_module(module, inputs)
+    for output, kind in opaque_outputs(returned):
+        # refused before the export, which would fail on it with every exporter
+        cache = " (a transformers model: use_cache=False)" if kind.endswith("Cache") else ""
+        raise UsageError(
+            f"{name}: output {output} is a {kind}, which no ONNX exporter can return; return "
+            f"tensors, or tuples, lists and dicts of them{cache}"
+        )
+    outputs = flatten_outputs(returned)
     if not outputs:
         raise UsageError(f"{name}: the module returns no tensor")
     return outputs
@@ -393,10 +401,13 @@ class ModuleSuite(Suite):
         except EndedByUserCode:
             raise  # the module ended itself: no exporter's limit for TorchScript to get round
         except UsageError as exc:
-            failed = str(exc).split(" (full log:")[0]
+            failed = str(exc).split(" (full log:")[0].removeprefix(f"{self.where}: ")
         progress(f"{self.where}: dynamo failed; exporting with torchscript (auto)")
         opset = min(cell.opset, 20)
-        export_module(module, inputs, names, path, "torchscript", opset, axes, self.where)
+        try:
+            export_module(module, inputs, names, path, "torchscript", opset, axes, self.where)
+        except UsageError as exc:  # both failed: each one's reason, or dynamo's is lost
+            raise UsageError(f"{exc}; before it, {failed}") from None
         return (
             "torchscript",
             f"exported by TorchScript (--exporter auto), since dynamo failed: {failed}",

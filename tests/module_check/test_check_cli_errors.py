@@ -35,6 +35,28 @@ def not_a_module():
 def unexportable():
     return Branchy(), torch.randn(3)
 
+class Untraceable(nn.Module):
+    """Refuses every exporter, each with its own message."""
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            raise RuntimeError("no torch.export here")
+        if torch.jit.is_tracing():
+            raise RuntimeError("no TorchScript here")
+        return x * 2
+
+def untraceable():
+    return Untraceable(), torch.randn(3)
+
+class DynamicCache:
+    """What a transformers model with use_cache=True returns beside its logits."""
+
+class WithCache(nn.Module):
+    def forward(self, x):
+        return {"logits": x * 2, "cache": DynamicCache()}
+
+def with_cache():
+    return WithCache(), torch.randn(2, 3)
+
 not_callable = 7
 '''
 
@@ -62,6 +84,7 @@ def _one_line_exit_2(code: int, out: str, err: str, *needles: str) -> None:
         ("not_a_module", ["returned str, not a torch.nn.Module"]),
         ("module_only", ["returned only a module; pass --inputs"]),
         ("wrong_shape", ["the module rejects its inputs: RuntimeError: mat1 and mat2 shapes"]),
+        ("with_cache", ["output cache is a DynamicCache", "use_cache=False"]),
     ],
 )
 def test_bad_factories(cli, user_package, factory, needles):
@@ -100,6 +123,12 @@ def test_a_module_that_cannot_be_exported_names_the_log(cli, user_package, tmp_p
     assert "data-dependent" in err  # the exporter's own first error line
     assert "--exporter torchscript" in err  # and the way on
     assert "Traceback" in log.read_text() and not (tmp_path / "model.onnx").exists()
+
+
+def test_when_every_exporter_fails_each_ones_reason_is_named(cli, user_package, tmp_path):
+    code, out, err = cli("check", f"{user_package}:untraceable", "--out", str(tmp_path), "-q")
+    _one_line_exit_2(code, out, err, "export with torchscript failed", "no TorchScript here")
+    assert "dynamo failed" in err and "no torch.export here" in err
 
 
 @pytest.mark.parametrize(
