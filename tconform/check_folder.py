@@ -44,7 +44,7 @@ def require_target(target: str) -> str:
     if not (sep and factory.isidentifier() and all(p.isidentifier() for p in module.split("."))):
         raise UsageError(
             f"{target!r:.120}: expected PACKAGE.MODULE:FACTORY, each a Python name (e.g. "
-            "examples.gpt:make)"
+            "examples.tiny_gpt:make)"
         )
     return target
 

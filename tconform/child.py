@@ -1,7 +1,7 @@
 """Run code tconform did not write in a child process, so that nothing it does can end the
 command without a verdict.
 
-    value = run_in_child(function, args, on_message, what="examples.gpt:make")
+    value = run_in_child(function, args, on_message, what="examples.tiny_gpt:make")
 
 `function(send, *args)` runs in a process started by multiprocessing's spawn method (a fresh
 interpreter: forking after torch has started its threads can hang), and its return value comes

@@ -138,7 +138,7 @@ def files_not_listed(folder: Path) -> list[str]:
 
 MAX_MARKER_BYTES = 2**20  # a marker lists a few files
 BUNDLE_MARKER = "bundle.json"  # a repro bundle's marker (tconform.localise.isolate writes it)
-BUNDLE_TOOL = "tconform localise --repro"
+BUNDLE_TOOL = "tconform check --repro"
 
 
 def _listed_files(folder: Path, marker: str, tool: str) -> dict[str, str] | None:

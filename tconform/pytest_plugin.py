@@ -92,6 +92,7 @@ class _Outcomes:
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
             terminal = session.config.pluginmanager.get_plugin("terminalreporter")
             if terminal is not None:
+                terminal.ensure_newline()  # after the progress dots, on a line of its own
                 terminal.write_line(
                     f"tconform: nothing checked: all {self.skipped} units were skipped "
                     "(their reasons are above); exit 5"

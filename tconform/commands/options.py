@@ -26,7 +26,7 @@ from tconform.runtimes import MAX_THREADS
 
 # ASCII digits only, at most nine: `\d` and str.isdigit accept other scripts' digits (and `²`,
 # which int() refuses), and a count of twenty digits would size a list.
-SHAPE = re.compile(r"\s*([0-9]{1,9})\s*[xX]\s*([0-9]{1,9})\s*")
+SHAPE = re.compile(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*")
 SHARD = re.compile(r"\s*([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*")
 MAX_BATCH = 65536  # far beyond anything a bench or a check runs; memory is checked separately
 
@@ -41,11 +41,14 @@ class ShapeType(click.ParamType):
             return value
         found = SHAPE.fullmatch(str(value))
         if not found:
-            self.fail(f"{value!r} is not BATCHxSEQ (e.g. 8x128)", param, ctx)
-        batch, seq = int(found.group(1)), int(found.group(2))
+            self.fail(f"{value!r:.60} is not BATCHxSEQ (e.g. 8x128)", param, ctx)
+        # more than nine digits is out of range, and never handed to int() (which refuses
+        # over 4300 digits)
+        digits = [group if len(group) <= 9 else "0" for group in found.groups()]
+        batch, seq = int(digits[0]), int(digits[1])
         if not 1 <= batch <= MAX_BATCH or seq < 1:
             self.fail(
-                f"{value!r}: batch must be 1..{MAX_BATCH} and sequence at least 1", param, ctx
+                f"{value!r:.60}: batch must be 1..{MAX_BATCH} and sequence 1..999999999", param, ctx
             )
         return batch, seq
 

@@ -36,7 +36,7 @@ def _figures(comparison) -> str:
 # Why a module's isolated failure is more than rounding, once its nodes are evaluated plainly.
 _FINDINGS = {
     "function": "its nodes compute another function than the module (evaluated in float64 on "
-    "the reference's exact inputs: {exact} of the tolerance)",
+    "the reference's exact inputs: {exact} of the tolerance plus 2^-20 of the output's scale)",
     "runtime": "the runtime computes its nodes worse than a plain evaluation in the model's own "
     "types does ({plain} of the tolerance)",
     "unchecked": "not cross-checked by a plain evaluation of its nodes ({why})",

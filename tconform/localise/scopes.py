@@ -85,7 +85,10 @@ def torchscript_scope(
 
 def _child(path: str, segment: str, modules: set[str]) -> str | None:
     """The submodule of `path` that TorchScript names `segment`: its attribute name, or under
-    a container the container's own name and the index ('layer1.0' under 'layer1')."""
+    a container the container's own name and the index ('layer1.0' under 'layer1'), or the one
+    deeper module of that name, reached past modules that were never called (transformers'
+    OPTForCausalLM calls `self.model.decoder` itself: '/model/decoder' is model.model.decoder;
+    where several would fit, none is taken)."""
     direct = f"{path}.{segment}" if path else segment
     if direct in modules:
         return direct
@@ -94,7 +97,9 @@ def _child(path: str, segment: str, modules: set[str]) -> str | None:
         nested = path + segment[len(last) :]
         if nested in modules:
             return nested
-    return None
+    below = f"{path}." if path else ""
+    deeper = [m for m in modules if m.startswith(below) and m.endswith(f".{segment}")]
+    return deeper[0] if len(deeper) == 1 else None
 
 
 def _common_scope(scopes: list[tuple[str, ...]]) -> tuple[str, ...]:

@@ -265,8 +265,11 @@ def load_factory(target: str) -> tuple[nn.Module, object | None, dict[str, dict[
     if isinstance(made, tuple) and len(made) in (2, 3) and isinstance(made[0], nn.Module):
         declared = made[2] if len(made) == 3 else {}
         return made[0], made[1], _declared_axes(target, declared)
+    returned = type(made).__name__
+    if isinstance(made, tuple) and len(made) in (2, 3):  # the right shape, the wrong first item
+        returned = f"a {len(made)}-tuple whose first item is a {type(made[0]).__name__}"
     raise UsageError(
-        f"{target}: the factory returned {type(made).__name__}, not a torch.nn.Module, "
+        f"{target}: the factory returned {returned}, not a torch.nn.Module, "
         "(module, example_inputs) or (module, example_inputs, dynamic_axes)"
     )
 

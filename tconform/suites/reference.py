@@ -191,10 +191,11 @@ class ReferenceSuite(Suite):
         else:
             jobs = [ExportJob(case, settings, subject.artifacts_dir) for case in rest]
             extra = f" + {len(doc_jobs)} for the document checks" if doc_jobs else ""
-            progress(
-                f"models: {len(jobs)}{extra}, exported where not current, in "
-                f"{subject.artifacts_dir}"
-            )
+            if jobs or doc_jobs:  # every model given (--model): nothing to export, nothing to say
+                progress(
+                    f"models: {len(jobs)}{extra}, exported where not current, in "
+                    f"{subject.artifacts_dir}"
+                )
             records = _export(jobs + doc_jobs, progress)
             for case, record in zip(rest, records[: len(rest)], strict=True):
                 chosen[case.name] = model_from_record(case, record)

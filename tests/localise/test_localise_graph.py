@@ -58,6 +58,13 @@ def test_scopes_from_dynamo_metadata_and_torchscript_names():
     # a second call of one module is the module's name numbered
     assert torchscript_scope("/act_1/Relu", modules) == (("", "act"), (0, 1))
     assert torchscript_scope("/Add", modules) == (("",), (0,))
+    # a module called by its grandparent, past one never called (OPTForCausalLM calls
+    # self.model.decoder): the one deeper module of that name, never a guess among several
+    modules = {"", "model", "model.model", "model.model.decoder", "model.model.decoder.fc"}
+    found = torchscript_scope("/model/decoder/fc/Gemm", modules)
+    assert found == (("", "model", "model.model.decoder", "model.model.decoder.fc"), (0,) * 4)
+    found = torchscript_scope("/model/fc/Gemm", {*modules, "model.head", "model.head.fc"})
+    assert found == (("", "model"), (0, 0))
     assert torchscript_scope("Identity_3", modules) is None
 
 

@@ -32,6 +32,9 @@ def wrong_shape():
 def not_a_module():
     return "a string"
 
+def string_and_inputs():
+    return "not a module", torch.randn(2, 4)
+
 def unexportable():
     return Branchy(), torch.randn(3)
 
@@ -82,6 +85,7 @@ def _one_line_exit_2(code: int, out: str, err: str, *needles: str) -> None:
         ("missing", ["has no attribute 'missing'"]),
         ("not_callable", ["int is not callable"]),
         ("not_a_module", ["returned str, not a torch.nn.Module"]),
+        ("string_and_inputs", ["returned a 2-tuple whose first item is a str, not a torch"]),
         ("module_only", ["returned only a module; pass --inputs"]),
         ("wrong_shape", ["the module rejects its inputs: RuntimeError: mat1 and mat2 shapes"]),
         ("with_cache", ["output cache is a DynamicCache", "use_cache=False"]),
