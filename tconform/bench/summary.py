@@ -10,6 +10,7 @@ from __future__ import annotations
 from tconform.bench.engines import BASELINE, GRAPH_VARIANTS
 from tconform.results import Status
 from tconform.runtimes import RUNTIMES, runtime_class
+from tconform.runtimes.specs import base_name
 
 EAGER = "torch"  # torch eager float32: the peer every ratio starts from
 
@@ -39,7 +40,8 @@ def best_variants(rows: list[dict]) -> list[dict]:
     summary = []
     for key in dict.fromkeys(_key(r) for r in passed):
         of_key = {r["engine"]: r for r in passed if _key(r) == key}
-        variants = [of_key[e] for e in GRAPH_VARIANTS if e in of_key]
+        # each graph variant, on the installed runtime or on a release of it (ENGINE==VERSION)
+        variants = [r for e, r in of_key.items() if base_name(e) in GRAPH_VARIANTS]
         if not variants:
             continue
         best = min([v for v in variants if _verified(v)] or variants, key=lambda r: r["p50_ms"])

@@ -37,6 +37,13 @@ def test_the_fastest_variant_and_its_gain_over_plain():
     assert "best onnxruntime-sdpa" in line and "1.25x faster than plain" in line
 
 
+def test_a_release_of_a_variant_can_be_the_best():
+    rows = [row("onnxruntime", 1.18), row("onnxruntime==1.20.1", 1.10), row("torch", 2.0)]
+    (best,) = best_variants(rows)
+    assert best["best_engine"] == "onnxruntime==1.20.1"
+    assert best["gain_over_plain"] == pytest.approx(1.18 / 1.10, abs=1e-3)
+
+
 def test_one_entry_per_shape_and_none_without_an_onnx_runtime_row():
     rows = [row("onnxruntime", 5.0), row("onnxruntime", 50.0, batch=8), row("torch", 9.0, batch=4)]
     summary = best_variants(rows)
