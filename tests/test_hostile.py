@@ -985,20 +985,20 @@ PLANTED = [
         ("check", T(), "--repro", "{user}/b"),
         "b/bundle.json: missing, or not written by",
         then(
-            write_file("b/bundle.json", '{"tool": "tconform localise --repro"}'),
+            write_file("b/bundle.json", '{"tool": "tconform check --repro"}'),
             write_file("b/notes.txt"),
         ),
     ),
     Planted(
         "repro-notes-added-to-a-bundle",
         ("check", T(), "--repro", "{user}/b"),
-        "b/NOTES.md: not a file tconform localise --repro wrote there",
+        "b/NOTES.md: not a file tconform check --repro wrote there",
         then(earlier_bundle, write_file("b/NOTES.md")),
     ),
     Planted(
         "repro-folder-added-to-a-bundle",
         ("check", T(), "--repro", "{user}/b"),
-        "b/mine: a folder tconform localise --repro did not write there",
+        "b/mine: a folder tconform check --repro did not write there",
         then(earlier_bundle, make_folder("b/mine")),
     ),
     Planted(
@@ -1034,7 +1034,7 @@ PLANTED = [
             write_file(
                 "b/bundle.json",
                 json.dumps(
-                    {"tool": "tconform localise --repro", "files": {"../notes.txt": "0" * 64}}
+                    {"tool": "tconform check --repro", "files": {"../notes.txt": "0" * 64}}
                 ),
             ),
         ),
@@ -1467,7 +1467,7 @@ def test_repro_replaces_only_its_own_bundle_and_refuses_anything_else_before_the
     before = tree(ws["user"].parent)
     code, out, err = cli(*args)
     assert code == EXIT_USAGE
-    assert_one_line(code, out, err, "b/NOTES.md: not a file tconform localise --repro wrote")
+    assert_one_line(code, out, err, "b/NOTES.md: not a file tconform check --repro wrote")
     data = strict_json(report)
     assert data["results"] == [] and data["error"]["exit_code"] == EXIT_USAGE  # nothing ran
     after = tree(ws["user"].parent)
