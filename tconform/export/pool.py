@@ -171,9 +171,14 @@ def _export_in_workers(keys: list[str], first: dict[str, ExportJob], count: int)
                 yield key, pending.pop(key).get()
             if not done:
                 next(iter(pending.values())).wait(0.2)
-        pool.close()
-    finally:
+    except BaseException:
         pool.terminate()
+        raise
+    finally:
+        # after the work, the workers finish on their own: terminating them mid-exit leaves
+        # their interpreter's semaphores registered with the resource tracker, which then
+        # warns of a leak at this process's exit
+        pool.close()
         pool.join()
 
 
