@@ -125,6 +125,7 @@ def _settings(
 ) -> dict[str, object]:
     """What the run's report records of how it was made, beside the suite's own."""
     units = planned.units
+    position = {u.id: n for n, u in enumerate(units)}
     axes = request.axes
     return {
         "eps": list(request.runtimes.eps),
@@ -138,5 +139,7 @@ def _settings(
             "sha256": digest(u.id for u in units),
             "shard": f"{request.shard[0]}/{request.shard[1]}" if request.shard else None,
             "ids": [u.id for u in mine],
+            # each one's place in the whole run: `report merge` lists shards' results in it
+            "positions": [position[u.id] for u in mine],
         },
     }

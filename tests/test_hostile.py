@@ -1033,9 +1033,7 @@ PLANTED = [
             earlier_bundle,
             write_file(
                 "b/bundle.json",
-                json.dumps(
-                    {"tool": "tconform check --repro", "files": {"../notes.txt": "0" * 64}}
-                ),
+                json.dumps({"tool": "tconform check --repro", "files": {"../notes.txt": "0" * 64}}),
             ),
         ),
     ),

@@ -4,7 +4,8 @@ among them), made one report.
 The shards must come from the same goldens (golden manifest sha256), the same tconform version
 and the same unit list (its sha256, tconform.units.digest), and together hold every unit exactly
 once; anything else is an input error naming the first problem. The merged report is what one
-full run would have written: the same results unit for unit, so the same exit code.
+full run would have written: the same results unit for unit, in the run's order (each shard
+records its units' places), so the same exit code.
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ def read_shard(path: Path) -> dict:
         and isinstance(units.get("sha256"), str)
     ):
         raise UsageError(f"{path}: settings.units needs string ids, an integer total and a sha256")
+    positions = units.get("positions")
+    if positions is not None and not (
+        isinstance(positions, list)
+        and len(positions) == len(units["ids"])
+        and all(type(p) is int and 0 <= p < units["total"] for p in positions)
+    ):
+        raise UsageError(
+            f"{path}: settings.units.positions needs one place in the run (0..total-1) per id"
+        )
     error = data.get("error")
     if error is not None and not (
         isinstance(error, dict)
@@ -129,6 +139,21 @@ def _missing_shards(shards: list) -> str:
     return f"the reports hold shards {', '.join(sorted(held))}"
 
 
+def _in_run_order(merged: RunReport, reports: list[tuple[Path, dict]]) -> None:
+    """The merged units and results in the order the whole run lists them, where every shard
+    recorded its units' places (a report of an older tconform did not: shard order then)."""
+    place: dict[str, int] = {}
+    for _, data in reports:
+        units = data["settings"]["units"]
+        place.update(zip(units["ids"], units.get("positions") or [], strict=False))
+    held = merged.settings["units"]
+    if len(place) != len(held["ids"]):
+        return
+    held["ids"] = sorted(held["ids"], key=place.__getitem__)
+    held["positions"] = sorted(place.values())
+    merged.results.sort(key=lambda result: place[result_unit(result)])  # stable: within a unit
+
+
 def merge(paths: list[Path]) -> RunReport:
     """One report from shard reports (see the module docstring)."""
     reports = [(path, read_shard(path)) for path in paths]  # a path given twice: duplicates
@@ -154,7 +179,11 @@ def merge(paths: list[Path]) -> RunReport:
     merged = RunReport("verify")
     merged.settings = {
         **first["settings"],
-        "units": {**expected, "shard": None, "ids": list(owner)},
+        "units": {
+            **{k: v for k, v in expected.items() if k != "positions"},
+            "shard": None,
+            "ids": list(owner),
+        },
         "runtimes": runtimes,
     }
     merged.details["shards"] = [
@@ -174,6 +203,7 @@ def merge(paths: list[Path]) -> RunReport:
                 "message": f"shard {shard} ({path}): {data['error']['message']}",
                 "exit_code": data["error"]["exit_code"],
             }
+    _in_run_order(merged, reports)
     why = unchecked_models(merged.results)  # as the whole run would have ended
     if why and merged.error is None:
         merged.error = {"message": why, "exit_code": EXIT_EP_UNAVAILABLE}

@@ -19,6 +19,11 @@ pytestmark = pytest.mark.unit
         ({"tool": "tconform", "command": "verify", "results": [], "settings": {}},
          "records no work units"),
         ([1, 2], "a JSON object is expected"),
+        (
+            {"tool": "tconform", "command": "verify", "results": [], "settings": {"units": {
+                "ids": ["a", "b"], "total": 2, "sha256": "0", "positions": [0, 2]}}},
+            "positions needs one place in the run",
+        ),
     ],
 )  # fmt: skip
 def test_read_shard_refuses_with_the_reason(tmp_path, content, says):

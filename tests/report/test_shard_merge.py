@@ -70,6 +70,9 @@ def test_three_shards_merged_equal_the_full_run(cli, small):
     merged = json.loads((small / "merged.json").read_text())
     assert full_code == 3 and code == full_code == merged["exit_code"], err
     assert _units(merged) == _units(full)
+    # in the whole run's order, units and results both
+    assert merged["settings"]["units"]["ids"] == full["settings"]["units"]["ids"]
+    assert list(_units(merged)) == list(_units(full))
     assert len(merged["results"]) == full["settings"]["units"]["total"] == len(full["results"])
     assert "unavailable" in (small / "merged.md").read_text()
     assert (small / "merged.xml").read_text().count("<testcase") == len(full["results"])
