@@ -139,6 +139,8 @@ def files_not_listed(folder: Path) -> list[str]:
 MAX_MARKER_BYTES = 2**20  # a marker lists a few files
 BUNDLE_MARKER = "bundle.json"  # a repro bundle's marker (tconform.localise.isolate writes it)
 BUNDLE_TOOL = "tconform check --repro"
+# What earlier releases wrote as the marker's tool: their bundles are still tconform's own.
+_EARLIER_TOOLS = {BUNDLE_TOOL: ("tconform localise --repro",)}
 
 
 def _listed_files(folder: Path, marker: str, tool: str) -> dict[str, str] | None:
@@ -153,7 +155,7 @@ def _listed_files(folder: Path, marker: str, tool: str) -> dict[str, str] | None
     except UsageError:
         return None
     files = data.get("files")
-    if data.get("tool") != tool or not isinstance(files, dict):
+    if data.get("tool") not in (tool, *_EARLIER_TOOLS.get(tool, ())) or not isinstance(files, dict):
         return None
     for rel, digest in files.items():
         name = PurePosixPath(rel)

@@ -1,0 +1,34 @@
+"""Folders tconform writes whole: what counts as a bundle it wrote, as it wrote it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from tconform.folders import BUNDLE_MARKER, BUNDLE_TOOL, not_written_whole
+
+pytestmark = pytest.mark.unit
+
+
+def _bundle(folder, tool: str) -> None:
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes(b"graph")
+    digest = hashlib.sha256(b"graph").hexdigest()
+    marker = {"tool": tool, "files": {"model.onnx": digest}}
+    (folder / BUNDLE_MARKER).write_text(json.dumps(marker))
+
+
+@pytest.mark.parametrize("tool", [BUNDLE_TOOL, "tconform localise --repro"])
+def test_a_bundle_of_this_or_an_earlier_release_is_tconforms_own(tmp_path, tool):
+    _bundle(tmp_path / "b", tool)  # the earlier release named the marker's tool so
+    assert not_written_whole(tmp_path / "b", BUNDLE_MARKER, BUNDLE_TOOL) is None
+
+
+def test_another_tools_marker_or_an_added_file_is_not(tmp_path):
+    _bundle(tmp_path / "other", "somebody else's tool")
+    assert "not written by" in not_written_whole(tmp_path / "other", BUNDLE_MARKER, BUNDLE_TOOL)
+    _bundle(tmp_path / "b", BUNDLE_TOOL)
+    (tmp_path / "b" / "NOTES.md").write_text("mine")
+    assert "NOTES.md: not a file" in not_written_whole(tmp_path / "b", BUNDLE_MARKER, BUNDLE_TOOL)
