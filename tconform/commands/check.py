@@ -74,7 +74,7 @@ def _provenance(results, settings) -> str:
     "a longer sequence, nor batch consistency).",
 )
 @runtime_options("runtime", "ep", "threads", "allow_missing_ep", "strict_placement", "no_torch")
-@axes_options("auto, 18, float32, all")
+@axes_options("{}", exporters="auto", opsets="18", dtypes="float32", graph_opts="all")
 @tolerance_options()
 @click.option(
     "--model",

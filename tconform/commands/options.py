@@ -763,9 +763,10 @@ class AxesChoice:
                 raise click.UsageError(f"{flag} lists several values: add --matrix")
 
 
-def axes_options(help_default: str):
+def axes_options(help_default: str, **defaults: str):
     """--matrix and the axes (--exporter, --opset, --dtype, --graph-opts), received by the
-    command as one `axes` (an AxesChoice)."""
+    command as one `axes` (an AxesChoice); each axis's help shows `help_default` with the
+    axis's own default (`defaults`, by Axes field) in place of {}."""
 
     def decorate(command):
         @functools.wraps(command)
@@ -780,7 +781,7 @@ def axes_options(help_default: str):
                 flag,
                 name,
                 type=MATRIX_AXES[name],
-                help=f"Axis: {what}, a comma list [{help_default}].",
+                help=f"Axis: {what}, a comma list [{help_default.format(defaults[name])}].",
             )(with_axes)
         return click.option(
             "--matrix",

@@ -63,7 +63,10 @@ from tconform.commands.run import run_and_report, writes_report
 )
 @generation_golden_option()
 @shard_option()
-@axes_options("the artifacts folder's own; dynamo, 18, float32, all for a new one")
+@axes_options(
+    "the artifacts folder's own; {} for a new one",
+    exporters="dynamo", opsets="18", dtypes="float32", graph_opts="all",
+)  # fmt: skip
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
 def verify(
