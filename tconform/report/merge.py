@@ -149,6 +149,11 @@ def _in_run_order(merged: RunReport, reports: list[tuple[Path, dict]]) -> None:
     held = merged.settings["units"]
     if len(place) != len(held["ids"]):
         return
+    if sorted(place.values()) != list(range(held["total"])):
+        raise UsageError(
+            "settings.units.positions: the reports do not give each of the run's "
+            f"{held['total']} units a place of its own"
+        )
     held["ids"] = sorted(held["ids"], key=place.__getitem__)
     held["positions"] = sorted(place.values())
     merged.results.sort(key=lambda result: place[result_unit(result)])  # stable: within a unit

@@ -79,7 +79,8 @@ class OrtRuntime(Runtime):
             "spinning",
             "--spinning",
             "Let ONNX Runtime's intra-op threads busy-wait between kernels "
-            f"({SPINNING}) [ONNX Runtime's default: on; bench: off, for shared machines].",
+            f"({SPINNING}) [ONNX Runtime's default: on, bench's too; --no-spinning on a shared "
+            "machine].",
         ),
         RuntimeOption(
             "flush_denormals",

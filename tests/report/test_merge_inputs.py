@@ -138,9 +138,9 @@ def test_shard_counts_in_a_report_are_read_as_ascii_digits_and_cost_nothing():
     assert _missing_shards(["²/3", "1/3"]) == "the reports hold shards 1/3, ²/3"
 
 
-def _two_shards(tmp_path, first: dict, second: dict) -> list:
+def _two_shards(tmp_path, first: dict, second: dict, places: tuple = ()) -> list:
     """Two one-unit shards of one two-unit run, recording `first` and `second` as the
-    settings of their runtimes."""
+    settings of their runtimes, and `places` as their units' places in the run."""
     from tconform.units import digest
 
     units = [f"norm/dynamo-opset18-float32-all/ort-cpu/test_data_set_{n}" for n in (0, 1)]
@@ -151,6 +151,8 @@ def _two_shards(tmp_path, first: dict, second: dict) -> list:
             "ids": [unit], "total": 2, "sha256": digest(units), "shard": f"{k}/2"
         }  # fmt: skip
         report["settings"]["runtimes"] = runtimes
+        if places:
+            report["settings"]["units"]["positions"] = [places[k - 1]]
         report["results"][0].update(unit=unit, input_set=unit.rsplit("/", 1)[1])
         paths.append(tmp_path / f"s{k}.json")
         paths[-1].write_text(json.dumps(report))
@@ -164,3 +166,12 @@ def test_shards_whose_runtime_ran_with_other_settings_are_not_one_run(tmp_path):
     torch = {"torch": {"threads": 0}}  # a runtime only one shard ran is that shard's
     merged = merge(_two_shards(tmp_path, one, {**one, **torch}))
     assert merged.settings["runtimes"] == {**one, **torch}
+
+
+def test_merged_units_take_their_places_in_the_run_and_no_place_twice(tmp_path):
+    merged = merge(_two_shards(tmp_path, {}, {}, places=(1, 0)))  # shard 2 held the first
+    ids = merged.settings["units"]["ids"]
+    assert ids[0].endswith("test_data_set_1") and merged.settings["units"]["positions"] == [0, 1]
+    assert [r.input_set for r in merged.results] == ["test_data_set_1", "test_data_set_0"]
+    with pytest.raises(UsageError, match="a place of its own"):
+        merge(_two_shards(tmp_path, {}, {}, places=(0, 0)))
