@@ -44,8 +44,8 @@ class ShapeType(click.ParamType):
             self.fail(f"{value!r:.60} is not BATCHxSEQ (e.g. 8x128)", param, ctx)
         # more than nine digits is out of range, and never handed to int() (which refuses
         # over 4300 digits)
-        digits = [group if len(group) <= 9 else "0" for group in found.groups()]
-        batch, seq = int(digits[0]), int(digits[1])
+        too_long = any(len(group) > 9 for group in found.groups())
+        batch, seq = (0, 0) if too_long else (int(found.group(1)), int(found.group(2)))
         if not 1 <= batch <= MAX_BATCH or seq < 1:
             self.fail(
                 f"{value!r:.60}: batch must be 1..{MAX_BATCH} and sequence 1..999999999", param, ctx

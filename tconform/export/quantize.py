@@ -63,22 +63,22 @@ def quantize_int8(source: Path, target: Path, exclude: Sequence[str] = ()) -> No
 
     settings = dict(INT8_QUANTIZATION)
     weight_type = getattr(QuantType, str(settings.pop("weight_type")))
-    exclude = [*exclude, *_onnx_attention_nodes(source)]
+    graph = onnx.load(str(source), load_external_data=False).graph
+    exclude = [*exclude, *_onnx_attention_nodes(graph)]
     with quiet_quantizer():
         quantize_dynamic(
             source, target, weight_type=weight_type, nodes_to_exclude=exclude, **settings
         )
     model = onnx.load(str(target))
-    restore_scopes(model.graph, onnx.load(str(source), load_external_data=False).graph)
+    restore_scopes(model.graph, graph)
     onnx.save(model, str(target))
 
 
-def _onnx_attention_nodes(source: Path) -> list[str]:
+def _onnx_attention_nodes(graph: onnx.GraphProto) -> list[str]:
     """The names of ONNX's own `Attention` nodes (opset 23, the sdpa export). quantize_dynamic
     matches op types without their domain and rewrites such a node as ONNX Runtime's contrib
     QAttention, which has other inputs and attributes and does not load; left alone, the node
     stays float32 like the rest of attention and its projections are quantised as usual."""
-    graph = onnx.load(str(source), load_external_data=False).graph
     onnx_ops = ("", "ai.onnx")
     # an unnamed node cannot be excluded by name ("" would exclude every unnamed node)
     return [

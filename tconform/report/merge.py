@@ -155,7 +155,7 @@ def _in_run_order(merged: RunReport, reports: list[tuple[Path, dict]]) -> None:
             f"{held['total']} units a place of its own"
         )
     held["ids"] = sorted(held["ids"], key=place.__getitem__)
-    held["positions"] = sorted(place.values())
+    held["positions"] = list(range(held["total"]))
     merged.results.sort(key=lambda result: place[result_unit(result)])  # stable: within a unit
 
 
