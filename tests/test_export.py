@@ -139,3 +139,23 @@ def test_identical_models_in_two_folders_are_exported_once_and_copied(tmp_path, 
     reused, third = export_jobs([ExportJob(case, settings, a), ExportJob(case, settings, c)])
     assert reused.cached and len(exports) == 1
     assert third.location == str(c / "norm" / "model.onnx") and third.sha256 == first.sha256
+
+
+def test_workers_are_kept_between_calls_and_relative_folders_follow_the_caller(
+    tmp_path, monkeypatch
+):
+    """A second call reuses the first's warm worker processes, and a relative folder means
+    the folder the caller is in now, not where the workers were started."""
+    settings = ExportSettings(TINY, exporter="torchscript")
+    names = ("norm", "feed_forward")
+    jobs = [ExportJob(registry.get_case(n), settings, tmp_path / "a") for n in names]
+    export_jobs(jobs, workers=2)
+    workers = {p.pid for p in pool._Workers.pool._pool}
+    monkeypatch.chdir(tmp_path / "a")
+    others = ("embedding", "output_head")  # not current anywhere: both exported by workers
+    later = [ExportJob(registry.get_case(n), settings, pool.Path("b")) for n in others]
+    records = export_jobs(later, workers=2)
+    assert {p.pid for p in pool._Workers.pool._pool} == workers
+    assert not any(r.cached for r in records)
+    assert [r.location for r in records] == [str(pool.Path("b", n, "model.onnx")) for n in others]
+    assert all((tmp_path / "a" / "b" / n / "model.onnx").is_file() for n in others)

@@ -2,13 +2,15 @@
 
 A model whose cache key and bytes match its manifest is reused; one current in another folder is
 copied; the rest are exported, each distinct key once, biggest graphs first, in worker processes
-that are spawned (forking after torch starts its threads can hang) and end with this process.
+that are spawned (forking after torch starts its threads can hang), kept for the next call (their
+torch and exporter warm) and end with this process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -32,8 +34,12 @@ from tconform.registry import Case
 from tconform.spawning import children_import_this_tconform
 
 
-def _export_by_name(name: str, settings: ExportSettings, out_dir: Path) -> ExportRecord:
-    """An export worker's job: cases do not pickle, so workers find them by name."""
+def _export_by_name(
+    name: str, settings: ExportSettings, out_dir: Path, folder: str
+) -> ExportRecord:
+    """An export worker's job: cases do not pickle, so workers find them by name; relative
+    paths mean what they mean in the calling process's current `folder`."""
+    os.chdir(folder)
     return export_case(registry.exportable_case(name), settings, out_dir)
 
 
@@ -136,10 +142,73 @@ def _settle_jobs(jobs, folders, on_done, force, workers) -> list[ExportRecord]:
     return [records[n] for n in range(len(jobs))]
 
 
+class _Workers:
+    """The export worker processes of this process, kept between calls: a worker pays for
+    importing torch and warming its exporter (seconds) once, not once per call. They end with
+    this process; on an error, Ctrl-C or SIGTERM during a call they are terminated, and the
+    next call spawns new ones."""
+
+    pool = None
+    count = 0
+
+    @classmethod
+    def get(cls, count: int):
+        if cls.pool is not None and cls.count == count:
+            return cls.pool
+        cls.close()
+        cls.pool, cls.count = _spawn_pool(count), count
+        return cls.pool
+
+    @classmethod
+    def close(cls) -> None:
+        """Close and join: with nothing pending the workers finish on their own, whereas
+        terminating them mid-exit leaves their interpreter's semaphores registered with the
+        resource tracker, which then warns of a leak at this process's exit."""
+        if cls.pool is not None:
+            cls.pool.close()
+            cls.pool.join()
+            cls.pool = None
+
+    @classmethod
+    def terminate(cls) -> None:
+        if cls.pool is not None:
+            cls.pool.terminate()
+            cls.pool.join()
+            cls.pool = None
+
+
+# At exit, before the pool's own finalizer (priority 15) would terminate them, also in a
+# process that multiprocessing started (which runs its finalizers before atexit's hooks).
+multiprocessing.util.Finalize(None, _Workers.close, exitpriority=20)
+
+
 def _export_in_workers(keys: list[str], first: dict[str, ExportJob], count: int):
-    """(key, record) as each export finishes, from `count` worker processes that end with
-    this process: on an error, Ctrl-C or SIGTERM the pool is terminated before it propagates,
-    and a worker whose parent dies (even by SIGKILL) exits on its own."""
+    """(key, record) as each export finishes, from `count` worker processes (kept for the
+    next call): on an error, Ctrl-C or SIGTERM they are terminated before it propagates, and a
+    worker whose parent dies (even by SIGKILL) exits on its own."""
+    pool = _Workers.get(count)
+    folder = os.getcwd()  # the workers' own is the one they were spawned in
+    try:
+        pending = {
+            key: pool.apply_async(
+                _export_by_name,
+                (first[key].case.name, first[key].settings, first[key].out_dir, folder),
+            )
+            for key in keys
+        }
+        while pending:
+            done = [key for key, result in pending.items() if result.ready()]
+            for key in done:
+                yield key, pending.pop(key).get()
+            if not done:
+                next(iter(pending.values())).wait(0.2)
+    except BaseException:
+        _Workers.terminate()
+        raise
+
+
+def _spawn_pool(count: int):
+    """`count` spawned worker processes that leave Ctrl-C to this one."""
     context = multiprocessing.get_context("spawn")  # fork after torch starts threads can hang
     # Ctrl-C reaches the whole process group, and only the parent should act on it, by
     # terminating the pool. Workers start with SIGINT ignored (an ignored signal stays ignored
@@ -153,33 +222,11 @@ def _export_in_workers(keys: list[str], first: dict[str, ExportJob], count: int)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with children_import_this_tconform():
-            pool = context.Pool(count, initializer=_worker_init, initargs=(os.getpid(),))
+            return context.Pool(count, initializer=_worker_init, initargs=(os.getpid(),))
     finally:
         signal.signal(signal.SIGINT, previous)
         if blocking:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    try:
-        pending = {
-            key: pool.apply_async(
-                _export_by_name, (first[key].case.name, first[key].settings, first[key].out_dir)
-            )
-            for key in keys
-        }
-        while pending:
-            done = [key for key, result in pending.items() if result.ready()]
-            for key in done:
-                yield key, pending.pop(key).get()
-            if not done:
-                next(iter(pending.values())).wait(0.2)
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        # after the work, the workers finish on their own: terminating them mid-exit leaves
-        # their interpreter's semaphores registered with the resource tracker, which then
-        # warns of a leak at this process's exit
-        pool.close()
-        pool.join()
 
 
 def _worker_init(parent_pid: int) -> None:
