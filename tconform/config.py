@@ -29,6 +29,13 @@ ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 # float16 and bfloat16 trace the module in that type, int8 and int4 quantise the float32 export.
 ModelDtype = Literal["float32", "float16", "bfloat16", "int8", "int4"]
 MODEL_DTYPES: tuple[str, ...] = get_args(ModelDtype)
+# A user's model's dtypes made with a precision plan (tconform check) -> the dtype they are in.
+PLANNED_DTYPES = {"float16-planned": "float16", "int8-planned": "int8"}
+# The exporters and the opsets each reaches (names and numbers only: the command line offers
+# them without importing torch).
+EXPORTERS = ("dynamo", "torchscript")
+MAX_OPSET = {"dynamo": 23, "torchscript": 20}  # the TorchScript exporter stops at opset 20
+OPSETS = tuple(range(17, max(MAX_OPSET.values()) + 1))
 
 # Where each variant option comes from in the documents: the record behind the README's table of
 # variant options ("The reference model and its variant options"); tests/test_config.py checks

@@ -17,8 +17,9 @@ def _imports_torch(code: str, cwd) -> bool:
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=cwd, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert done.stdout.strip() in ("True", "False"), done.stdout + done.stderr
-    return done.stdout.strip() == "True"
+    last = done.stdout.strip().splitlines()[-1:]  # after what the command printed
+    assert last in (["True"], ["False"]), done.stdout + done.stderr
+    return last == ["True"]
 
 
 @pytest.mark.unit
@@ -32,17 +33,37 @@ def test_the_command_lines_runtime_options_import_no_torch(tmp_path):
     assert not _imports_torch(code, tmp_path)
 
 
+FACTORIES = """
+import sys
+
+import torch
+
+
+def ends_early():
+    sys.exit(0)
+
+
+def linear():
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 2), (torch.randn(2, 4),)
+"""
+
+
 @pytest.mark.integration
-def test_the_check_parent_never_imports_torch(tmp_path):
-    """The check of a factory that exits at once: the child imports torch, the parent not."""
-    (tmp_path / "ends_early.py").write_text("import sys\n\ndef make():\n    sys.exit(0)\n")
-    code = """
+@pytest.mark.parametrize(
+    ("target", "code"), [("ends_early", 2), ("linear", 0)], ids=["ends-early", "passes"]
+)
+def test_the_check_parent_never_imports_torch(tmp_path, target, code):
+    """The child imports torch, the parent not: when the factory exits at once, and when the
+    check passes and its table is rendered."""
+    (tmp_path / "factories.py").write_text(FACTORIES)
+    script = f"""
         import sys
         from tconform.cli import main
         try:
-            main(["check", "ends_early:make", "-q"])
+            main(["check", "factories:{target}", "--exporter", "torchscript", "-q"])
         except SystemExit as exc:
-            assert exc.code == 2, exc.code
+            assert exc.code == {code}, exc.code
         print("torch" in sys.modules)
     """
-    assert not _imports_torch(code, tmp_path)
+    assert not _imports_torch(script, tmp_path)

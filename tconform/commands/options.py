@@ -19,7 +19,17 @@ from pathlib import Path
 
 import click
 
-from tconform.config import ATTENTION_KERNELS, DEFAULT_PRESET, DEFAULT_SEED, MAX_SEED, PRESETS
+from tconform.config import (
+    ATTENTION_KERNELS,
+    DEFAULT_PRESET,
+    DEFAULT_SEED,
+    EXPORTERS,
+    MAX_SEED,
+    MODEL_DTYPES,
+    OPSETS,
+    PLANNED_DTYPES,
+    PRESETS,
+)
 from tconform.errors import UsageError
 from tconform.files import require_name_fits, require_utf8_name, resolved, shown
 from tconform.runtimes import MAX_THREADS
@@ -695,20 +705,6 @@ def shard_option():
 # --- the matrix axes -------------------------------------------------------------------------
 
 
-def _export():
-    import tconform.export
-
-    return tconform.export
-
-
-def _planned():
-    """A user's model's dtypes made with a precision plan (check; not applicable to verify's
-    cases, which say why)."""
-    from tconform.module_check.convert import PLANNED
-
-    return PLANNED
-
-
 def _providers():
     import tconform.runtimes.providers
 
@@ -717,9 +713,9 @@ def _providers():
 
 # tconform.request.Axes field -> its comma-list type (the pytest plugin converts with them too)
 MATRIX_AXES = {
-    "exporters": CommaList(lambda: (*_export().EXPORTERS, "auto")),
-    "opsets": CommaList(lambda: _export().OPSETS, int),
-    "dtypes": CommaList(lambda: [*_export().DTYPES, *_planned()]),
+    "exporters": CommaList(lambda: (*EXPORTERS, "auto")),
+    "opsets": CommaList(lambda: OPSETS, int),
+    "dtypes": CommaList(lambda: [*MODEL_DTYPES, *PLANNED_DTYPES]),
     "graph_opts": CommaList(lambda: list(_providers().GRAPH_OPT_LEVELS)),
 }
 # option -> (Axes field, what the axis is)

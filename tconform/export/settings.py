@@ -16,15 +16,19 @@ from pathlib import Path
 
 import torch
 
-from tconform.config import ATTENTION_KERNELS, MODEL_DTYPES, ModelConfig
+from tconform.config import (
+    ATTENTION_KERNELS,
+    EXPORTERS,
+    MAX_OPSET,
+    MODEL_DTYPES,
+    OPSETS,
+    ModelConfig,
+)
 from tconform.errors import UsageError
 from tconform.registry import Case
 from tconform.versions import library_versions
 from tconform.weights import DEFAULT_SEED, read_record, same_weights_config
 
-EXPORTERS = ("dynamo", "torchscript")
-MAX_OPSET = {"dynamo": 23, "torchscript": 20}  # the TorchScript exporter stops at opset 20
-OPSETS = tuple(range(17, max(MAX_OPSET.values()) + 1))
 # A model's dtype -> the torch dtype its module is traced in. float16 and bfloat16 are the
 # module in that type (weights, activations, inputs and outputs: what `module.to(dtype)` and
 # torch.onnx.export give a user); int8 is the float32 export quantised by ONNX Runtime's

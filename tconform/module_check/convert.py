@@ -18,14 +18,14 @@ from pathlib import Path
 
 import onnx
 
+from tconform.config import PLANNED_DTYPES
 from tconform.errors import UsageError, first_line
 from tconform.export.quantize import quantize_int8, quiet_quantizer, restore_scopes
 from tconform.files import atomic_write_bytes
 
 CONVERTED = ("float16", "int8")  # made from the float32 export; the others exported
-# Converted with a precision plan (tconform.module_check.precision_plan): dtype -> its precision
-PLANNED = {"float16-planned": "float16", "int8-planned": "int8"}
-DTYPES = ("float32", "float16", "bfloat16", "int8", *PLANNED)  # a user's model's dtype axis
+# with PLANNED_DTYPES, converted with a precision plan (tconform.module_check.precision_plan)
+DTYPES = ("float32", "float16", "bfloat16", "int8", *PLANNED_DTYPES)  # a user's model's dtype axis
 
 
 def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> None:

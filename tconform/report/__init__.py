@@ -52,14 +52,13 @@ class RunReport:
 
         if not self.results:
             return ""
-        from tconform.localise import render as render_localisation
         from tconform.report.pivot import render_with_pivot
 
         # a matrix run: its pivot of cases x cells too
         rows = render_with_pivot(self.results) if self.settings.get("matrix") else None
         parts = [
             rows or table.render(self.results),
-            *map(render_localisation, self.localisations),
+            *_rendered_localisations(self.localisations),
             *(f"versions: {parting.verdict}" for parting in self.partings),
             self.versions_text(),
         ]
@@ -84,3 +83,13 @@ class RunReport:
 
 
 __all__ = ["FORMATS", "RunReport", "write_reports"]
+
+
+def _rendered_localisations(localisations: list) -> list[str]:
+    """Each localisation as text; tconform.localise (which imports torch, seconds in a
+    command's own process) only where there is one."""
+    if not localisations:
+        return []
+    from tconform.localise import render
+
+    return [render(localisation) for localisation in localisations]

@@ -24,6 +24,7 @@ from torch import nn
 
 from tconform.check_folder import require_repro_folder
 from tconform.compare import Tolerance, judge_outputs, tolerance_for, tolerance_value
+from tconform.config import PLANNED_DTYPES
 from tconform.errors import (
     EndedByUserCode,
     TconformError,
@@ -35,7 +36,7 @@ from tconform.execution import BatchRows, InputSet, Judge
 from tconform.golden import InputSet as ExpectedSet
 from tconform.localise import ISOLATE, Localisation, localise
 from tconform.models import ModelUnderTest, given_file
-from tconform.module_check.convert import CONVERTED, DTYPES, PLANNED, convert
+from tconform.module_check.convert import CONVERTED, DTYPES, convert
 from tconform.module_check.exporting import (
     EXPORTERS,
     check_opset,
@@ -323,20 +324,21 @@ class ModuleSuite(Suite):
         """The case's model in `cell`: exported into `folder`, or converted there from the
         float32 export of the cell's exporter and opset (with a precision plan, for the
         planned dtypes)."""
-        if cell.dtype in (*CONVERTED, *PLANNED):
+        if cell.dtype in (*CONVERTED, *PLANNED_DTYPES):
             float32 = replace(cell, dtype="float32")
             base = self._model(float32, self._cell_dir(float32), progress)
             require_own_export_folder(folder)
             folder.mkdir(parents=True, exist_ok=True)  # the quantiser writes no folder
             notes: tuple[str, ...] = ()
-            if cell.dtype in PLANNED:
-                notes = (self._plan(base.path, PLANNED[cell.dtype], folder, progress).summary,)
+            planned = PLANNED_DTYPES.get(cell.dtype)  # the precision a plan is made for
+            if planned:
+                notes = (self._plan(base.path, planned, folder, progress).summary,)
             else:
                 progress(f"{self.where}: converting to {cell.dtype} into {folder}")
                 convert(base.path, cell.dtype, folder / "model.onnx")
             record_own_files(folder)  # so that the next run may replace them
             model = replace(given_file(folder / "model.onnx", origin="exported"), notes=notes)
-            return _planned(model, PLANNED[cell.dtype]) if cell.dtype in PLANNED else model
+            return _planned(model, planned) if planned else model
         path = folder / "model.onnx"
         if path in self._exported:
             return self._exported[path]

@@ -20,6 +20,7 @@ from contextlib import ExitStack
 
 from tconform import doc, golden, registry
 from tconform.compare import judge_outputs, tolerance_for
+from tconform.config import PLANNED_DTYPES
 from tconform.errors import UsageError, first_line
 from tconform.execution import Judge, case_module
 from tconform.export import (
@@ -36,7 +37,6 @@ from tconform.folders import folder_lock
 from tconform.localise import Localisation
 from tconform.localise.registry_case import localise_case
 from tconform.models import ModelUnderTest, given_model, held_model, model_from_record
-from tconform.module_check.convert import PLANNED
 from tconform.plan import Lane, Progress, Suite, matrix_cells
 from tconform.registry import Case
 from tconform.request import Axes, References, Request
@@ -119,7 +119,7 @@ class ReferenceSuite(Suite):
         return [Cell(settings.exporter, settings.opset, settings.dtype, axes.graph_opts[0])]
 
     def not_applicable(self, cell: Cell) -> str:
-        if cell.dtype in PLANNED:
+        if cell.dtype in PLANNED_DTYPES:
             return (
                 f"{cell.dtype}: a precision plan is made for a user's module (tconform check), "
                 "from its float64 copy's run; tconform's own cases have none"
