@@ -33,6 +33,21 @@ def test_the_command_lines_runtime_options_import_no_torch(tmp_path):
     assert not _imports_torch(code, tmp_path)
 
 
+@pytest.mark.unit
+def test_a_bench_refused_for_its_options_writes_its_report_without_torch(tmp_path):
+    code = """
+        import sys
+        from tconform.cli import main
+        try:
+            main(["bench", "pkg.mod:make", "--input-set", "nonsense", "--json", "r.json"])
+        except SystemExit as exc:
+            assert exc.code == 2, exc.code
+        print("torch" in sys.modules)
+    """
+    assert not _imports_torch(code, tmp_path)
+    assert "no input set" in (tmp_path / "r.json").read_text()
+
+
 FACTORIES = """
 import sys
 

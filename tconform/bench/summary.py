@@ -7,7 +7,6 @@ tolerance row of the precision it computed in."""
 
 from __future__ import annotations
 
-from tconform.bench.engines import BASELINE, GRAPH_VARIANTS
 from tconform.results import Status
 from tconform.runtimes import RUNTIMES, runtime_class
 from tconform.runtimes.specs import base_name
@@ -36,6 +35,10 @@ def _key(row: dict) -> tuple:
 def best_variants(rows: list[dict]) -> list[dict]:
     """One entry per case, shape (or input set) and provider where a graph variant ran: the
     fastest whose outputs passed (else the fastest, and the entry says it is not verified)."""
+    # here, not at the top: a report of a run refused before it started (its options) is
+    # written without the engines' imports (torch among them, seconds)
+    from tconform.bench.engines import BASELINE, GRAPH_VARIANTS
+
     passed = [r for r in rows if r.get("status") == Status.PASS]
     summary = []
     for key in dict.fromkeys(_key(r) for r in passed):

@@ -31,6 +31,7 @@ import click
 from tconform.commands.options import (
     FiniteRange,
     FolderPath,
+    InputSetName,
     RegularFile,
     RuntimeCommand,
     ShapeType,
@@ -130,8 +131,8 @@ _DECODING_OPTIONS = (
 @click.option(
     "--input-set",
     "input_sets",
+    type=InputSetName(),
     multiple=True,
-    metavar="NAME",
     help="With PACKAGE.MODULE:FACTORY, time the model at this input set (repeatable): example "
     "(the factory's inputs), batch-1, batch-N, seq-N (made from them where the batch or "
     "sequence axis is free, as tconform check makes them), or all [example].",

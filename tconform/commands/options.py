@@ -63,6 +63,20 @@ class ShapeType(click.ParamType):
         return batch, seq
 
 
+class InputSetName(click.ParamType):
+    """An input set of a user's model, as tconform check names them: example, batch-N, seq-N
+    (made where the batch or sequence axis is free), or all. Whether the model has the one
+    named is known once its factory ran; a name of no input set is refused before that."""
+
+    name = "NAME"
+    NAMES = re.compile(r"example|all|(batch|seq)-[1-9][0-9]{0,8}")
+
+    def convert(self, value, param, ctx) -> str:
+        if not self.NAMES.fullmatch(str(value)):
+            self.fail(f"{value!r:.60} is no input set: example, batch-N, seq-N or all", param, ctx)
+        return str(value)
+
+
 class RuntimeName(click.ParamType):
     """A runtime: a key of tconform.runtimes.RUNTIMES (read when the option is parsed, so that a
     runtime added to the registry is a choice with no edit here), or a spec naming a release or

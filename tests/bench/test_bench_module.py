@@ -168,6 +168,8 @@ def test_every_row_is_judged_and_best_passes_over_a_failing_conversion(
         (["{pkg}:gains", "--generate", "4"], ["--generate is for tconform's own model"]),
         # the child runs the factory and its float64 copy, then refuses before any export
         (["{pkg}:gains", "--input-set", "seq-4"], ["has no such input set", "batch-"]),
+        # a name of no input set at all: refused with the options, before the child starts
+        (["{pkg}:gains", "--input-set", "batch"], ["'batch' is no input set", "seq-N"]),
         (["{pkg}:ends_itself"], ["the bench's process exited with status 0", "factory"]),
     ],
 )
