@@ -26,7 +26,14 @@ from tconform.module_check.shapes import BATCH, SEQUENCE, axis_size, infer_axes
 from tconform.plan import plan
 from tconform.request import Axes, Request, UserModel
 from tconform.runtimes import ModuleTarget, RuntimeOptions
-from tconform.suites.module import AUTO, ModuleSuite, module_dtype, module_suite, run_eagerly
+from tconform.suites.module import (
+    AUTO,
+    EXAMPLE,
+    ModuleSuite,
+    module_dtype,
+    module_suite,
+    run_eagerly,
+)
 
 ALL = "all"  # --input-set all: every input set the suite has (batch consistency is no timing)
 
@@ -87,7 +94,9 @@ def _expected(outputs: Mapping[str, np.ndarray]) -> Callable[[], Mapping[str, np
 
 def _chosen_sets(suite: ModuleSuite, names: tuple[str, ...]) -> list:
     """The suite's input sets named in `names` (all of them for `all`), in the suite's order;
-    a name the suite lacks is a usage error listing those it has."""
+    a name the suite lacks is a usage error listing those it has. `example` is the example's
+    set, also where --inputs named it after its file."""
+    names = tuple(suite.example if name == EXAMPLE else name for name in names)
     timed = [s for s in suite.sets if not isinstance(s, BatchRows)]
     have = [s.name for s in timed]
     unknown = [n for n in names if n != ALL and n not in have]

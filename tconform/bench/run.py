@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -103,9 +103,10 @@ def bench_settings(
     preset, cases, shapes, engines, ep_spec, threads, runtime_settings, warmup, runs, seconds,
     artifacts, profile=False, module=None, input_sets=(), crash_folder=None,
 ) -> BenchSettings:  # fmt: skip
-    """Validate every option before anything slow starts. `module`: a user's model
-    (PACKAGE.MODULE:FACTORY) timed at its `input_sets` instead of tconform's cases (its
-    preset, cases and shapes are then None, () and ()). `crash_folder`: where an engine in a
+    """Validate every option before anything slow starts. `module`: a user's model (its
+    PACKAGE.MODULE:FACTORY and how its inputs are given; its folder and shapes are the bench's)
+    timed at its `input_sets` instead of tconform's cases (its preset, cases and shapes are then
+    None, () and ()). `crash_folder`: where an engine in a
     worker that crashes leaves its repro bundle. `runtime_settings`: the options runtimes
     declare that were given (tconform.runtimes.RuntimeOptions.settings)."""
     common = dict(
@@ -142,7 +143,7 @@ def bench_settings(
 
 
 def module_settings(
-    preset, cases, shapes, engines, artifacts, target, input_sets, common
+    preset, cases, shapes, engines, artifacts, module: UserModel, input_sets, common
 ) -> BenchSettings:  # fmt: skip
     """A user's model's bench: its engines, its export folder (tconform check's, as check
     --out names it), the input sets asked for (the example's by default); tconform's own
@@ -153,14 +154,14 @@ def module_settings(
         require_target,
     )
 
-    require_target(target)
+    require_target(module.target)
     for option, given in (("--preset", preset), ("--case", cases), ("--shape", shapes)):
         if given:
             raise UsageError(
                 f"{option} chooses among tconform's own cases; a user's model is timed at its "
                 f"input sets (--input-set: {EXAMPLE}, batch-1, batch-N, seq-N or all)"
             )
-    folder = artifacts or default_export_dir(target)
+    folder = artifacts or default_export_dir(module.target)
     require_own_export_folder(folder)  # before the factory runs
     wanted = tuple(dict.fromkeys(input_sets)) or (EXAMPLE,)
     return BenchSettings(
@@ -171,7 +172,7 @@ def module_settings(
         engines=parse_engines(engines, for_module=True),
         artifacts=folder,
         # the shapes the example never had are made only where one of them is timed
-        module=UserModel(target, out_dir=folder, shapes=wanted != (EXAMPLE,)),
+        module=replace(module, out_dir=folder, shapes=wanted != (EXAMPLE,)),
         input_sets=wanted,
         **common,
     )

@@ -37,6 +37,7 @@ from tconform.commands.options import (
     ShapeType,
     case_option,
     crash_folder_beside,
+    module_options,
     preset_option,
     report_options,
     runtime_options,
@@ -119,6 +120,7 @@ _DECODING_OPTIONS = (
 @writes_report("bench", kind="tconform.bench.report:BenchReport")
 @click.command("bench", cls=RuntimeCommand)
 @click.argument("target", required=False, metavar="[PACKAGE.MODULE:FACTORY]")
+@module_options("inputs", "dynamic")
 @preset_option("base")
 @case_option("Case to time (repeatable) [transformer and the heaviest components].")
 @click.option(
@@ -197,6 +199,7 @@ _DECODING_OPTIONS = (
 @decoding_options
 def bench(
     target,
+    module,
     preset,
     cases,
     shapes,
@@ -219,6 +222,10 @@ def bench(
     if target is not None and (compare or generate is not None):
         flag = "--compare" if compare else "--generate"
         raise click.UsageError(f"{flag} is for tconform's own model, not PACKAGE.MODULE:FACTORY")
+    if target is None and module.given():
+        raise click.UsageError(
+            f"{module.given()[0]} is for a user's model: give PACKAGE.MODULE:FACTORY"
+        )
     if compare:
         _compare(compare, reports)
         return
@@ -238,7 +245,8 @@ def bench(
         preset = None  # a user's model has no preset; one given is refused as such
     options = (
         preset, cases, shapes, engines, runtime.ep_spec, runtime.threads, runtime.settings,
-        warmup, runs, seconds, artifacts, profile, target, input_sets,
+        warmup, runs, seconds, artifacts, profile,
+        None if target is None else module.subject(target, None), input_sets,
         crash_folder_beside(*reports.values()),
     )  # fmt: skip
     run_and_report(BenchReport(), partial(_timings, options, runtime), False, reports)

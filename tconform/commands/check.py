@@ -19,12 +19,11 @@ import click
 
 from tconform.commands.options import (
     FolderPath,
-    InputsArchive,
-    RegularFile,
     RuntimeCommand,
     axes_options,
     crash_folder_beside,
     localise_option,
+    module_options,
     quiet_option,
     report_options,
     require_reports_apart,
@@ -54,19 +53,7 @@ def _provenance(results, settings) -> str:
 @writes_report("check")
 @click.command("check", cls=RuntimeCommand)
 @click.argument("target", metavar="PACKAGE.MODULE:FACTORY")
-@click.option(
-    "--inputs",
-    "inputs_path",
-    type=InputsArchive(),
-    help="Inputs (.npz: arrays named after forward's parameters, or arr_0, arr_1, ...).",
-)
-@click.option(
-    "--dynamic",
-    multiple=True,
-    metavar="NAME=AXES",
-    help="Axes of an input the export keeps free, e.g. ids=0:batch,1:seq (repeatable); the batch "
-    "and sequence axes of the others are inferred.",
-)
+@module_options("inputs", "dynamic", "model", "padding_mask")
 @click.option(
     "--no-shapes",
     is_flag=True,
@@ -76,12 +63,6 @@ def _provenance(results, settings) -> str:
 @runtime_options("runtime", "ep", "threads", "allow_missing_ep", "strict_placement", "no_torch")
 @axes_options("{}", exporters="auto", opsets="18", dtypes="float32", graph_opts="all")
 @tolerance_options()
-@click.option(
-    "--model",
-    "model_path",
-    type=RegularFile(),
-    help="Check this ONNX file (made elsewhere, never modified) instead of exporting.",
-)
 @click.option(
     "--out",
     "out_dir",
@@ -105,32 +86,12 @@ def _provenance(results, settings) -> str:
     help="Write the first divergence's bundle here: its subgraph, inputs and expected outputs "
     "in the ONNX test-data layout, reproduce.py (plain onnxruntime) and a README.",
 )
-@click.option(
-    "--padding-mask",
-    metavar="INPUT",
-    help="An input holding a (batch, sequence) mask, 1 = real token, 0 = padding "
-    "(attention_mask): outputs whose leading axes are its shape are compared at real positions "
-    "only; the report says how many elements were left out.",
-)
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
 def check(
-    target,
-    inputs_path,
-    dynamic,
-    no_shapes,
-    runtime,
-    axes,
-    tolerance,
-    model_path,
-    out_dir,
-    localise,
-    isolate,
-    repro_dir,
-    padding_mask,
-    reports,
-    quiet,
-) -> None:
+    target, module, no_shapes, runtime, axes, tolerance, out_dir, localise, isolate, repro_dir,
+    reports, quiet,
+) -> None:  # fmt: skip
     """Check your own module: FACTORY (in PACKAGE.MODULE, importable from the current folder)
     returns (module, example_inputs), optionally with its dynamic axes, or the module alone
     with --inputs. The module is exported (or --model is taken), run on each runtime and
@@ -148,24 +109,21 @@ def check(
     require_target(target)
     axes.single()
     folder = out_dir or default_export_dir(target)
-    kept = [model_path] if model_path else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
+    kept = [module.model] if module.model else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
     require_reports_apart(kept, *reports.values(), what="a file tconform check reads or keeps")
 
     def run(report, progress) -> None:
         from tconform.check_folder import require_own_export_folder, require_repro_folder
-        from tconform.request import Localising, Request, UserModel
+        from tconform.request import Localising, Request
 
-        if model_path is None:
+        if module.model is None:
             require_own_export_folder(folder)
         if repro_dir is not None:
-            read = [model_path or folder, *([inputs_path] if inputs_path else [])]
+            read = [module.model or folder, *([module.inputs] if module.inputs else [])]
             require_repro_folder(repro_dir, [*read, *(p for p in reports.values() if p)])
 
         request = Request(
-            UserModel(
-                target, inputs_path, tuple(dynamic), model_path, folder, padding_mask,
-                shapes=not no_shapes,
-            ),
+            module.subject(target, folder, shapes=not no_shapes),
             # --ep is checked here, before the child starts
             **runtime.request_fields(crash_folder_beside(repro_dir, *reports.values())),
             axes=axes.axes(runtime, {"exporters": ("auto",)}),

@@ -658,6 +658,79 @@ def _declared_values(kwargs: dict) -> dict[str, object]:
 # --- the tolerance group -------------------------------------------------------------------------
 
 
+# --- a user's model (PACKAGE.MODULE:FACTORY) -----------------------------------------------------
+
+MODULE_OPTIONS = {
+    "inputs": click.option(
+        "--inputs",
+        "inputs",
+        type=InputsArchive(),
+        help="Inputs (.npz: arrays named after forward's parameters, or arr_0, arr_1, ...).",
+    ),
+    "dynamic": click.option(
+        "--dynamic",
+        "dynamic",
+        multiple=True,
+        metavar="NAME=AXES",
+        help="Axes of an input the export keeps free, e.g. ids=0:batch,1:seq (repeatable); the "
+        "batch and sequence axes of the others are inferred.",
+    ),
+    "model": click.option(
+        "--model",
+        "model",
+        type=RegularFile(),
+        help="Check this ONNX file (made elsewhere, never modified) instead of exporting.",
+    ),
+    "padding_mask": click.option(
+        "--padding-mask",
+        "padding_mask",
+        metavar="INPUT",
+        help="An input holding a (batch, sequence) mask, 1 = real token, 0 = padding "
+        "(attention_mask): outputs whose leading axes are its shape are compared at real "
+        "positions only; the report says how many elements were left out.",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ModuleChoice:
+    """What the options of MODULE_OPTIONS say of a user's model, given to a command as one
+    `module` parameter; `subject` makes the request's UserModel of it."""
+
+    inputs: Path | None = None
+    dynamic: tuple[str, ...] = ()
+    model: Path | None = None
+    padding_mask: str | None = None
+
+    def given(self) -> list[str]:
+        """The options given, as the command line names them."""
+        return [f"--{name.replace('_', '-')}" for name, value in vars(self).items() if value]
+
+    def subject(self, target: str, out_dir: Path, shapes: bool = True):
+        from tconform.request import UserModel
+
+        return UserModel(
+            target, self.inputs, self.dynamic, self.model, out_dir, self.padding_mask, shapes
+        )
+
+
+def module_options(*names: str):
+    """The options of a user's model named (keys of MODULE_OPTIONS), received by the command
+    as one `module` parameter, a ModuleChoice."""
+
+    def decorate(command):
+        @functools.wraps(command)
+        def with_module(*args, **kwargs):
+            given = {name: kwargs.pop(name) for name in names}
+            return command(*args, module=ModuleChoice(**given), **kwargs)
+
+        for name in reversed(names):
+            with_module = MODULE_OPTIONS[name](with_module)
+        return with_module
+
+    return decorate
+
+
 def tolerance_options(default: str = "the float32 model row"):
     """The tolerance group, received by the command as one `tolerance` (a
     tconform.request.Tolerances).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 
+import numpy as np
 import pytest
 
 from tconform.bench import ceiling
@@ -20,6 +21,7 @@ from tconform.bench.run import bench_settings, module_elsewhere
 from tconform.bench.workload import Workload
 from tconform.commands.bench import bench_in_child
 from tconform.errors import EXIT_USAGE, UsageError
+from tconform.request import UserModel
 from tconform.runtimes import ModuleTarget
 
 # A user's package in the current folder. `gains` multiplies by 1e5, beyond float16's largest
@@ -45,6 +47,10 @@ def gains():
 def ends_itself():
     import os
     os._exit(0)
+
+def module_only():
+    torch.manual_seed(0)
+    return nn.Linear(8, 8)
 """
 
 
@@ -55,10 +61,10 @@ def user_package(tmp_path, monkeypatch):
     return "user_models_for_bench"
 
 
-def settings(target: str, *engines: str, input_sets: tuple[str, ...] = ()):
+def settings(target: str, *engines: str, input_sets: tuple[str, ...] = (), inputs=None):
     return bench_settings(
-        None, (), (), engines, "cpu", 1, {}, 0, 2, 0.05, None, module=target,
-        input_sets=input_sets,
+        None, (), (), engines, "cpu", 1, {}, 0, 2, 0.05, None,
+        module=UserModel(target, inputs=inputs), input_sets=input_sets,
     )  # fmt: skip
 
 
@@ -69,7 +75,9 @@ def test_a_users_model_has_only_its_own_graph_variants():
     with pytest.raises(UsageError, match="'onnxruntime-sdpa' times a graph only tconform's"):
         parse_engines(("onnxruntime-sdpa",), for_module=True)
     with pytest.raises(UsageError, match="--shape chooses among tconform's own cases"):
-        bench_settings(None, (), ((1, 4),), (), "cpu", 1, {}, 0, 2, 0.05, None, module="a:b")
+        bench_settings(
+            None, (), ((1, 4),), (), "cpu", 1, {}, 0, 2, 0.05, None, module=UserModel("a:b")
+        )
     with pytest.raises(UsageError, match="--input-set names the input sets of a user's model"):
         bench_settings("tiny", (), (), (), "cpu", 1, {}, 0, 2, 0.05, None, input_sets=("x",))
     plain = settings("a.b:c", "torch")
@@ -158,6 +166,28 @@ def test_every_row_is_judged_and_best_passes_over_a_failing_conversion(
 
 
 @pytest.mark.integration
+def test_a_module_given_its_inputs_in_a_file_is_timed_at_them_and_at_batch_1(
+    user_package, tmp_path, monkeypatch
+):
+    """`bench PKG:FACTORY --inputs FILE`, as tconform check takes a module alone: `example`
+    is the file's set (named after it), and the shapes made from it are timed too."""
+    monkeypatch.setattr(ceiling, "GEMM_SIZE", 128)
+    monkeypatch.setattr(ceiling, "COPY_BYTES", 2**20)
+    monkeypatch.setattr(ceiling, "PROBE_SECONDS", 0.1)
+    inputs = tmp_path / "five.npz"
+    np.savez(inputs, input=np.random.default_rng(0).standard_normal((5, 8), np.float32))
+    chosen = settings(
+        f"{user_package}:module_only", "onnxruntime", "torch",
+        input_sets=("example", "batch-1"), inputs=inputs,
+    )  # fmt: skip
+    report = bench_in_child(lambda message: None, chosen)
+    rows = {(r["engine"], r["input_set"]): r for r in report["results"]}
+    assert set(rows) == {(e, s) for e in ("onnxruntime", "torch") for s in ("five.npz", "batch-1")}
+    assert all(row["status"] == "pass" for row in rows.values()), rows
+    assert {row["batch"] for row in rows.values()} == {5, 1}
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
@@ -170,6 +200,7 @@ def test_every_row_is_judged_and_best_passes_over_a_failing_conversion(
         (["{pkg}:gains", "--input-set", "seq-4"], ["has no such input set", "batch-"]),
         # a name of no input set at all: refused with the options, before the child starts
         (["{pkg}:gains", "--input-set", "batch"], ["'batch' is no input set", "seq-N"]),
+        (["--dynamic", "x=0:batch"], ["--dynamic is for a user's model"]),
         (["{pkg}:ends_itself"], ["the bench's process exited with status 0", "factory"]),
     ],
 )
