@@ -63,7 +63,7 @@ def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -
                 if unit_id(case.name, lane.cell, label(lane.runtime), s.name) in mine_ids
             ]
             results = lane_results(lane, models, lane_sets, suite, request)
-            if _localises(request, lane):
+            if _localises(request, lane) and lane.model_key in models:  # not a failed one
                 model = models[lane.model_key]
                 found = suite.localise(lane.runtime, model, results, sets)
                 localisations += found

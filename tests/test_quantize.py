@@ -114,3 +114,26 @@ def test_int8_leaves_onnx_attention_float_and_quantises_its_projection(tmp_path)
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     (y,) = session.run(None, {"x": x})
     assert y.shape == tuple(shape) and np.isfinite(y).all()
+
+
+def test_int8_does_not_trip_on_shapes_the_exporter_recorded_for_its_weights(tmp_path):
+    """The dynamo exporter records each weight's shape; quantize_dynamic turns a Gemm with
+    transB into a MatMul of the transposed weight, and ONNX's shape inference then found the
+    recorded shape contradicted (a linear classifier head, Electra's): the quantiser failed,
+    and with it a whole check --matrix run."""
+    weight = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], name="head", transB=1)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(weight, "w")],
+        value_info=[helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 4])],
+    )
+    source, target = tmp_path / "f32.onnx", tmp_path / "int8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), source)
+    before = source.read_bytes()
+    quantize_int8(source, target)
+    assert source.read_bytes() == before  # the source is only read
+    ops = {n.op_type for n in onnx.load(target).graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeMatMul"}, ops

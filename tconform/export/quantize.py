@@ -65,9 +65,15 @@ def quantize_int8(source: Path, target: Path, exclude: Sequence[str] = ()) -> No
     weight_type = getattr(QuantType, str(settings.pop("weight_type")))
     graph = onnx.load(str(source), load_external_data=False).graph
     exclude = [*exclude, *_onnx_attention_nodes(graph)]
+    # Without the shapes the exporter recorded (the dynamo exporter records its weights'): the
+    # quantiser turns a Gemm with transB into a MatMul of the transposed weight, and ONNX's shape
+    # inference, which it runs next, then fails on the recorded shape ("Inferred shape and
+    # existing shape differ in dimension 0: (64) vs (3)", Electra's head); it infers its own.
+    model = onnx.load(str(source))
+    del model.graph.value_info[:]
     with quiet_quantizer():
         quantize_dynamic(
-            source, target, weight_type=weight_type, nodes_to_exclude=exclude, **settings
+            model, target, weight_type=weight_type, nodes_to_exclude=exclude, **settings
         )
     model = onnx.load(str(target))
     restore_scopes(model.graph, graph)

@@ -28,12 +28,16 @@ CONVERTED = ("float16", "int8")  # made from the float32 export; the others expo
 DTYPES = ("float32", "float16", "bfloat16", "int8", *PLANNED_DTYPES)  # a user's model's dtype axis
 
 
+class ConversionFailed(UsageError):
+    """The converter failed on a float32 export: the verdict of the cells of that dtype (an
+    error row each), not the end of the run."""
+
+
 def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> None:
     """The float32 model `base` converted to `dtype` (one of CONVERTED), written to `target`;
     the nodes named in `keep` stay float32 (the converter's node_block_list, the quantiser's
     nodes_to_exclude: a precision plan's, tconform.module_check.precision_plan). A converter
-    that fails is one line naming it (ONNX Runtime's quantiser refuses some exports: its shape
-    inference disagrees with the shapes they record)."""
+    that fails is ConversionFailed, one line naming it."""
     tool = "quantize_dynamic" if dtype == "int8" else "convert_float_to_float16"
     try:
         if dtype == "int8":
@@ -42,7 +46,8 @@ def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> N
         with quiet_quantizer():  # the converter logs on the root logger too
             model = _float16(onnx.load(str(base)), keep)
     except Exception as exc:
-        raise UsageError(f"{base}: ONNX Runtime's {tool} failed: {first_line(exc)}") from None
+        why = first_line(exc)
+        raise ConversionFailed(f"ONNX Runtime's {tool} failed on {base}: {why}") from None
     restore_scopes(model.graph)
     atomic_write_bytes(target, model.SerializeToString())
 

@@ -36,7 +36,7 @@ from tconform.execution import BatchRows, InputSet, Judge
 from tconform.golden import InputSet as ExpectedSet
 from tconform.localise import ISOLATE, Localisation, localise
 from tconform.models import ModelUnderTest, given_file
-from tconform.module_check.convert import CONVERTED, DTYPES, convert
+from tconform.module_check.convert import CONVERTED, DTYPES, ConversionFailed, convert
 from tconform.module_check.exporting import (
     EXPORTERS,
     check_opset,
@@ -57,7 +57,7 @@ from tconform.module_check.precision_plan import PrecisionPlan, make_plan
 from tconform.module_check.shapes import batch_axes, infer_axes, variants
 from tconform.plan import Lane, Progress, Suite, matrix_cells
 from tconform.request import Axes, Request, UserModel
-from tconform.results import Result
+from tconform.results import Result, Status
 from tconform.runtimes import ModuleTarget, Runtime, make_runtime, make_runtimes
 from tconform.runtimes.torch_session import DTYPES as TORCH_DTYPES
 from tconform.runtimes.torch_session import eval_mode, flatten_outputs, opaque_outputs
@@ -192,6 +192,7 @@ class ModuleSuite(Suite):
         self.references: dict[str, Float64Copy] = {}
         self.sets: list[InputSet] = []
         self._exported: dict[Path, ModelUnderTest] = {}
+        self._failed: dict[tuple[str, str], str] = {}  # model key -> why its converter failed
         self.exported_with: str | None = None  # the exporter that ran (auto: which one)
         self.exporter_reason = ""  # why it is not the one asked for ("" when it is)
         self.export_axes: dict[str, dict[int, str]] = {}  # the axes the export kept free
@@ -314,8 +315,29 @@ class ModuleSuite(Suite):
         models: dict[tuple[str, str], ModelUnderTest] = {}
         for key, cell in cells.items():
             folder = self.export_dir if plain and cell.dtype == "float32" else self._cell_dir(cell)
-            models[(self.case.name, key)] = self._model(cell, folder, progress)
+            try:
+                models[(self.case.name, key)] = self._model(cell, folder, progress)
+            except ConversionFailed as exc:  # that cell's verdict: the others still run
+                progress(f"{self.where}: {exc}")
+                self._failed[(self.case.name, key)] = str(exc)
         return models
+
+    def run(
+        self, lane: Lane, models: dict, sets: list[InputSet], strict_placement: bool
+    ) -> list[Result]:
+        """The lane's results, or where its model's converter failed, an error on each set."""
+        failed = self._failed.get(lane.model_key)
+        if failed is None:
+            return super().run(lane, models, sets, strict_placement)
+        row = self.row(lane.case)
+        precision = lane.export.dtype if lane.export is not None else lane.runtime.precision
+        return [
+            replace(
+                row, runtime=lane.runtime.name, ep=lane.runtime.ep, input_set=s.name,
+                status=Status.ERROR, message=failed, precision=precision, notes=list(row.notes),
+            )
+            for s in sets
+        ]  # fmt: skip
 
     def _cell_dir(self, cell: Cell) -> Path:
         return self.export_dir / MATRIX_FOLDER / cell.export_key
