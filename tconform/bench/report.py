@@ -78,6 +78,7 @@ COLUMNS = (
     "engine",
     "ep",
     "precision",
+    "verdict",
     "shape",
     "p50_ms",
     "p90_ms",
@@ -102,6 +103,10 @@ HEADERS = {
 def _cell(row: dict, key: str) -> str:
     if key == "shape":
         return shape_label(row)
+    if key == "verdict":  # its outputs judged under its precision's row; one not timed: why
+        if row.get("status") != Status.PASS:
+            return str(row.get("status"))
+        return str((row.get("accuracy") or {}).get("status") or "-")
     if row.get("status") != Status.PASS and key not in _TEXT_COLUMNS:
         return "-"
     value = row.get(key)

@@ -96,7 +96,7 @@ def summary_lines(summary: list[dict]) -> list[str]:
         parts = [f"best {s['best_engine']} ({s['dtype']}) p50 {s['p50_ms']} ms"]
         if s.get("accuracy") not in (None, Status.PASS):
             parts.append(f"outputs judged: {s['accuracy']}")
-        if "gain_over_plain" in s:
+        if "gain_over_plain" in s and s["p50_ms"] != s["plain_p50_ms"]:  # not plain itself
             parts.append(f"{s['gain_over_plain']:.2f}x faster than plain ({s['plain_p50_ms']} ms)")
         if "vs_torch" in s:
             parts.append(f"{s['vs_torch']:.2f}x torch eager float32")

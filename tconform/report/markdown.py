@@ -1,4 +1,5 @@
-"""A markdown summary for CI job pages: one row per case and runtime (worst input set)."""
+"""A markdown summary for CI job pages: one row per case and runtime (its worst input set, named),
+the input sets checked, and every result that did not pass."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from tconform.report import RunReport, pivot
 from tconform.results import Result
 from tconform.runtimes.labels import runtime_label
 
-HEADER = "| case | runtime | precision | providers used | worst tol used | status | model |"
+HEADER = (
+    "| case | runtime | precision | providers used | worst input set | worst tol used | status "
+    "| model |"
+)
 _RANK = {"pass": 0, "tie": 1, "skip": 1, "unavailable": 2, "fail": 3, "error": 4, "crash": 5}
 
 
@@ -18,9 +22,7 @@ def build(report: RunReport) -> str:
     matrix = bool(report.settings.get("matrix"))
     worst: dict[tuple[str, str], Result] = {}
     for r in report.results:
-        # A matrix run's cells stay apart; a plain run has one cell, named in its settings.
-        where = pivot.column(r) if matrix else runtime_label(r.runtime, r.ep, r.precision)
-        key = (r.case, where)
+        key = (r.case, _where(r, matrix))
         if (
             key not in worst
             or _RANK[r.status] > _RANK[worst[key].status]
@@ -36,14 +38,18 @@ def build(report: RunReport) -> str:
             f"{report.error['message']}",
             "",
         ]
-    lines += [HEADER, "|---|---|---|---|---|---|---|"]
+    lines += [HEADER, "|---|---|---|---|---|---|---|---|"]
     for (case, runtime), r in worst.items():
         used = "-" if r.worst_used is None else f"{r.worst_used:.1%}"
         model = f"{r.model.origin} `{r.model.path}` {r.model.sha256[:12]}" if r.model else "-"
         lines.append(
-            f"| {case} | {runtime} | {r.precision} | {', '.join(r.ep_actual) or '-'} | {used} "
-            f"| {r.status} | {model} |"
+            f"| {case} | {runtime} | {r.precision} | {', '.join(r.ep_actual) or '-'} "
+            f"| {r.input_set or '-'} | {used} | {r.status} | {model} |"
         )
+    sets = dict.fromkeys(r.input_set for r in report.results if r.input_set)
+    if sets:
+        lines += ["", f"Input sets: {', '.join(sets)}."]
+    lines += _not_passed(report.results, matrix)
     # A result judged against anything but the float64 reference says so (tconform check's
     # float32 fallback).
     weaker = dict.fromkeys(
@@ -61,6 +67,23 @@ def build(report: RunReport) -> str:
     if versions:
         lines += ["", "### Versions of a runtime", "", "```", versions, "```"]
     return "\n".join(lines) + "\n"
+
+
+def _where(r: Result, matrix: bool) -> str:
+    """A matrix run's cells stay apart; a plain run has one cell, named in its settings."""
+    return pivot.column(r) if matrix else runtime_label(r.runtime, r.ep, r.precision)
+
+
+def _not_passed(results: list[Result], matrix: bool) -> list[str]:
+    """Every result that neither passed nor tied, with its input set and why: the table keeps
+    one per case and runtime, and a failing set (batch consistency, say) must not hide there."""
+    lines = [
+        f"- {r.case}, {_where(r, matrix)}, {r.input_set or '-'}: {r.status}: "
+        f"{r.message.splitlines()[0] if r.message else ''}"
+        for r in results
+        if r.status not in ("pass", "tie")
+    ]
+    return ["", "### Not passed", "", *lines] if lines else []
 
 
 def _localisations(found: list[dict]) -> list[str]:

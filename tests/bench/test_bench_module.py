@@ -146,6 +146,13 @@ def test_every_row_is_judged_and_best_passes_over_a_failing_conversion(
     assert any(kind == "progress" and "float64 copy" in line for kind, line in sent)
 
     written = BenchReport(data=report)
+    # each row's verdict is a column of the table, not only a field of the JSON
+    verdicts = {
+        line.split()[1]: line.split()[4]
+        for line in written.render().splitlines()
+        if line.startswith(target) and line.split()[2] == "cpu"  # the table's rows
+    }
+    assert verdicts == {"onnxruntime": "pass", "onnxruntime-fp16": "fail", "torch": "pass"}
     write_json(tmp_path / "b.json", written)
     write_markdown(tmp_path / "b.md", written)
     write_plot(tmp_path / "b.png", written)
@@ -155,6 +162,7 @@ def test_every_row_is_judged_and_best_passes_over_a_failing_conversion(
     assert data["settings"]["model"]["reference"] == "float64"
     assert "preset" not in data["settings"]
     assert f"model `{target}`" in (tmp_path / "b.md").read_text()
+    assert "| onnxruntime-fp16 | cpu | float16 | fail |" in (tmp_path / "b.md").read_text()
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
     # A report of a model compares with itself: every row, its input set the shape.
     again = load_report(tmp_path / "b.json")

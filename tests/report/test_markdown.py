@@ -1,0 +1,41 @@
+"""The markdown summary keeps one row per case and runtime, yet names the input sets checked
+and every result that did not pass: a failing set (batch consistency) never hides in it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tconform.report import RunReport
+from tconform.report.markdown import build
+from tconform.results import Result
+
+pytestmark = pytest.mark.unit
+
+
+def _result(input_set: str, status: str, message: str = "") -> Result:
+    return Result(
+        "pkg.mod:make", "module", "onnxruntime", "cpu", ["cpu"], input_set, status, message
+    )
+
+
+def test_a_failing_input_set_is_named_in_the_row_and_listed_with_its_reason():
+    report = RunReport("check")
+    report.results = [
+        _result("example", "pass"),
+        _result("batch-consistency", "fail", "row 1 of the batch differs from its run alone"),
+        _result("seq-4", "pass"),
+    ]
+    text = build(report)
+    (row,) = [line for line in text.splitlines() if line.startswith("| pkg.mod:make")]
+    assert "| batch-consistency |" in row and "| fail |" in row
+    assert "Input sets: example, batch-consistency, seq-4." in text
+    not_passed = text.split("### Not passed", 1)[1]
+    assert "batch-consistency: fail: row 1 of the batch differs" in not_passed
+    assert "example" not in not_passed and "seq-4" not in not_passed
+
+
+def test_a_run_that_passed_lists_no_failures():
+    report = RunReport("check")
+    report.results = [_result("example", "pass"), _result("batch-consistency", "pass")]
+    text = build(report)
+    assert "### Not passed" not in text and "batch-consistency" in text
