@@ -225,6 +225,12 @@ def require_new_or_written_whole(folder: Path, marker: str, tool: str, option: s
         )
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def replace_whole(
     folder: Path, marker: str, record: dict, write: Callable[[Path], None], option: str
 ) -> Path:
@@ -238,6 +244,7 @@ def replace_whole(
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
+        os.chmod(staging, 0o777 & ~_umask())  # a folder as mkdir makes it, not mkdtemp's 0700
         write(staging)
         files = {rel: sha256_file(staging / rel) for rel in sorted(files_under(staging))}
         atomic_write_json(staging / marker, {**record, "files": files})

@@ -32,3 +32,17 @@ def test_another_tools_marker_or_an_added_file_is_not(tmp_path):
     _bundle(tmp_path / "b", BUNDLE_TOOL)
     (tmp_path / "b" / "NOTES.md").write_text("mine")
     assert "NOTES.md: not a file" in not_written_whole(tmp_path / "b", BUNDLE_MARKER, BUNDLE_TOOL)
+
+
+def test_a_folder_written_whole_has_the_mode_mkdir_gives_it(tmp_path):
+    """Made through a temporary folder (0700), it ends as any new folder would: umask's."""
+    import os
+
+    from tconform.folders import replace_whole
+
+    def write(staging):
+        (staging / "reproduce.py").write_text("print()\n")
+
+    folder = replace_whole(tmp_path / "b", BUNDLE_MARKER, {"tool": BUNDLE_TOOL}, write, "--repro")
+    os.mkdir(tmp_path / "plain")
+    assert (folder.stat().st_mode & 0o777) == ((tmp_path / "plain").stat().st_mode & 0o777)

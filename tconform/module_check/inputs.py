@@ -144,6 +144,12 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
     its child starts (the module's names are matched there)."""
     if not path.is_file():
         raise UsageError(f"{path}: no such file (--inputs)")
+    with open(path, "rb") as file:
+        start = file.read(6)
+    if start[:4] != b"PK\x03\x04" and start != b"\x93NUMPY":  # neither a zip nor a .npy
+        raise UsageError(
+            f"{path}: not a .npz archive (not a zip of .npy arrays); write the inputs with np.savez"
+        )
     try:
         archive = np.load(path, allow_pickle=False)
     except Exception as exc:

@@ -65,7 +65,8 @@ def _write_npy(path):
     ("make", "message"),
     [
         (lambda p: None, "no such file"),
-        (lambda p: p.write_text("not an archive"), "not a .npz archive"),
+        # a text file: said so, not numpy's remark on pickled data
+        (lambda p: p.write_text("not an archive"), "not a .npz archive (not a zip of .npy"),
         (lambda p: _write_npy(p), "not a .npz archive"),
     ],
 )
