@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from tconform.bench.summary import ratio as as_ratio
 from tconform.bench.summary import shape_label
 from tconform.bench.summary import summary_lines as best_lines
 from tconform.errors import EXIT_FAILURE, UsageError
@@ -188,7 +189,7 @@ def ratio_lines(report: dict) -> list[str]:
         torch_row = by_key.get((case, shape, ep, "torch"))
         if engine.startswith("onnxruntime") and torch_row:
             ratio = row["p50_ms"] / torch_row["p50_ms"]
-            lines.append(f"{case} {shape} {ep}: {engine} p50 / torch p50 = {ratio:.2f}")
+            lines.append(f"{case} {shape} {ep}: {engine} p50 / torch p50 = {as_ratio(ratio)}")
     return lines
 
 
@@ -206,7 +207,8 @@ def version_lines(report: dict) -> list[str]:
             continue
         first = found[0]
         speeds = ", ".join(
-            f"{r['engine']} {r['p50_ms']} ms ({r['p50_ms'] / first['p50_ms']:.2f}x)" for r in found
+            f"{r['engine']} {r['p50_ms']} ms ({as_ratio(r['p50_ms'] / first['p50_ms'])}x)"
+            for r in found
         )
         lines.append(f"{case} {shape} {ep}: versions of {engine}, p50: {speeds}")
     return lines

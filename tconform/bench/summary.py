@@ -88,6 +88,12 @@ def best_variants(rows: list[dict]) -> list[dict]:
     return summary
 
 
+def ratio(value: float) -> str:
+    """A ratio of times as the summaries print it: two decimals, or two significant digits
+    below 0.1 (a model timed in microseconds against torch's milliseconds is not "0.00")."""
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
+
+
 def summary_lines(summary: list[dict]) -> list[str]:
     """One line per entry: best variant and what it ran in, gain over plain, ratios to torch
     eager and to PyTorch's fastest verified engine, and the bounds."""
@@ -97,18 +103,19 @@ def summary_lines(summary: list[dict]) -> list[str]:
         if s.get("accuracy") not in (None, Status.PASS):
             parts.append(f"outputs judged: {s['accuracy']}")
         if "gain_over_plain" in s and s["p50_ms"] != s["plain_p50_ms"]:  # not plain itself
-            parts.append(f"{s['gain_over_plain']:.2f}x faster than plain ({s['plain_p50_ms']} ms)")
+            gain = ratio(s["gain_over_plain"])
+            parts.append(f"{gain}x faster than plain ({s['plain_p50_ms']} ms)")
         if "vs_torch" in s:
-            parts.append(f"{s['vs_torch']:.2f}x torch eager float32")
+            parts.append(f"{ratio(s['vs_torch'])}x torch eager float32")
         if "vs_best_torch" in s:
             parts.append(
-                f"{s['vs_best_torch']:.2f}x the fastest verified torch engine "
+                f"{ratio(s['vs_best_torch'])}x the fastest verified torch engine "
                 f"({s['best_torch_engine']}, {s['best_torch_p50_ms']} ms)"
             )
         if s.get("peak_fraction") is not None:
             parts.append(f"{100 * s['peak_fraction']:.0f}% of the {s['dtype']} GEMM ceiling")
         if "vs_memory_floor" in s:
-            parts.append(f"{s['vs_memory_floor']:.2f}x memory floor")
+            parts.append(f"{ratio(s['vs_memory_floor'])}x memory floor")
         if "outside_matmul_share" in s:
             parts.append(f"{100 * s['outside_matmul_share']:.0f}% outside matrix products")
         lines.append(f"{s['case']} {shape_label(s)} {s['ep']}: " + ", ".join(parts))

@@ -91,3 +91,10 @@ def test_bf16_names_bfloat16_though_its_export_is_float32_and_a_failing_best_say
     assert best["verified"] is False and best["accuracy"] == "fail"
     (line,) = summary_lines([best])
     assert "outputs judged: fail" in line
+
+
+def test_a_ratio_far_below_one_keeps_its_digits():
+    from tconform.bench.summary import ratio
+
+    assert ratio(0.45) == "0.45" and ratio(13.09) == "13.09"
+    assert ratio(0.0016) == "0.0016"  # microseconds against torch's milliseconds, not "0.00"
