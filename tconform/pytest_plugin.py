@@ -53,6 +53,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Check this model (as `tconform check` does) instead of tconform's own cases.",
     )
     group.addoption(
+        "--tconform-inputs",
+        metavar="FILE.npz",
+        help="With --tconform-module: the module's inputs, as `tconform check --inputs`.",
+    )
+    group.addoption(
+        "--tconform-dynamic",
+        action="append",
+        default=[],
+        metavar="NAME=AXES",
+        help="With --tconform-module: axes the export keeps free, as `tconform check --dynamic` "
+        "(repeatable).",
+    )
+    group.addoption(
         "--tconform-generation",
         action="store_true",
         help="The generation goldens' units (verify --generation) instead of the cases'.",
@@ -103,9 +116,9 @@ def _request(config: pytest.Config):
     """The run's Request from the command line; a bad value is a pytest usage error."""
     import click
 
-    from tconform.commands.options import MATRIX_AXES, FolderPath
+    from tconform.commands.options import MATRIX_AXES, FolderPath, InputsArchive, ModuleChoice
     from tconform.errors import TconformError
-    from tconform.request import Axes, Generations, References, Request, UserModel
+    from tconform.request import Axes, Generations, References, Request
     from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps
 
@@ -125,6 +138,9 @@ def _request(config: pytest.Config):
         artifacts_dir = folder.convert(config.getoption("--tconform-artifacts"), None, None)
     except (click.BadParameter, TconformError) as exc:
         raise pytest.UsageError(f"tconform: {exc}") from None
+    for flag in ("--tconform-inputs", "--tconform-dynamic"):
+        if config.getoption(flag) and not config.getoption("--tconform-module"):
+            raise pytest.UsageError(f"tconform: {flag} is for a user's model (--tconform-module)")
     if axes and not config.getoption("--tconform-matrix"):
         raise pytest.UsageError("tconform: the matrix axes need --tconform-matrix")
     target = config.getoption("--tconform-module")
@@ -135,7 +151,15 @@ def _request(config: pytest.Config):
             require_target(target)
         except TconformError as exc:
             raise pytest.UsageError(f"tconform: {exc}") from None
-        subject = UserModel(target)
+        try:
+            inputs = config.getoption("--tconform-inputs")
+            module = ModuleChoice(
+                inputs=InputsArchive().convert(inputs, None, None) if inputs else None,
+                dynamic=tuple(config.getoption("--tconform-dynamic")),
+            )
+        except (click.BadParameter, TconformError) as exc:
+            raise pytest.UsageError(f"tconform: --tconform-inputs: {exc}") from None
+        subject = module.subject(target, None)
         axes.setdefault("exporters", ("auto",))
     elif generation:
         subject = Generations(golden_dir, artifacts_dir, tuple(config.getoption("--tconform-case")))

@@ -132,8 +132,22 @@ def test_a_session_whose_every_unit_skipped_is_not_a_pass(workspace, tmp_path):
         (("--tconform-golden", "g" * 300), {}, "the file system takes at most 255"),
         (("--tconform-artifacts", "a" * 250), {}, "names it writes are at most"),
         (("--tconform-golden", "notes.txt"), {}, "notes.txt: exists and is not a folder"),
+        (("--tconform-inputs", "notes.txt"), {}, "--tconform-inputs is for a user's model"),
+        (
+            ("--tconform-module", "pkg.mod:make", "--tconform-inputs", "notes.txt"),
+            {},
+            "notes.txt: not a .npz archive",
+        ),
     ],
-    ids=["bad-variable", "unknown-variable", "golden-name-too-long", "artifacts-name", "a-file"],
+    ids=[
+        "bad-variable",
+        "unknown-variable",
+        "golden-name-too-long",
+        "artifacts-name",
+        "a-file",
+        "inputs-without-a-model",
+        "inputs-not-an-archive",
+    ],
 )
 def test_the_plugin_refuses_bad_input_before_collecting(tmp_path, args, env, says):
     """The command's own checks (the environment, the folder options' type), as a pytest usage
@@ -149,3 +163,29 @@ def test_the_plugin_refuses_bad_input_before_collecting(tmp_path, args, env, say
     assert "Traceback" not in done.stdout + done.stderr
     assert says in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.unit
+def test_a_user_models_inputs_and_dynamic_axes_reach_its_request(tmp_path):
+    """--tconform-inputs and --tconform-dynamic are check's --inputs and --dynamic."""
+    import numpy as np
+
+    from tconform.pytest_plugin import _request
+
+    np.savez(tmp_path / "x.npz", ids=np.zeros((2, 3), np.int64))
+    given = {
+        "--tconform-module": "pkg.mod:make",
+        "--tconform-inputs": str(tmp_path / "x.npz"),
+        "--tconform-dynamic": ["ids=0:batch"],
+        "--tconform-golden": None,
+        "--tconform-artifacts": "artifacts",
+        "--tconform-ep": "cpu",
+    }
+
+    class Config:
+        def getoption(self, flag):
+            return given.get(flag)  # None: not given (falsy for the flags too)
+
+    subject = _request(Config()).subject
+    assert subject.target == "pkg.mod:make" and subject.inputs == tmp_path / "x.npz"
+    assert subject.dynamic == ("ids=0:batch",)
