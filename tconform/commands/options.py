@@ -665,7 +665,8 @@ MODULE_OPTIONS = {
         "--inputs",
         "inputs",
         type=InputsArchive(),
-        help="Inputs (.npz: arrays named after forward's parameters, or arr_0, arr_1, ...).",
+        help="The module's inputs (.npz: arrays named after forward's parameters, or arr_0, "
+        "arr_1, ...), where the factory returns the module alone.",
     ),
     "dynamic": click.option(
         "--dynamic",
