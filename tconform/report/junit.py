@@ -9,6 +9,7 @@ root, and each testcase names its model in its own `<properties>`.
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -80,7 +81,24 @@ def is_own(path: Path) -> bool:
     return root.tag == "testsuites" and root.get("name", "").startswith("tconform ")
 
 
+# What XML 1.0 cannot hold, even escaped: control characters but tab and newlines, lone
+# surrogates, U+FFFE and U+FFFF. A runtime's or the user's message can carry them (a terminal
+# colour code); ElementTree would write them as they are, and no parser reads the file.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_safe(text: str) -> str:
+    return _NOT_XML.sub(
+        lambda m: m.group().encode("unicode_escape", "backslashreplace").decode(), text
+    )
+
+
 def write(path: Path, report: RunReport) -> None:
     tree = ET.ElementTree(build(report))
+    for element in tree.iter():  # each character XML cannot hold, as its escape sequence
+        if element.text:
+            element.text = _xml_safe(element.text)
+        for name, value in element.attrib.items():
+            element.set(name, _xml_safe(value))
     ET.indent(tree)
     atomic_write_bytes(path, ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True))
