@@ -1120,6 +1120,21 @@ PLANTED = [
         write_file("D/model.onnx", "mine"),
         json="{user}/D/r.json",
     ),
+    # a report inside the export folder that defaults to one named after the target
+    Planted(
+        "check-json-in-its-default-out",
+        ("check", T()),
+        "the --out folder of this run",
+        make_folder(f"artifacts/check/{PACKAGE}.good"),
+        json=f"{{user}}/artifacts/check/{PACKAGE}.good/r.json",
+    ),
+    Planted(
+        "bench-json-in-its-default-artifacts",
+        ("bench", T()),
+        "the --artifacts folder of this run",
+        make_folder(f"artifacts/check/{PACKAGE}.good"),
+        json=f"{{user}}/artifacts/check/{PACKAGE}.good/r.json",
+    ),
     Planted(  # the default export folder's own record: refused, and not written to say so
         "check-json-is-its-default-record",
         ("check", T()),

@@ -40,6 +40,7 @@ from tconform.commands.options import (
     module_options,
     preset_option,
     report_options,
+    require_reports_outside,
     runtime_options,
 )
 from tconform.commands.run import run_and_report, writes_report
@@ -240,6 +241,11 @@ def bench(
         return
     from tconform.bench.report import BenchReport
 
+    if target is not None:  # its export folder, named after it unless --artifacts names one
+        from tconform.check_folder import default_export_dir, require_target
+
+        require_target(target)
+        require_reports_outside(reports, [("--artifacts", artifacts or default_export_dir(target))])
     source = click.get_current_context().get_parameter_source("preset")
     if target is not None and source is click.core.ParameterSource.DEFAULT:
         preset = None  # a user's model has no preset; one given is refused as such

@@ -27,6 +27,7 @@ from tconform.commands.options import (
     quiet_option,
     report_options,
     require_reports_apart,
+    require_reports_outside,
     runtime_options,
     tolerance_options,
 )
@@ -111,6 +112,7 @@ def check(
     folder = out_dir or default_export_dir(target)
     kept = [module.model] if module.model else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
     require_reports_apart(kept, *reports.values(), what="a file tconform check reads or keeps")
+    require_reports_outside(reports, [("--out", folder)])  # the default folder too
 
     def run(report, progress) -> None:
         from tconform.check_folder import require_own_export_folder, require_repro_folder

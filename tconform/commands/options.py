@@ -446,25 +446,31 @@ def report_options(*formats: str):
 def _require_reports_outside_folders(reports: dict, params: dict) -> None:
     """No report inside a folder the command reads or writes (each FolderPath option:
     --golden, --artifacts, --out, --repro), even one that does not exist yet: the run would
-    make it a golden or artifacts folder holding a file that is not its own. A folder that
-    holds the current one is left to its option's own check (`--repro ..` is refused there, and
-    a report beside the user's work is still written)."""
-    from tconform.errors import Refused
-
+    make it a golden or artifacts folder holding a file that is not its own."""
     context = click.get_current_context(silent=True)
     options = context.command.params if context is not None else []
     folders = [
-        (param, params[param.name])
+        (param.opts[0], params[param.name])
         for param in options
-        if isinstance(param.type, FolderPath)
-        and params.get(param.name) is not None
-        and not Path.cwd().is_relative_to(resolved(params[param.name]))
+        if isinstance(param.type, FolderPath) and params.get(param.name) is not None
     ]
+    require_reports_outside(reports, folders)
+
+
+def require_reports_outside(reports: dict, folders: list[tuple[str, Path]]) -> None:
+    """No report inside any of `folders` ((its option, the folder): a command's folder that
+    defaults to one named after its target, check's export folder, is checked here once it is
+    known). A folder that holds the current one is left to its option's own check (`--repro
+    ..` is refused there, and a report beside the user's work is still written)."""
+    from tconform.errors import Refused
+
     for report in (path for path in reports.values() if path is not None):
-        for param, folder in folders:
+        for option, folder in folders:
+            if Path.cwd().is_relative_to(resolved(folder)):
+                continue
             if resolved(report).is_relative_to(resolved(folder)):
                 raise Refused(
-                    f"{report}: inside {folder}, the {param.opts[0]} folder of this run; reports "
+                    f"{report}: inside {folder}, the {option} folder of this run; reports "
                     "go elsewhere",
                     report,
                 )
