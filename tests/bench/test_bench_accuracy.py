@@ -63,6 +63,10 @@ def test_outputs_beyond_the_floor_fail_and_say_by_how_much():
     assert judge_outputs(golden, golden, "int8", "component")["status"] == Status.PASS
     # a precision without a row is not judged, and says why
     assert judge_outputs(golden, golden, "int2", "component")["status"] == Status.SKIP
+    # nor is a row whose outputs hold no element (inputs of batch 0): nothing compared
+    empty = {"y": np.zeros((0, 8))}
+    judged = judge_outputs(empty, empty, "float32", "component")
+    assert judged["status"] == Status.SKIP and "nothing compared" in judged["reason"]
 
 
 @pytest.mark.unit
