@@ -217,7 +217,7 @@ def parse_dynamic(
             )
         rank = named[name].dim()
         for item in axes.split(","):
-            index, _, label = item.strip().partition(":")
+            index, colon, label = item.strip().partition(":")
             try:
                 axis = int(index)
             except ValueError:
@@ -226,9 +226,30 @@ def parse_dynamic(
                 raise UsageError(
                     f"--dynamic {spec!r}: axis {axis} out of range for {name} (rank {rank})"
                 )
+            if colon and not label.strip():
+                raise UsageError(f"--dynamic {spec!r}: no name after '{index}:'")
             axis %= rank
+            if axis in dynamic.get(name, {}):
+                raise UsageError(f"--dynamic {spec!r}: axis {axis} of {name} is given twice")
             dynamic.setdefault(name, {})[axis] = label.strip() or f"{name}_dim{axis}"
+    _require_equal_sizes(dynamic, named)
     return dynamic
+
+
+def _require_equal_sizes(dynamic: dict[str, dict[int, str]], named) -> None:
+    """Axes given one name are one size (the export says so): names on axes whose sizes differ
+    in the example contradict it."""
+    sizes: dict[str, dict[str, int]] = {}  # name -> "input axis N" -> its size
+    for name, axes in dynamic.items():
+        for axis, label in axes.items():
+            sizes.setdefault(label, {})[f"{name} axis {axis}"] = int(named[name].shape[axis])
+    for label, found in sizes.items():
+        if len(set(found.values())) > 1:
+            listed = ", ".join(f"{where} ({size})" for where, size in found.items())
+            raise UsageError(
+                f"--dynamic: {label!r} names axes of different sizes in the example: {listed}; "
+                "one name marks one size"
+            )
 
 
 def _import_target(target: str):

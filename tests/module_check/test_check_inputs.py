@@ -93,6 +93,9 @@ def test_dynamic_axes_with_and_without_names():
         ("ids=2", "axis 2 out of range for ids (rank 2)"),
         ("ids=x", "'x' is not an axis index"),
         ("ids", "expected NAME=AXES"),
+        ("ids=0:batch,0:seq", "axis 0 of ids is given twice"),
+        ("ids=0:", "no name after '0:'"),
+        ("ids=0:batch,1:batch", "'batch' names axes of different sizes in the example"),
     ],
 )
 def test_bad_dynamic_specs(spec, message):
