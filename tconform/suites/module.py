@@ -235,6 +235,7 @@ class ModuleSuite(Suite):
         """The shapes the example never had, where the module runs at them, and the batch
         consistency of the larger batch."""
         size = _nbytes(self.inputs)
+        refused: set[str] = set()  # the shapes the module itself rejects
         for variant in variants(self.inputs, self.axes):
             if size > LARGER_SHAPES_BUDGET and _nbytes(variant.inputs) > size:
                 self.notes.append(
@@ -251,8 +252,14 @@ class ModuleSuite(Suite):
                 # tconform's own error reads as a sentence; its class name is no news
                 why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 self.notes.append(f"{variant.name}: not checked: {why}")
+                refused.add(variant.name)
                 continue
-            if variant.name.startswith("batch-") and variant.name != "batch-1":
+            if variant.name.startswith("batch-") and "batch-1" in refused:
+                self.notes.append(
+                    f"{BATCH_CONSISTENCY}: not checked: it runs each row of {variant.name} as a "
+                    "batch of one, which the module rejects (batch-1)"
+                )
+            elif variant.name.startswith("batch-") and variant.name != "batch-1":
                 rows = batch_axes(variant.inputs, self.axes)
                 count = next(iter(variant.inputs.named()[n].shape[a] for n, a in rows.items()))
                 self.sets.append(BatchRows(BATCH_CONSISTENCY, variant.inputs.feeds(), rows, count))

@@ -35,3 +35,28 @@ def test_a_converter_that_fails_is_its_cells_error_and_the_other_cells_still_run
     assert failed.status == "error" and failed.precision == "int8"
     assert "quantize_dynamic failed" in failed.message and "own complaint" in failed.message
     assert report.exit_code == 1
+
+
+def test_a_module_that_rejects_a_batch_of_one_has_no_batch_consistency_row(tmp_path):
+    """Batch consistency runs each row alone; where the module rejects a batch of one (its
+    batch-1 set a note), that is a note too, not an error row of the module's own making."""
+    import torch
+
+    import tconform
+
+    class NotOne(torch.nn.Linear):
+        def forward(self, x):
+            if x.shape[0] == 1:
+                raise RuntimeError("batch one not supported")
+            return super().forward(x)
+
+    torch.manual_seed(0)
+    report = tconform.check(
+        NotOne(8, 8), (torch.randn(2, 5, 8),), runtimes=("onnxruntime", "torch"),
+        exporter="torchscript", out_dir=tmp_path / "out",
+    )  # fmt: skip
+    assert report.exit_code == 0, [(r.input_set, r.status, r.message) for r in report.results]
+    sets = {r.input_set for r in report.results}
+    assert "batch-1" not in sets and "batch-consistency" not in sets and "batch-4" in sets
+    notes = " ".join(report.results[0].notes)
+    assert "batch-1: not checked" in notes and "batch-consistency: not checked" in notes
