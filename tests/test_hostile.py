@@ -217,6 +217,11 @@ CORPUS = [
     Hostile("model-dev-zero", ("check", T(), "--model", "/dev/zero"), "not a regular file"),
     Hostile("model-folder", ("check", T(), "--model", "{user}/folder"), "is a folder"),
     Hostile("model-missing", ("check", T(), "--model", "{user}/gone.onnx"), "no such file"),
+    Hostile(  # a given model is checked as it is: the cells of other dtypes were dropped silently
+        "model-with-dtypes",
+        ("check", T(), "--model", "{user}/notes.txt", "--matrix", "--dtype", "float32,int8"),
+        "--dtype chooses how tconform makes a model",
+    ),
     Hostile("inputs-fifo", ("check", T("module_only"), "--inputs", "{fifo}"), "regular file"),
     Hostile("inputs-folder", ("check", T("module_only"), "--inputs", "{user}"), "is a folder"),
     Hostile("compare-fifo", ("bench", "--compare", "{fifo}", "{fifo}"), "not a regular file"),

@@ -109,6 +109,8 @@ def check(
 
     require_target(target)
     axes.single()
+    if module.model:
+        axes.given_model()
     folder = out_dir or default_export_dir(target)
     kept = [module.model] if module.model else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
     require_reports_apart(kept, *reports.values(), what="a file tconform check reads or keeps")

@@ -844,6 +844,16 @@ class AxesChoice:
             values.setdefault("graph_opts", (level,))
         return Axes(matrix=self.matrix, **values)
 
+    def given_model(self) -> None:
+        """With a model given (check --model), which is checked as it is, an axis that says
+        how tconform makes a model is refused: its cells would be dropped without a word."""
+        for flag, (name, _) in AXIS_OPTIONS.items():
+            if name != "graph_opts" and name in dict(self.given):
+                raise click.UsageError(
+                    f"{flag} chooses how tconform makes a model; --model checks that file as it "
+                    "is (--graph-opts still applies)"
+                )
+
     def single(self) -> None:
         """Without --matrix, each axis holds one value (the run's one cell)."""
         if self.matrix:
