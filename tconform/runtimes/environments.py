@@ -79,8 +79,14 @@ def cache_root() -> Path:
     if given is not None:
         return Path(given)
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "tconform" / "runtimes"
+    if xdg and Path(xdg).is_absolute():
+        if Path(xdg).exists() and not Path(xdg).is_dir():
+            raise UsageError(
+                f"XDG_CACHE_HOME={xdg!r:.200}: not a folder (the runtimes' environments are kept "
+                "under it; TCONFORM_RUNTIME_CACHE names another folder)"
+            )
+        return Path(xdg) / "tconform" / "runtimes"
+    return Path.home() / ".cache" / "tconform" / "runtimes"
 
 
 def interpreter(text: str, spec: RuntimeSpec) -> Path:
