@@ -17,5 +17,5 @@ def test_xdg_cache_home_that_is_a_file_is_named(tmp_path, monkeypatch):
     assert cache_root() == tmp_path / "tconform" / "runtimes"
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
-    with pytest.raises(UsageError, match="XDG_CACHE_HOME=.*: not a folder"):
+    with pytest.raises(UsageError, match=r"XDG_CACHE_HOME=.*: not a folder"):
         cache_root()
