@@ -13,6 +13,8 @@ ran (path, sha256, origin).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tconform.errors import UsageError
 from tconform.localise import Localisation
 from tconform.localise.versions import add_version_runs, version_partings
@@ -35,10 +37,18 @@ def run_request(request: Request, report: RunReport, progress: Progress = lambda
     require_checked(report.results, request.whole_run)
 
 
-def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -> None:
+def run(
+    request: Request,
+    suite: Suite,
+    report: RunReport,
+    progress: Progress,
+    watch: Callable[[Lane, list[Result] | None], None] | None = None,
+) -> None:
     """Fill `report` with one result per lane and input set of `suite` that this machine runs
     (and the settings that produced them). Results land in `report` as they come, so an error
-    that stops the run midway leaves the results so far in place for the reports."""
+    that stops the run midway leaves the results so far in place for the reports. `watch` is
+    told of each lane as it starts (None) and ends (its results): check's process sends them
+    to the command's, which then knows which lane a crash of the whole process ended."""
     planned = plan(request, suite)
     mine = select_units(request, planned.units)
     mine_ids = {u.id for u in mine}
@@ -62,7 +72,11 @@ def run(request: Request, suite: Suite, report: RunReport, progress: Progress) -
                 for s in sets
                 if unit_id(case.name, lane.cell, label(lane.runtime), s.name) in mine_ids
             ]
+            if watch is not None:
+                watch(lane, None)
             results = lane_results(lane, models, lane_sets, suite, request)
+            if watch is not None:
+                watch(lane, results)
             if _localises(request, lane) and lane.model_key in models:  # not a failed one
                 model = models[lane.model_key]
                 found = suite.localise(lane.runtime, model, results, sets)

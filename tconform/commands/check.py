@@ -32,6 +32,7 @@ from tconform.commands.options import (
     tolerance_options,
 )
 from tconform.commands.run import run_and_report, writes_report
+from tconform.errors import EXIT_FAILURE, TconformError, UsageError
 
 
 def _provenance(results, settings) -> str:
@@ -157,9 +158,12 @@ def in_child(request, report, progress) -> None:
 
     subject = request.subject
     phase = ["starting"]
+    so_far = LanesSoFar()
 
     def on_message(message) -> None:
         if not (isinstance(message, tuple) and len(message) == 2):
+            return
+        if so_far.take(message):
             return
         kind, text = (str(part) for part in message)
         phase[0] = text.removeprefix(f"{subject.target}: ")
@@ -167,18 +171,62 @@ def in_child(request, report, progress) -> None:
             progress(text)
 
     def ended_early(how: str) -> str:
+        so_far.how = how
         return (
             f"{subject.target}: the check's process {how} while {phase[0]}, before it "
             "finished; nothing was checked"
         )
 
-    found = run_in_child(
-        check_in_child, (request, utc_now()), on_message, subject.target, ended_early
-    )
+    try:
+        found = run_in_child(
+            check_in_child, (request, utc_now()), on_message, subject.target, ended_early
+        )
+    except UsageError:
+        if so_far.running is None:  # not while a runtime ran: the module's code, or an export
+            raise
+        report.results, report.settings = so_far.crashed(subject.target)
+        raise TconformError.with_code(report.results[-1].message, EXIT_FAILURE) from None
     report.results, report.settings = found["results"], found["settings"]
     report.details, report.environment = found["details"], found["environment"]
     report.localisations, report.partings = found["localisations"], found["partings"]
     require_checked(report.results, request.whole_run)
+
+
+class LanesSoFar:
+    """What the check's process told of its lanes: the results of those that ended, and the
+    one running. Where the process ends mid-lane (a runtime's native code crashing: a
+    segmentation fault in ONNX Runtime's optimiser on a float16 model), that lane is a crash
+    result, and the lanes before it keep theirs: exit 1, not "nothing was checked"."""
+
+    def __init__(self) -> None:
+        self.results: list = []
+        self.settings: dict = {}
+        self.running: dict | None = None
+        self.how = "ended"
+
+    def take(self, message: tuple) -> bool:
+        kind, payload = message
+        if kind == "lane":
+            self.running, self.settings = payload
+        elif kind == "results":
+            self.results += payload
+            self.running = None
+        return kind in ("lane", "results")
+
+    def crashed(self, target: str) -> tuple[list, dict]:
+        from tconform.results import Result, Status
+
+        lane = self.running
+        message = (
+            f"{target}: the check's process {self.how} while {lane['label']} ran "
+            f"({lane['cell']}); the run stopped there: the lanes after it were not checked"
+        )
+        crash = Result.about(
+            lane["case"], lane["component"], runtime=lane["runtime"], ep=lane["ep"],
+            input_set="all", status=str(Status.CRASH), message=message,
+            precision=lane["precision"], cell=lane["cell"],
+        )  # fmt: skip
+        return [*self.results, crash], self.settings
 
 
 def check_in_child(send, request, started: str) -> dict:
@@ -188,12 +236,27 @@ def check_in_child(send, request, started: str) -> dict:
     from tconform.pipeline import run
     from tconform.report import RunReport
     from tconform.report.environment import environment
+    from tconform.runtimes import label
     from tconform.suites import open_suite
 
     report = RunReport("check")
     progress = lambda line: send(("progress", line))  # noqa: E731
+
+    def watch(lane, results) -> None:  # each lane as it starts and ends (LanesSoFar)
+        if results is not None:
+            send(("results", results))
+            return
+        runtime = lane.runtime
+        narrow = lane.export is not None and lane.export.dtype != "float32"
+        described = {
+            "label": label(runtime), "case": lane.case.name, "component": lane.case.component,
+            "runtime": runtime.name, "ep": runtime.ep, "cell": lane.cell,
+            "precision": lane.export.dtype if narrow else runtime.precision,
+        }  # fmt: skip
+        send(("lane", (described, _plain({"settings": report.settings})["settings"])))
+
     with open_suite(request, progress) as suite:
-        run(request, suite, report, progress)
+        run(request, suite, report, progress, watch)
     send(("phase", "sending the results"))
     return {
         # As JSON holds them: plain values, which the parent reads back without torch (the

@@ -60,3 +60,48 @@ def test_a_module_that_rejects_a_batch_of_one_has_no_batch_consistency_row(tmp_p
     assert "batch-1" not in sets and "batch-consistency" not in sets and "batch-4" in sets
     notes = " ".join(report.results[0].notes)
     assert "batch-1: not checked" in notes and "batch-consistency: not checked" in notes
+
+
+CRASHES_IN_TORCH = """
+import ctypes
+
+import torch
+
+
+class Crashes(torch.nn.Linear):
+    def forward(self, x):
+        if torch.is_inference_mode_enabled():  # only where the torch runtime runs it
+            ctypes.string_at(0)  # a segmentation fault, as a runtime's native code makes one
+        return super().forward(x)
+
+
+def make():
+    torch.manual_seed(0)
+    return Crashes(4, 3), torch.randn(2, 4)
+"""
+
+
+def test_a_crash_while_a_runtime_runs_is_that_lanes_verdict_and_the_lanes_before_keep_theirs(
+    cli, tmp_path, monkeypatch
+):
+    """The check's process dies mid-lane (ONNX Runtime segfaulted on a float16 model): that
+    lane is a crash result and exit 1, the lanes that ended keep their results; it was exit 2
+    and "nothing was checked"."""
+    import json
+
+    (tmp_path / "crashing_model.py").write_text(CRASHES_IN_TORCH)
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "check", "crashing_model:make", "--runtime", "onnxruntime", "--runtime", "torch",
+        "--exporter", "torchscript", "--no-shapes", "-q", "--json", str(report),
+    )  # fmt: skip
+    assert code == 1, out + err
+    assert err.strip().splitlines()[-1].startswith("tconform: error: crashing_model:make: the")
+    assert "SIGSEGV" in err and "while torch ran" in err and "Traceback" not in err
+    results = json.loads(report.read_text())["results"]
+    assert [(r["runtime"], r["status"]) for r in results] == [
+        ("onnxruntime", "pass"),
+        ("torch", "crash"),
+    ]
+    assert "the lanes after it were not checked" in results[-1]["message"]
