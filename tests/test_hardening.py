@@ -400,6 +400,9 @@ def test_a_signal_during_export_ends_promptly_with_one_line(tmp_path, sig, code,
     assert "terminate called" not in err
     assert _all_gone(workers)
     _assert_every_model_is_recorded(tmp_path / "a")
+    # what was staged is gone, and a folder the run made holds what it placed or is gone too
+    assert not (tmp_path / "a" / ".tconform-staging").exists()
+    assert not (tmp_path / "a").exists() or any((tmp_path / "a").iterdir())
 
 
 def test_workers_end_when_the_parent_is_killed(tmp_path):

@@ -12,6 +12,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.util
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -77,12 +78,21 @@ def export_jobs(
     is locked for the whole call, so concurrent runs on one folder wait for each other.
     """
     jobs = list(jobs)
+    new = {job.out_dir for job in jobs if not job.out_dir.exists()}
     with ExitStack() as stack:
         folders: dict[Path, ArtifactsFolder] = {}
         for out_dir in sorted({job.out_dir for job in jobs}):  # one order: no lock cycles
             settings = next(job.settings for job in jobs if job.out_dir == out_dir)
             folders[out_dir] = ArtifactsFolder(out_dir, settings, stack)
-        records = _settle_jobs(jobs, folders, on_done, force, workers)
+        try:
+            records = _settle_jobs(jobs, folders, on_done, force, workers)
+        except BaseException:  # Ctrl-C, SIGTERM, an export's error: the workers are gone
+            for out_dir in folders:  # still locked: what is staged is this call's alone
+                shutil.rmtree(staging_dir(out_dir), ignore_errors=True)
+                if out_dir in new:  # made by this call, and nothing placed in it: gone again
+                    with contextlib.suppress(OSError):
+                        out_dir.rmdir()
+            raise
         for out_dir in folders:
             with contextlib.suppress(OSError):  # empty once every staged model is placed
                 staging_dir(out_dir).rmdir()
