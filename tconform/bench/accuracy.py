@@ -5,11 +5,11 @@ absolute error and the SQNR. A fast engine that computes something else is no re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from tconform.compare import OutputComparison, compare_output, tolerance_for
+from tconform.compare import OutputComparison, Tolerance, compare_output, tolerance_for
 from tconform.errors import EXIT_FAILURE, TconformError, UsageError
 from tconform.results import Status
 
@@ -20,18 +20,24 @@ def judge_outputs(
     precision: str,
     tolerance_class: str,
     preset: str | None = None,
+    tolerance_of: Callable[[str, str], Tolerance] | None = None,
 ) -> dict[str, object]:
     """The accuracy block of a row: every golden output compared under the row
     (`precision`, `tolerance_class`) of tconform.compare.TOLERANCES (the `preset`'s own where it
-    has one: PRESET_TOLERANCES); the worst error and the lowest SQNR over the outputs, and each
-    output's own."""
+    has one: PRESET_TOLERANCES), or for a user's model each output's own (`tolerance_of`:
+    (precision, output) -> Tolerance, as check judges it); the worst error and the lowest SQNR
+    over the outputs, and each output's own."""
     judged: dict[str, object] = {"precision": precision, "tolerance": tolerance_class}
     try:
-        tol = tolerance_for(precision, tolerance_class, preset)
+        row = tolerance_for(precision, tolerance_class, preset)
+        tols = {
+            name: tolerance_of(precision, name) if tolerance_of is not None else row
+            for name in golden
+        }
     except UsageError as exc:
         return {**judged, "status": Status.SKIP.value, "reason": str(exc)}
     comparisons = [
-        compare_output(name, np.asarray(outputs[name]), expected, tol)
+        compare_output(name, np.asarray(outputs[name]), expected, tols[name])
         for name, expected in golden.items()
     ]
     sqnrs = [c.sqnr_db for c in comparisons if c.sqnr_db is not None]
@@ -44,9 +50,9 @@ def judge_outputs(
         judged["reason"] = "nothing compared: no output holds an element"
     return {
         **judged,
-        "atol": tol.atol,
-        "rtol": tol.rtol,
-        "min_sqnr_db": tol.min_sqnr_db,
+        "atol": row.atol,
+        "rtol": row.rtol,
+        "min_sqnr_db": row.min_sqnr_db,
         "status": status.value,
         "max_abs_err": max((c.max_abs_err or 0.0 for c in comparisons), default=0.0),
         # None: no output had any error at all (an infinite ratio)

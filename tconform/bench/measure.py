@@ -98,8 +98,9 @@ def measure(
     outputs = getattr(opened, "outputs", None)
     if outputs is not None:
         row["accuracy"] = judge_outputs(
-            outputs(), workload.expected(), precision, workload.tolerance, workload.preset
-        )
+            outputs(), workload.expected(), precision, workload.tolerance, workload.preset,
+            workload.tolerance_of,
+        )  # fmt: skip
     opened.close()
     del opened
     return row

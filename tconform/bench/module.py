@@ -24,7 +24,7 @@ from tconform.module_check.float64_copy import module_device
 from tconform.module_check.inputs import ModuleInputs
 from tconform.module_check.shapes import BATCH, SEQUENCE, axis_size, infer_axes
 from tconform.plan import plan
-from tconform.request import Axes, Request, UserModel
+from tconform.request import Axes, Request, Tolerances, UserModel
 from tconform.runtimes import ModuleTarget, RuntimeOptions
 from tconform.suites.module import (
     AUTO,
@@ -46,12 +46,15 @@ def module_workloads(
     input_sets: tuple[str, ...],
     log: Log,
     record: dict,
+    tolerances: Tolerances | None = None,
 ) -> list[Workload]:
     """One workload per input set of `input_sets` (names of the suite's sets, or `all`), with
-    the model of each of `dtypes` (none: no ONNX engine runs); what the report records of the
-    model joins `record` (the run's settings) as `model`."""
+    the model of each of `dtypes` (none: no ONNX engine runs), its rows judged as check judges
+    the model (`tolerances`: what the user set; else each precision's row); what the report
+    records of the model joins `record` (the run's settings) as `model`."""
     request = Request(
         subject,
+        tolerances=tolerances or Tolerances(),
         runtimes=RuntimeOptions(names=("onnxruntime",)),
         axes=Axes(matrix=True, exporters=(AUTO,), dtypes=dtypes or ("float32",)),
     )
@@ -83,6 +86,7 @@ def module_workloads(
                 input_set=found.name,
                 module_options=options,
                 module_ep=device.type,
+                tolerance_of=lambda precision, name: suite.tolerances.by_output(precision)[name],
             )
         )
     return workloads

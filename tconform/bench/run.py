@@ -36,7 +36,7 @@ from tconform.export import ExportJob, ExportSettings, build_module, default_ops
 from tconform.models import ModelUnderTest, derived_file
 from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
-from tconform.request import UserModel
+from tconform.request import Tolerances, UserModel
 from tconform.results import Status
 from tconform.runtimes import RUNTIMES, Runtime, make_runtime, runtime_class
 from tconform.runtimes.providers import parse_eps, unavailable_reason
@@ -101,7 +101,7 @@ def check_shape(shape: tuple[int, int], cases: tuple[Case, ...], cfg: ModelConfi
 
 def bench_settings(
     preset, cases, shapes, engines, ep_spec, threads, runtime_settings, warmup, runs, seconds,
-    artifacts, profile=False, module=None, input_sets=(), crash_folder=None,
+    artifacts, profile=False, module=None, input_sets=(), crash_folder=None, tolerances=None,
 ) -> BenchSettings:  # fmt: skip
     """Validate every option before anything slow starts. `module`: a user's model (its
     PACKAGE.MODULE:FACTORY and how its inputs are given; its folder and shapes are the bench's)
@@ -121,7 +121,13 @@ def bench_settings(
     )
     if module is not None:
         return module_settings(
-            preset, cases, shapes, engines, artifacts, module, input_sets, common
+            preset, cases, shapes, engines, artifacts, module, input_sets,
+            {**common, "tolerances": tolerances},
+        )  # fmt: skip
+    if tolerances is not None and tolerances.given:
+        raise UsageError(
+            "--atol, --rtol and --tolerance judge a user's model: give PACKAGE.MODULE:FACTORY "
+            "(tconform's cases have their measured rows)"
         )
     if input_sets:
         raise UsageError(
@@ -200,6 +206,7 @@ class BenchSettings:
     module: UserModel | None = None
     input_sets: tuple[str, ...] = ()
     crash_folder: Path | None = None  # where an engine in a worker that crashes leaves a bundle
+    tolerances: Tolerances | None = None  # a user's model: what --atol, --rtol, --tolerance set
 
     @property
     def exports(self) -> tuple[tuple[str, str], ...]:
@@ -373,7 +380,9 @@ def _workloads(
     from tconform.bench.module import module_workloads
 
     dtypes = tuple(dtype for _, dtype in settings.exports)
-    found = module_workloads(settings.module, dtypes, settings.input_sets, log, record)
+    found = module_workloads(
+        settings.module, dtypes, settings.input_sets, log, record, settings.tolerances
+    )
     return found, len(found), found[0].module_ep
 
 

@@ -42,6 +42,7 @@ from tconform.commands.options import (
     report_options,
     require_reports_outside,
     runtime_options,
+    tolerance_options,
 )
 from tconform.commands.run import run_and_report, writes_report
 from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
@@ -122,6 +123,7 @@ _DECODING_OPTIONS = (
 @click.command("bench", cls=RuntimeCommand)
 @click.argument("target", required=False, metavar="[PACKAGE.MODULE:FACTORY]")
 @module_options("inputs", "dynamic")
+@tolerance_options("with PACKAGE.MODULE:FACTORY; the row of each engine's precision")
 @preset_option("base")
 @case_option("Case to time (repeatable) [transformer and the heaviest components].")
 @click.option(
@@ -201,6 +203,7 @@ _DECODING_OPTIONS = (
 def bench(
     target,
     module,
+    tolerance,
     preset,
     cases,
     shapes,
@@ -223,6 +226,8 @@ def bench(
     if target is not None and (compare or generate is not None):
         flag = "--compare" if compare else "--generate"
         raise click.UsageError(f"{flag} is for tconform's own model, not PACKAGE.MODULE:FACTORY")
+    if tolerance.given and (compare or generate is not None):
+        raise click.UsageError("--atol, --rtol and --tolerance judge a user's model's rows")
     if target is None and module.given():
         raise click.UsageError(
             f"{module.given()[0]} is for a user's model: give PACKAGE.MODULE:FACTORY"
@@ -253,7 +258,7 @@ def bench(
         preset, cases, shapes, engines, runtime.ep_spec, runtime.threads, runtime.settings,
         warmup, runs, seconds, artifacts, profile,
         None if target is None else module.subject(target, None), input_sets,
-        crash_folder_beside(*reports.values()),
+        crash_folder_beside(*reports.values()), tolerance,
     )  # fmt: skip
     run_and_report(BenchReport(), partial(_timings, options, runtime), False, reports)
 

@@ -21,7 +21,7 @@ from tconform.bench.run import bench_settings, module_elsewhere
 from tconform.bench.workload import Workload
 from tconform.commands.bench import bench_in_child
 from tconform.errors import EXIT_USAGE, UsageError
-from tconform.request import UserModel
+from tconform.request import Tolerances, UserModel
 from tconform.runtimes import ModuleTarget
 
 # A user's package in the current folder. `gains` multiplies by 1e5, beyond float16's largest
@@ -61,10 +61,12 @@ def user_package(tmp_path, monkeypatch):
     return "user_models_for_bench"
 
 
-def settings(target: str, *engines: str, input_sets: tuple[str, ...] = (), inputs=None):
+def settings(
+    target: str, *engines: str, input_sets: tuple[str, ...] = (), inputs=None, tolerances=None
+):
     return bench_settings(
         None, (), (), engines, "cpu", 1, {}, 0, 2, 0.05, None,
-        module=UserModel(target, inputs=inputs), input_sets=input_sets,
+        module=UserModel(target, inputs=inputs), input_sets=input_sets, tolerances=tolerances,
     )  # fmt: skip
 
 
@@ -171,6 +173,21 @@ def test_every_row_is_judged_and_best_passes_over_a_failing_conversion(
         "example",
         "batch-1",
     }
+
+
+@pytest.mark.integration
+def test_the_tolerance_a_user_sets_judges_the_rows_as_in_check(user_package, monkeypatch):
+    """`gains`' float16 conversion is 0.66 times what it should be: failed by the float16
+    row, passed under an rtol of 0.5 the user set, as check would judge it."""
+    monkeypatch.setattr(ceiling, "GEMM_SIZE", 128)
+    monkeypatch.setattr(ceiling, "COPY_BYTES", 2**20)
+    monkeypatch.setattr(ceiling, "PROBE_SECONDS", 0.1)
+    loose = Tolerances(rtol=0.5)
+    chosen = settings(f"{user_package}:gains", "onnxruntime-fp16", tolerances=loose)
+    (row,) = bench_in_child(lambda message: None, chosen)["results"]
+    assert row["accuracy"]["status"] == "pass", row["accuracy"]
+    with pytest.raises(UsageError, match="judge a user's model"):
+        bench_settings("tiny", (), (), (), "cpu", 1, {}, 0, 2, 0.05, None, tolerances=loose)
 
 
 @pytest.mark.integration
