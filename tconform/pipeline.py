@@ -110,8 +110,6 @@ def lane_results(lane: Lane, models, sets, suite: Suite, request: Request) -> li
     case, runtime = lane.case, lane.runtime
     if lane.not_applicable:
         # Named at the precision the cell would have run at, like its neighbours in the pivot.
-        narrow = lane.export is not None and lane.export.dtype != "float32"
-        precision = lane.export.dtype if narrow else runtime.precision
         results = [
             Result(
                 case.name,
@@ -122,7 +120,7 @@ def lane_results(lane: Lane, models, sets, suite: Suite, request: Request) -> li
                 s.name,
                 "skip",
                 f"not applicable: {lane.not_applicable}",
-                precision=precision,
+                precision=lane.precision,
             )
             for s in sets
         ]

@@ -161,6 +161,14 @@ class Lane:
         """Which model file the lane runs: the case's, in its export cell (or the given one)."""
         return self.case.name, self.export.export_key if self.export else GIVEN
 
+    @property
+    def precision(self) -> str:
+        """The precision the lane is named at before it runs (a cell that cannot exist, one
+        whose model could not be made, one its process crashed in): its export's reduced
+        dtype, else what its runtime computes in."""
+        narrow = self.export is not None and self.export.dtype != "float32"
+        return self.export.dtype if narrow else self.runtime.precision
+
     def units(self, set_names: list[str]) -> list[Unit]:
         size = self.case.tolerance
         if self.export is not None:

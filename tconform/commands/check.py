@@ -247,11 +247,10 @@ def check_in_child(send, request, started: str) -> dict:
             send(("results", results))
             return
         runtime = lane.runtime
-        narrow = lane.export is not None and lane.export.dtype != "float32"
         described = {
             "label": label(runtime), "case": lane.case.name, "component": lane.case.component,
             "runtime": runtime.name, "ep": runtime.ep, "cell": lane.cell,
-            "precision": lane.export.dtype if narrow else runtime.precision,
+            "precision": lane.precision,
         }  # fmt: skip
         send(("lane", (described, _plain({"settings": report.settings})["settings"])))
 

@@ -337,11 +337,11 @@ class ModuleSuite(Suite):
         if failed is None:
             return super().run(lane, models, sets, strict_placement)
         row = self.row(lane.case)
-        precision = lane.export.dtype if lane.export is not None else lane.runtime.precision
         return [
             replace(
                 row, runtime=lane.runtime.name, ep=lane.runtime.ep, input_set=s.name,
-                status=Status.ERROR, message=failed, precision=precision, notes=list(row.notes),
+                status=Status.ERROR, message=failed, precision=lane.precision,
+                notes=list(row.notes),
             )
             for s in sets
         ]  # fmt: skip
