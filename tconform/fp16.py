@@ -74,7 +74,7 @@ def find_overflowing_constants(model: onnx.ModelProto | Path | str) -> list[Over
         for tensor_name in node.input:
             readers.setdefault(tensor_name, []).append(node.op_type)
 
-    found = []
+    found: list[OverflowingConstant | None] = []
     for init in graph.initializer:
         consumers = tuple(sorted(set(readers.get(init.name, []))))
         found.append(_found(init.name, "initializer", numpy_helper.to_array(init), consumers))
@@ -87,7 +87,16 @@ def find_overflowing_constants(model: onnx.ModelProto | Path | str) -> list[Over
             found.append(
                 _found(node.name or node.output[0], f"{node.op_type} attribute", array, consumers)
             )
-    return [f for f in found if f is not None]
+    return [f for f in found if f is not None and not _held_mask_fill(f)]
+
+
+def _held_mask_fill(found: OverflowingConstant) -> bool:
+    """A float16 mask fill at float16's lowest value (what converters and transformers' float16
+    masks use for -1e9 or float32's lowest): finite, so a fully masked row still gives uniform
+    weights as in float32; nothing to say."""
+    return (
+        found.dtype == "float16" and found.value == -FLOAT16_MAX and found.consumers == ("Where",)
+    )
 
 
 def ops_run_in_float32(model_path: Path | str) -> dict[str, int]:

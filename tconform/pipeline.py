@@ -25,6 +25,10 @@ from tconform.results import Result, allow_missing
 from tconform.runtimes import label
 from tconform.units import Unit, digest, require_checked, unit_id
 
+# Told of a lane as it starts (what it does: "ran", "was localised"; no results) and as that
+# ends (no doing; its results)
+Watch = Callable[[Lane, str | None, list[Result] | None], None]
+
 
 def run_request(request: Request, report: RunReport, progress: Progress = lambda _: None) -> None:
     """Run `request` on its subject's suite (tconform.suites), into `report`."""
@@ -42,13 +46,15 @@ def run(
     suite: Suite,
     report: RunReport,
     progress: Progress,
-    watch: Callable[[Lane, list[Result] | None], None] | None = None,
+    watch: Watch | None = None,
 ) -> None:
     """Fill `report` with one result per lane and input set of `suite` that this machine runs
     (and the settings that produced them). Results land in `report` as they come, so an error
     that stops the run midway leaves the results so far in place for the reports. `watch` is
-    told of each lane as it starts (None) and ends (its results): check's process sends them
-    to the command's, which then knows which lane a crash of the whole process ended."""
+    told of each lane as it starts to run or to be localised (what it does) and as that ends
+    (its results, [] for a localisation): check's process sends them to the command's, which
+    then knows what a crash of the whole process ended."""
+    watch = watch or (lambda lane, doing, results: None)
     planned = plan(request, suite)
     mine = select_units(request, planned.units)
     mine_ids = {u.id for u in mine}
@@ -72,14 +78,14 @@ def run(
                 for s in sets
                 if unit_id(case.name, lane.cell, label(lane.runtime), s.name) in mine_ids
             ]
-            if watch is not None:
-                watch(lane, None)
+            watch(lane, "ran", None)
             results = lane_results(lane, models, lane_sets, suite, request)
-            if watch is not None:
-                watch(lane, results)
+            watch(lane, None, results)
             if _localises(request, lane) and lane.model_key in models:  # not a failed one
                 model = models[lane.model_key]
+                watch(lane, "was localised", None)
                 found = suite.localise(lane.runtime, model, results, sets)
+                watch(lane, None, [])
                 localisations += found
                 place = (lane.runtime.ep, case.name, lane.cell)
                 located += [(lane.runtime.name, place, loc) for loc in found]

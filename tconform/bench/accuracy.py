@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from tconform.compare import OutputComparison, Tolerance, compare_output, tolerance_for
+from tconform.compare import OutputComparison, compare_output, tolerance_for
 from tconform.errors import EXIT_FAILURE, TconformError, UsageError
 from tconform.results import Status
 
@@ -20,26 +20,25 @@ def judge_outputs(
     precision: str,
     tolerance_class: str,
     preset: str | None = None,
-    tolerance_of: Callable[[str, str], Tolerance] | None = None,
+    judge: Callable[[Mapping[str, np.ndarray], str], list[OutputComparison]] | None = None,
 ) -> dict[str, object]:
     """The accuracy block of a row: every golden output compared under the row
     (`precision`, `tolerance_class`) of tconform.compare.TOLERANCES (the `preset`'s own where it
-    has one: PRESET_TOLERANCES), or for a user's model each output's own (`tolerance_of`:
-    (precision, output) -> Tolerance, as check judges it); the worst error and the lowest SQNR
-    over the outputs, and each output's own."""
+    has one: PRESET_TOLERANCES), or for a user's model by `judge` (outputs, precision), the
+    one check judges it with (each output's own tolerance, its padding mask); the worst error
+    and the lowest SQNR over the outputs, and each output's own."""
     judged: dict[str, object] = {"precision": precision, "tolerance": tolerance_class}
     try:
         row = tolerance_for(precision, tolerance_class, preset)
-        tols = {
-            name: tolerance_of(precision, name) if tolerance_of is not None else row
-            for name in golden
-        }
+        if judge is not None:
+            comparisons = judge(outputs, precision)
+        else:
+            comparisons = [
+                compare_output(name, np.asarray(outputs[name]), expected, row)
+                for name, expected in golden.items()
+            ]
     except UsageError as exc:
         return {**judged, "status": Status.SKIP.value, "reason": str(exc)}
-    comparisons = [
-        compare_output(name, np.asarray(outputs[name]), expected, tols[name])
-        for name, expected in golden.items()
-    ]
     sqnrs = [c.sqnr_db for c in comparisons if c.sqnr_db is not None]
     if all(c.status == Status.PASS for c in comparisons):
         # nothing compared (every output empty: inputs with no element) is never a pass

@@ -99,7 +99,7 @@ def measure(
     if outputs is not None:
         row["accuracy"] = judge_outputs(
             outputs(), workload.expected(), precision, workload.tolerance, workload.preset,
-            workload.tolerance_of,
+            workload.judge,
         )  # fmt: skip
     opened.close()
     del opened

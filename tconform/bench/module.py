@@ -86,10 +86,16 @@ def module_workloads(
                 input_set=found.name,
                 module_options=options,
                 module_ep=device.type,
-                tolerance_of=lambda precision, name: suite.tolerances.by_output(precision)[name],
+                judge=_judge(suite, found),
             )
         )
     return workloads
+
+
+def _judge(suite: ModuleSuite, input_set) -> Callable:
+    """(outputs, precision) -> comparisons: `input_set` judged as check judges it."""
+    judge = suite.judge(suite.case)
+    return lambda outputs, precision: judge(dict(outputs), input_set, precision)
 
 
 def _expected(outputs: Mapping[str, np.ndarray]) -> Callable[[], Mapping[str, np.ndarray]]:

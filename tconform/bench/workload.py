@@ -16,7 +16,7 @@ from functools import cache, partial
 import numpy as np
 
 from tconform import registry
-from tconform.compare import Tolerance
+from tconform.compare import OutputComparison
 from tconform.config import ModelConfig
 from tconform.execution import case_module
 from tconform.models import ModelUnderTest
@@ -57,9 +57,10 @@ class Workload:
     module_ep: str | None = None
     cfg: ModelConfig | None = None
     preset: str | None = None
-    # a user's model: (precision, output) -> its Tolerance, the one check judges it by (the
-    # row's, or what --atol, --rtol and --tolerance set); None: the `tolerance` class's row
-    tolerance_of: Callable[[str, str], Tolerance] | None = None
+    # a user's model: (outputs, precision) -> each output compared as check compares it (its
+    # tolerance: the row's, or what --atol, --rtol and --tolerance set; its padding mask);
+    # None: under the `tolerance` class's row
+    judge: Callable[[Mapping[str, np.ndarray], str], list[OutputComparison]] | None = None
 
     @property
     def shape(self) -> str:

@@ -194,9 +194,10 @@ def in_child(request, report, progress) -> None:
 
 class LanesSoFar:
     """What the check's process told of its lanes: the results of those that ended, and the
-    one running. Where the process ends mid-lane (a runtime's native code crashing: a
-    segmentation fault in ONNX Runtime's optimiser on a float16 model), that lane is a crash
-    result, and the lanes before it keep theirs: exit 1, not "nothing was checked"."""
+    one running or being localised. Where the process ends mid-lane (a runtime's native code
+    crashing: a segmentation fault in ONNX Runtime's optimiser on a float16 model) or while a
+    lane is localised (the runtime on the graph with its boundaries as outputs), that is a
+    crash result, and the lanes before keep theirs: exit 1, not "nothing was checked"."""
 
     def __init__(self) -> None:
         self.results: list = []
@@ -218,13 +219,14 @@ class LanesSoFar:
 
         lane = self.running
         message = (
-            f"{target}: the check's process {self.how} while {lane['label']} ran "
+            f"{target}: the check's process {self.how} while {lane['label']} {lane['doing']} "
             f"({lane['cell']}); the run stopped there: the lanes after it were not checked"
         )
+        localised = lane["doing"] != "ran"
         crash = Result.about(
             lane["case"], lane["component"], runtime=lane["runtime"], ep=lane["ep"],
-            input_set="all", status=str(Status.CRASH), message=message,
-            precision=lane["precision"], cell=lane["cell"],
+            input_set="localisation" if localised else "all", status=str(Status.CRASH),
+            message=message, precision=lane["precision"], cell=lane["cell"],
         )  # fmt: skip
         return [*self.results, crash], self.settings
 
@@ -242,7 +244,7 @@ def check_in_child(send, request, started: str) -> dict:
     report = RunReport("check")
     progress = lambda line: send(("progress", line))  # noqa: E731
 
-    def watch(lane, results) -> None:  # each lane as it starts and ends (LanesSoFar)
+    def watch(lane, doing, results) -> None:  # each lane as it starts and ends (LanesSoFar)
         if results is not None:
             send(("results", results))
             return
@@ -250,7 +252,7 @@ def check_in_child(send, request, started: str) -> dict:
         described = {
             "label": label(runtime), "case": lane.case.name, "component": lane.case.component,
             "runtime": runtime.name, "ep": runtime.ep, "cell": lane.cell,
-            "precision": lane.precision,
+            "precision": lane.precision, "doing": doing,
         }  # fmt: skip
         send(("lane", (described, _plain({"settings": report.settings})["settings"])))
 

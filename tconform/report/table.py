@@ -93,7 +93,7 @@ def render(results: list[Result]) -> str:
         for line in (
             f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}",
             *(
-                f"      {o.name} worst: {_worst(w)}"
+                f"      {o.name} worst: {_worst(w, o.atol, o.rtol)}"
                 for o in r.outputs
                 if o.status == "fail"
                 for w in o.worst[:3]
@@ -109,16 +109,22 @@ def render(results: list[Result]) -> str:
     return "\n".join(lines + models + (["", "notes:", *facts] if facts else []) + problems)
 
 
-def _worst(element: dict[str, object]) -> str:
-    """One of an output's worst elements: `at [0, 6, 62]: -0.575 for -0.619 (|err| 0.0445)`
-    (a non-finite value as JSON holds it)."""
+def _worst(element: dict[str, object], atol: float, rtol: float) -> str:
+    """One of an output's worst elements, those that used most of their tolerance (which need
+    not hold the largest |err| its message names): `at [0, 6, 62]: -0.575 for -0.619 (|err|
+    0.0445, 3.1x its tolerance)` (a non-finite value as JSON holds it)."""
 
     def number(x: object) -> str:
         return f"{x:.4g}" if isinstance(x, float) else str(x)
 
+    err, golden = element.get("abs_err"), element.get("golden")
+    share = ""
+    if isinstance(err, float) and isinstance(golden, float):
+        allowed = atol + rtol * abs(golden)
+        share = f", {err / allowed:.3g}x its tolerance" if allowed > 0 else ""
     return (
         f"at {element.get('index')}: {number(element.get('actual'))} for "
-        f"{number(element.get('golden'))} (|err| {number(element.get('abs_err'))})"
+        f"{number(golden)} (|err| {number(err)}{share})"
     )
 
 

@@ -44,6 +44,17 @@ def gains():
     torch.manual_seed(0)
     return Gains(), torch.randn(3, 8)
 
+class Padded(nn.Module):
+    def forward(self, x, mask):
+        beyond = x * 1e20 * 1e20  # infinite in float32, finite in the float64 copy
+        return torch.where(mask[..., None] == 0, beyond, x)
+
+def padded():
+    torch.manual_seed(0)
+    mask = torch.ones(2, 4, dtype=torch.long)
+    mask[0, :2] = 0  # left padding
+    return Padded(), (torch.randn(2, 4, 3), mask)
+
 def ends_itself():
     import os
     os._exit(0)
@@ -62,11 +73,12 @@ def user_package(tmp_path, monkeypatch):
 
 
 def settings(
-    target: str, *engines: str, input_sets: tuple[str, ...] = (), inputs=None, tolerances=None
+    target: str, *engines: str, input_sets=(), inputs=None, tolerances=None, padding_mask=None
 ):
     return bench_settings(
         None, (), (), engines, "cpu", 1, {}, 0, 2, 0.05, None,
-        module=UserModel(target, inputs=inputs), input_sets=input_sets, tolerances=tolerances,
+        module=UserModel(target, inputs=inputs, padding_mask=padding_mask),
+        input_sets=input_sets, tolerances=tolerances,
     )  # fmt: skip
 
 
@@ -188,6 +200,25 @@ def test_the_tolerance_a_user_sets_judges_the_rows_as_in_check(user_package, mon
     assert row["accuracy"]["status"] == "pass", row["accuracy"]
     with pytest.raises(UsageError, match="judge a user's model"):
         bench_settings("tiny", (), (), (), "cpu", 1, {}, 0, 2, 0.05, None, tolerances=loose)
+
+
+@pytest.mark.integration
+def test_a_padding_mask_leaves_the_padded_positions_out_of_each_rows_verdict(
+    user_package, monkeypatch
+):
+    """`bench PKG:FACTORY --padding-mask mask` judges the rows as check does: `padded` is
+    garbage (infinite in float32) at its padded positions only, a failed row without the
+    mask and a pass with it; it was not an option of bench."""
+    monkeypatch.setattr(ceiling, "GEMM_SIZE", 128)
+    monkeypatch.setattr(ceiling, "COPY_BYTES", 2**20)
+    monkeypatch.setattr(ceiling, "PROBE_SECONDS", 0.1)
+    target, sets = f"{user_package}:padded", ("example",)
+    verdicts = {}
+    for mask in (None, "mask"):
+        chosen = settings(target, "torch", input_sets=sets, padding_mask=mask)
+        (row,) = bench_in_child(lambda message: None, chosen)["results"]
+        verdicts[mask] = row["accuracy"]["status"]
+    assert verdicts == {None: "fail", "mask": "pass"}
 
 
 @pytest.mark.integration

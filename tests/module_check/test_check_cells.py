@@ -105,3 +105,49 @@ def test_a_crash_while_a_runtime_runs_is_that_lanes_verdict_and_the_lanes_before
         ("torch", "crash"),
     ]
     assert "the lanes after it were not checked" in results[-1]["message"]
+
+
+CRASHES_WHEN_LOCALISED = """
+import ctypes
+
+import torch
+
+
+class Crashes(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        if self.inner._forward_hooks:  # only while localisation captures the module's calls
+            ctypes.string_at(0)  # a segmentation fault, as a runtime's native code makes one
+        return self.inner(x)
+
+
+def make():
+    torch.manual_seed(0)
+    return Crashes(), torch.randn(2, 4)
+"""
+
+
+def test_a_crash_while_a_lane_is_localised_keeps_the_lanes_results(cli, tmp_path, monkeypatch):
+    """The check's process dies while localising (after its lane ended): the lane keeps its
+    results, the localisation is a crash row naming what was localised, exit 1; it was exit 2,
+    "nothing was checked", and the results were lost."""
+    import json
+
+    (tmp_path / "crashing_model.py").write_text(CRASHES_WHEN_LOCALISED)
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "check", "crashing_model:make", "--runtime", "onnxruntime", "--localise", "always",
+        "--exporter", "torchscript", "--no-shapes", "-q", "--json", str(report),
+    )  # fmt: skip
+    assert code == 1, out + err
+    assert "SIGSEGV" in err and "while ort-cpu was localised" in err, err
+    assert "Traceback" not in err
+    results = json.loads(report.read_text())["results"]
+    assert [(r["input_set"], r["status"]) for r in results] == [
+        ("example", "pass"),
+        ("localisation", "crash"),
+    ]

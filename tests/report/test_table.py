@@ -57,4 +57,7 @@ def test_each_failure_lists_its_worst_elements_under_its_own_message():
     at = [i for i, line in enumerate(lines) if "off by" in line]
     assert len(at) == 2 and lines[at[0] + 1].startswith("      y worst: at [")
     assert all("worst" in line for line in lines[at[0] + 1 : at[1]])  # its own, before the next
-    assert "(|err| 0.5)" in lines[at[0] + 1] and "(|err| 1)" in lines[at[1] + 1]  # each its own
+    assert "(|err| 0.5, " in lines[at[0] + 1] and "(|err| 1, " in lines[at[1] + 1]  # each its own
+    # ranked by the tolerance each used, which the line says (the message names the largest |err|)
+    # (0.5 / (1e-5 + 1e-5 * |-1|) at the golden's end)
+    assert lines[at[0] + 1].endswith("(|err| 0.5, 2.5e+04x its tolerance)")

@@ -98,6 +98,29 @@ def test_float32_constant_beyond_half_range_is_reported():
     assert FLOAT16_MAX == 65504.0
 
 
+def test_a_float16_fill_at_its_lowest_read_by_where_is_not_noted_but_added_saturation_is():
+    """transformers' float16 masks fill with -65504 through Where: finite, a fully masked row
+    stays uniform, no note (it was one on every float16 decoder). The same value added to a
+    score (a clamped bias, an additive mask) is still named."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def found_with(op: str) -> list:
+        fill = numpy_helper.from_array(np.array([-65504.0], dtype=np.float16), "fill")
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1])
+        node = helper.make_node(op, ["x", "fill"], ["y"])
+        if op == "Where":
+            x = helper.make_tensor_value_info("x", TensorProto.BOOL, [1])
+            node = helper.make_node("Where", ["x", "fill", "fill"], ["y"])
+        graph = helper.make_graph([node], "g", [x], [y], [fill])
+        return find_overflowing_constants(helper.make_model(graph))
+
+    assert found_with("Where") == []
+    assert [(f.name, f.value, f.consumers) for f in found_with("Add")] == [
+        ("fill", -65504.0, ("Add",))
+    ]
+
+
 def test_cpu_runs_fp16_matmul_in_float32(fp16_artifacts):
     # ORT 1.31's CPU provider has no float16 MatMul kernel: it inserts Casts instead of failing.
     in_float32 = ops_run_in_float32(fp16_artifacts / "feed_forward" / "model.onnx")
