@@ -26,6 +26,7 @@ from tconform.folders import (
     managed_folder,
     manifest_kind,
     require_new_or_written_whole,
+    require_not_link,
 )
 
 OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
@@ -99,6 +100,7 @@ def require_own_export_folder(folder: Path) -> None:
     """check writes only where it may replace what is there: a new or tconform check's own
     folder, never a golden or artifacts folder (but for an artifacts folder's check/ area),
     never over a file it did not write."""
+    require_not_link(folder, "check's export folder, --out")
     if folder.exists() and not folder.is_dir():
         raise Refused(f"{folder}: exists and is not a folder", folder)
     managed = managed_folder(folder, itself=True)

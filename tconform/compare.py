@@ -8,7 +8,7 @@ holds the same value at the same place; a shape or dtype mismatch is a failure o
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import ml_dtypes
@@ -221,6 +221,7 @@ class OutputComparison:
     message: str = ""
     worst: list[dict[str, object]] = field(default_factory=list)
     excluded: int = 0  # elements left out of the comparison (padded positions, on request)
+    both_nan: int = 0  # elements NaN in the golden and the run: they agree and prove nothing
     # 10 log10(sum g^2 / sum (a - g)^2) over the compared finite elements (None: no error at
     # all, an infinite ratio, or nothing compared); min_sqnr_db: the row's floor, if it has one
     sqnr_db: float | None = None
@@ -235,6 +236,12 @@ class OutputComparison:
     def compared(self) -> int:
         """How many elements were compared."""
         return int(np.prod(self.shape)) - self.excluded
+
+    @property
+    def checked(self) -> bool:
+        """Whether the comparison could have failed: an element compared that is not NaN on
+        both sides (NaN inputs give NaN out of any model)."""
+        return self.compared > self.both_nan
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -329,6 +336,7 @@ def compare_output(
         # None where unbounded: JSON has no Infinity (the mismatch count says it failed).
         tolerance_used=worst_used if math.isfinite(worst_used) else None,
         excluded=0 if keep is None else int(keep.size - np.count_nonzero(keep)),
+        both_nan=tally.both_nan,
         sqnr_db=round(sqnr, 3) if sqnr is not None and math.isfinite(sqnr) else None,
         min_sqnr_db=tol.min_sqnr_db,
         golden_rms=rms,
@@ -385,7 +393,7 @@ class _Tally:
         self.atol, self.rtol, self.worst_count = atol, rtol, worst_count
         self.max_abs_err = self.max_rel_err = self.worst_used = self.err_sum = 0.0
         self.max_abs_at = 0
-        self.finite = self.mismatches = self.bad_nonfinite = 0
+        self.finite = self.mismatches = self.bad_nonfinite = self.both_nan = 0
         self.first_nonfinite = -1
         self.signal = self.noise = 0.0
         self.candidates: list[tuple[float, int]] = []  # (score, flat index), each chunk's worst
@@ -398,9 +406,12 @@ class _Tally:
         # same sign.
         same_nonfinite = (np.isnan(a) & np.isnan(g)) | (np.isinf(a) & np.isinf(g) & (a == g))
         bad_nonfinite = ~finite & ~same_nonfinite
+        both_nan = np.isnan(a) & np.isnan(g)
         if keep is not None:
             finite &= keep
             bad_nonfinite &= keep
+            both_nan &= keep
+        self.both_nan += int(np.count_nonzero(both_nan))
         with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: masked below
             diff = np.where(finite, a - g, 0.0)
         err = np.abs(diff)
@@ -503,14 +514,26 @@ def _json_number(value: float) -> float | str:
     return value if math.isfinite(value) else str(value)
 
 
-def judge_outputs(tolerance: Callable[[str, str], Tolerance], padding_mask: str | None = None):
+def judge_outputs(
+    tolerance: Callable[[str, str], Tolerance],
+    padding_mask: str | None = None,
+    names: Sequence[str] = (),
+):
     """The judge every command uses (tconform.execution.Judge): each expected output of the
     input set against the output of that name, or of that position where the model names its
     outputs otherwise (a model made elsewhere); `tolerance(precision, output name)`.
 
     padding_mask: an input of the set (1 = a real token, 0 = padding); an output whose leading
     axes are that input's shape (batch, sequence) is compared only where it is non-zero. A
-    failure whose every element outside tolerance lies where such an input is 0 says so."""
+    failure whose every element outside tolerance lies where such an input is 0 says so.
+    names: the outputs' names as `tolerance` knows them, in order, where a model made elsewhere
+    names them otherwise (its batch-consistency set is keyed by the model's names)."""
+
+    def known(name: str, outputs: Mapping[str, np.ndarray]) -> str:
+        if not names or name in names or name not in outputs:
+            return name
+        position = list(outputs).index(name)
+        return names[position] if position < len(names) else name
 
     def judge(outputs: Mapping[str, np.ndarray], input_set, precision: str):
         expected = input_set.outputs
@@ -535,7 +558,7 @@ def judge_outputs(tolerance: Callable[[str, str], Tolerance], padding_mask: str 
             keep = None
             if padding_mask is not None and _leads_with(actual, masks[padding_mask]):
                 keep = _expanded(masks[padding_mask] != 0, actual.ndim)
-            tol = tolerance(precision, name)
+            tol = tolerance(precision, known(name, outputs))
             comparison = compare_output(name, actual, expected[name], tol, where=keep)
             if comparison.status == "fail" and padding_mask is None:
                 comparison.message += _padding_note(actual, expected[name], tol, masks)

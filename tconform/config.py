@@ -29,6 +29,48 @@ ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 # float16 and bfloat16 trace the module in that type, int8 and int4 quantise the float32 export.
 ModelDtype = Literal["float32", "float16", "bfloat16", "int8", "int4"]
 MODEL_DTYPES: tuple[str, ...] = get_args(ModelDtype)
+
+
+@dataclass(frozen=True)
+class UserModelOption:
+    """An option about a user's model, taken alike by `check`, `bench` and the pytest plugin
+    (--tconform-NAME): its flag and help, here so that the plugin declares it without importing
+    the command line; the command line gives it its type (tconform.commands.options)."""
+
+    flag: str
+    help: str
+    metavar: str | None = None
+    multiple: bool = False
+
+
+USER_MODEL_OPTIONS = {
+    "inputs": UserModelOption(
+        "--inputs",
+        "The module's inputs (.npz: arrays named after forward's parameters, or arr_0, arr_1, "
+        "...), where the factory returns the module alone.",
+        "FILE.npz",
+    ),
+    "dynamic": UserModelOption(
+        "--dynamic",
+        "Axes of an input the export keeps free, e.g. ids=0:batch,1:seq (repeatable); the batch "
+        "and sequence axes of the others are inferred.",
+        "NAME=AXES",
+        multiple=True,
+    ),
+    "model": UserModelOption(
+        "--model",
+        "Check this ONNX file (made elsewhere, never modified) instead of exporting.",
+        "FILE.onnx",
+    ),
+    "padding_mask": UserModelOption(
+        "--padding-mask",
+        "An input holding a (batch, sequence) mask, 1 = real token, 0 = padding "
+        "(attention_mask): outputs whose leading axes are its shape are compared at real "
+        "positions only; the report says how many elements were left out.",
+        "INPUT",
+    ),
+}
+
 # A user's model's dtypes made with a precision plan (tconform check) -> the dtype they are in.
 PLANNED_DTYPES = {"float16-planned": "float16", "int8-planned": "int8"}
 # The exporters and the opsets each reaches (names and numbers only: the command line offers

@@ -347,8 +347,13 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     What a comparison notes of its tolerance (an atol scaled to the output, or one above it)
     joins the result's notes."""
     for comparison in comparisons:
-        if comparison.status == "pass" and not comparison.compared:
+        if comparison.status != "pass":
+            continue
+        if not comparison.compared:
             comparison.status, comparison.message = "skip", "no element compared"
+        elif not comparison.checked:  # NaN in, NaN out: any model agrees
+            comparison.status = "skip"
+            comparison.message = "every element is NaN in the golden and the run: nothing compared"
     result.outputs = comparisons
     result.notes += [c.note for c in comparisons if c.note and c.note not in result.notes]
     left_out = sum(c.excluded for c in comparisons)
@@ -359,10 +364,10 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     if failed:
         result.status = str(Status.FAIL)
         result.message = "; ".join(f"{c.name}: {c.message}" for c in failed)
-    elif not any(c.compared for c in comparisons):
+    elif all(c.status == "skip" for c in comparisons):
         result.status = str(Status.SKIP)
         result.message = "nothing compared: " + (
-            "no output holds an element that was compared"
+            "; ".join(f"{c.name}: {c.message}" for c in comparisons)
             if comparisons
             else "no output was judged"
         )

@@ -78,6 +78,17 @@ def managed_folder(
     return None
 
 
+def require_not_link(folder: Path, what: str) -> None:
+    """A folder tconform writes into is never a symbolic link: it follows no link it did not
+    make (the user names the folder it leads to). `what`: the option or variable naming it."""
+    if folder.is_symlink():
+        raise Refused(
+            f"{folder}: a symbolic link ({what}); tconform writes through no link it did not "
+            "make (name the folder it leads to)",
+            folder,
+        )
+
+
 def require_artifacts_folder(folder: Path) -> None:
     """Models go only into an artifacts folder: one with an artifacts manifest, or a new one;
     never into a golden folder, nor anywhere inside one."""

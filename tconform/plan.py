@@ -86,6 +86,10 @@ class Suite:
         """The names of the case's input sets, known before anything runs."""
         raise NotImplementedError
 
+    def require_inputs(self, lanes: list) -> None:
+        """What the lanes read, checked before anything runs (a usage error naming the file);
+        `models` checks it first, and the pytest plugin at collection."""
+
     def models(
         self, lanes: list, mine: set[str], progress: Progress
     ) -> dict[tuple[str, str], ModelUnderTest]:

@@ -52,19 +52,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PACKAGE.MODULE:FACTORY",
         help="Check this model (as `tconform check` does) instead of tconform's own cases.",
     )
-    group.addoption(
-        "--tconform-inputs",
-        metavar="FILE.npz",
-        help="With --tconform-module: the module's inputs, as `tconform check --inputs`.",
-    )
-    group.addoption(
-        "--tconform-dynamic",
-        action="append",
-        default=[],
-        metavar="NAME=AXES",
-        help="With --tconform-module: axes the export keeps free, as `tconform check --dynamic` "
-        "(repeatable).",
-    )
+    from tconform.config import USER_MODEL_OPTIONS  # names and help only: nothing heavy
+
+    for spec in USER_MODEL_OPTIONS.values():  # check's options of a user's model, one by one
+        group.addoption(
+            _flag(spec.flag),
+            action="append" if spec.multiple else "store",
+            default=[] if spec.multiple else None,
+            metavar=spec.metavar,
+            help=f"With --tconform-module, as `tconform check {spec.flag}`: {spec.help}",
+        )
     group.addoption(
         "--tconform-generation",
         action="store_true",
@@ -73,6 +70,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--tconform-matrix", action="store_true", help="verify --matrix.")
     for flag, field in _AXES.items():
         group.addoption(flag, default=None, help=f"Matrix axis ({field}), a comma list.")
+
+
+def _flag(check_flag: str) -> str:
+    """The plugin's flag for one of check's: --padding-mask -> --tconform-padding-mask."""
+    return "--tconform-" + check_flag.removeprefix("--")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -116,7 +118,8 @@ def _request(config: pytest.Config):
     """The run's Request from the command line; a bad value is a pytest usage error."""
     import click
 
-    from tconform.commands.options import MATRIX_AXES, FolderPath, InputsArchive, ModuleChoice
+    from tconform.commands.options import MATRIX_AXES, FolderPath, ModuleChoice
+    from tconform.config import USER_MODEL_OPTIONS
     from tconform.errors import TconformError
     from tconform.request import Axes, Generations, References, Request
     from tconform.runtimes import RuntimeOptions
@@ -138,8 +141,10 @@ def _request(config: pytest.Config):
         artifacts_dir = folder.convert(config.getoption("--tconform-artifacts"), None, None)
     except (click.BadParameter, TconformError) as exc:
         raise pytest.UsageError(f"tconform: {exc}") from None
-    for flag in ("--tconform-inputs", "--tconform-dynamic"):
-        if config.getoption(flag) and not config.getoption("--tconform-module"):
+    values = {name: config.getoption(_flag(s.flag)) for name, s in USER_MODEL_OPTIONS.items()}
+    for name, value in values.items():
+        if value and not config.getoption("--tconform-module"):
+            flag = _flag(USER_MODEL_OPTIONS[name].flag)
             raise pytest.UsageError(f"tconform: {flag} is for a user's model (--tconform-module)")
     if axes and not config.getoption("--tconform-matrix"):
         raise pytest.UsageError("tconform: the matrix axes need --tconform-matrix")
@@ -152,13 +157,9 @@ def _request(config: pytest.Config):
         except TconformError as exc:
             raise pytest.UsageError(f"tconform: {exc}") from None
         try:
-            inputs = config.getoption("--tconform-inputs")
-            module = ModuleChoice(
-                inputs=InputsArchive().convert(inputs, None, None) if inputs else None,
-                dynamic=tuple(config.getoption("--tconform-dynamic")),
-            )
+            module = ModuleChoice.converted(values)
         except (click.BadParameter, TconformError) as exc:
-            raise pytest.UsageError(f"tconform: --tconform-inputs: {exc}") from None
+            raise pytest.UsageError(f"tconform: {exc}") from None
         subject = module.subject(target, None)
         axes.setdefault("exporters", ("auto",))
     elif generation:
@@ -219,7 +220,9 @@ def pytest_collection_modifyitems(
     config.pluginmanager.register(suites, "tconform-suites")
     try:
         with suites.suite(request) as suite:
-            units = plan(request, suite).units
+            planned = plan(request, suite)
+            suite.require_inputs(planned.lanes)  # bad input is a usage error, not failed units
+            units = planned.units
     except TconformError as exc:
         raise pytest.UsageError(f"tconform: {exc}") from None
     if items:
@@ -252,7 +255,7 @@ class UnitItem(pytest.Item):
     def runtest(self) -> None:
         from dataclasses import replace
 
-        from tconform.errors import TconformError
+        from tconform.errors import TconformError, UsageError
         from tconform.pipeline import run
         from tconform.report import RunReport
         from tconform.units import result_unit
@@ -262,6 +265,8 @@ class UnitItem(pytest.Item):
         try:
             with self.suites.suite(request) as suite:
                 run(request, suite, report, lambda _: None)
+        except UsageError as exc:  # bad input found as the unit ran: the session's error
+            pytest.exit(f"tconform: error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
         except TconformError as exc:
             raise UnitFailed(f"tconform: error: {exc}") from None
         results = [r for r in report.results if result_unit(r) == self.unit]

@@ -55,7 +55,7 @@ def unchecked_lanes(lanes: Iterable[Result], results: Iterable[Result]) -> str:
     checked = any(Status(r.status) in CHECKED | FAILING for r in lanes)
     if not lanes or checked or any(Status(r.status) in FAILING for r in results):
         return ""
-    reasons = list(dict.fromkeys(r.message for r in lanes))
+    reasons = list(dict.fromkeys(r.message or f"{r.status} (no reason recorded)" for r in lanes))
     more = f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
     return f"nothing checked: every ONNX lane was skipped or could not run: {reasons[0]}{more}"
 

@@ -256,7 +256,8 @@ def test_a_reader_that_goes_away_does_not_change_the_exit_code():
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
 def test_a_full_stdout_is_one_line_naming_it_after_the_reports(workspace, tmp_path):
     """`tconform verify ... >/dev/full`: the run and its JSON report complete, then one line
-    says it was stdout that could not be written (exit 2: the printed output is lost)."""
+    says it was stdout that could not be written (exit 2: the printed output is lost), as the
+    report's error does."""
     import subprocess
     import sys
 
@@ -272,7 +273,10 @@ def test_a_full_stdout_is_one_line_naming_it_after_the_reports(workspace, tmp_pa
         )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.decode().splitlines() == ["tconform: error: stdout: No space left on device"]
-    assert {r["status"] for r in json.loads(report.read_text())["results"]} == {"pass"}
+    data = json.loads(report.read_text())
+    assert {r["status"] for r in data["results"]} == {"pass"}
+    # the report says what the process's exit says (it said exit 0, no error)
+    assert data["exit_code"] == 2 and data["error"]["message"] == "stdout: No space left on device"
 
 
 def test_a_closed_stdout_does_not_change_the_exit_code():

@@ -73,6 +73,9 @@ class NoElements(nn.Module):
 def no_elements():
     return NoElements(), torch.randn(2, 4)
 
+def all_nan():  # NaN in, NaN out of any model: it agrees everywhere and proves nothing
+    return nn.Linear(4, 3), torch.full((2, 4), float("nan"))
+
 async def async_factory():
     return nn.Linear(4, 3), torch.randn(2, 4)
 
@@ -484,9 +487,10 @@ def test_check_out_never_replaces_a_check_json_it_did_not_write(cli, ws, record)
 # --- nothing compared: never a pass, and said on stderr (all a CI log shows under -q) ---------
 
 
-def test_an_output_with_no_element_is_nothing_checked_and_says_so(cli, ws):
+@pytest.mark.parametrize("factory", ["no_elements", "all_nan"])
+def test_an_output_with_no_element_is_nothing_checked_and_says_so(cli, ws, factory):
     report = ws["reports"] / "r.json"
-    code, out, err = cli("check", T("no_elements"), "-q", "--json", str(report))
+    code, out, err = cli("check", T(factory), "-q", "--json", str(report))
     assert code == 3
     assert_one_line(code, out, err, "nothing checked: every ONNX lane was skipped")
     assert "nothing compared" in err
@@ -1214,10 +1218,100 @@ PLANTED = [
         "a symlink that leads outside",
         then(make_folder("art"), symlink("art/doc", "{outside}")),
     ),
+    # --- a folder the user named is theirs until tconform made it ------------------------------
+    Planted(
+        "export-over-a-users-manifest",  # any JSON object was replaced by tconform's
+        ("export", "--case", "norm", "--out", "{user}/d"),
+        "d/manifest.json: neither a golden nor an artifacts manifest",
+        write_file("d/manifest.json", '{"my": "config"}'),
+        writes=("user/.d.lock",),
+    ),
+    Planted(
+        "verify-artifacts-a-users-manifest",
+        ("verify", "--golden", "{user}/g", "--artifacts", "{user}/d", "--no-doc", "--case", "norm"),
+        "d/manifest.json: neither a golden nor an artifacts manifest",
+        then(copy_golden, write_file("d/manifest.json", '{"kind": "my-tool"}')),
+        writes=("user/.d.lock", "user/.g.lock"),
+    ),
+    Planted(
+        "export-among-a-users-files",
+        ("export", "--case", "norm", "--out", "{user}/d"),
+        "d: holds 'notes.txt' and no artifacts manifest",
+        write_file("d/notes.txt"),
+        writes=("user/.d.lock",),
+    ),
+    Planted(
+        "export-staging-holds-a-users-file",  # was deleted with the staging folder
+        ("export", "--case", "norm", "--out", "{user}/art"),
+        "important.txt: not an export tconform staged",
+        then(artifacts_folder, write_file("art/.tconform-staging/important.txt")),
+        writes=("user/.art.lock",),
+    ),
+    Planted(
+        "export-out-a-symlink",  # was followed: the models landed where it leads
+        ("export", "--case", "norm", "--out", "{user}/link"),
+        "link: a symbolic link (an artifacts folder)",
+        symlink("link", "{outside}"),
+    ),
+    Planted(
+        "check-out-a-symlink",
+        ("check", T(), "--out", "{user}/link"),
+        "link: a symbolic link (check's export folder, --out)",
+        symlink("link", "{outside}"),
+    ),
+    Planted(
+        "runtime-cache-in-a-golden-folder",  # environments of 160 MB were made inside it
+        (
+            "verify",
+            "--golden",
+            "{user}/g",
+            "--no-doc",
+            "--case",
+            "norm",
+            "--no-torch",
+            "--runtime",
+            "onnxruntime==1.20.1",
+        ),
+        "(TCONFORM_RUNTIME_CACHE) is or lies in",
+        copy_golden,
+        env=(("TCONFORM_RUNTIME_CACHE", "g/envs"),),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "runtime-cache-a-symlink",
+        (
+            "verify",
+            "--golden",
+            "{user}/g",
+            "--no-doc",
+            "--case",
+            "norm",
+            "--no-torch",
+            "--runtime",
+            "onnxruntime==1.20.1",
+        ),
+        "envs: a symbolic link (TCONFORM_RUNTIME_CACHE)",
+        then(copy_golden, symlink("envs", "{outside}")),
+        env=(("TCONFORM_RUNTIME_CACHE", "envs"),),
+        writes=("user/.g.lock",),
+    ),
+    Planted(
+        "verify-json-in-artifacts-dot",  # the current folder as --artifacts: a report in it
+        ("verify", "--golden", "{user}/g", "--artifacts", ".", "--no-doc", "--case", "norm"),
+        "the --artifacts folder of this run",
+        copy_golden,
+        json="{user}/r.json",
+    ),
+    Planted(
+        "check-json-in-out-dot",
+        ("check", T(), "--out", "."),
+        "the --out folder of this run",
+        json="{user}/r.json",
+    ),
     Planted(
         "artifacts-staging-a-symlink",
         ("export", "--case", "norm", "--out", "{user}/art"),
-        "a symbolic link where tconform stages",
+        "not a folder tconform stages its exports in (a link",
         then(artifacts_folder, symlink("art/.tconform-staging", "{outside}")),
         writes=("user/.art.lock",),
     ),

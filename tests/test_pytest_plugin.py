@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -165,18 +166,42 @@ def test_the_plugin_refuses_bad_input_before_collecting(tmp_path, args, env, say
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+@pytest.mark.integration
+def test_a_golden_file_the_manifest_does_not_list_is_a_usage_error_at_collection(tmp_path):
+    """As verify refuses it before the run (exit 2): exit 4 and its line, not a failed test
+    per unit that CI would read as a conformance failure."""
+    import shutil
+
+    golden = tmp_path / "g"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "golden", golden)
+    (golden / "norm" / "test_data_set_0" / "extra.pb").write_bytes(b"x")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tconform",
+         "--tconform-golden", "g", "--tconform-case", "norm", "--tconform-no-doc", "-q"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
+    )  # fmt: skip
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "extra.pb: not listed in" in done.stderr, done.stderr
+
+
 @pytest.mark.unit
-def test_a_user_models_inputs_and_dynamic_axes_reach_its_request(tmp_path):
-    """--tconform-inputs and --tconform-dynamic are check's --inputs and --dynamic."""
+def test_every_option_check_has_for_a_users_model_reaches_its_request(tmp_path):
+    """--tconform-inputs, -dynamic, -model and -padding-mask are check's --inputs, --dynamic,
+    --model and --padding-mask (a left-padded decoder could not pass under the plugin)."""
     import numpy as np
 
     from tconform.pytest_plugin import _request
 
     np.savez(tmp_path / "x.npz", ids=np.zeros((2, 3), np.int64))
+    (tmp_path / "m.onnx").write_bytes(b"a model made elsewhere")
     given = {
         "--tconform-module": "pkg.mod:make",
         "--tconform-inputs": str(tmp_path / "x.npz"),
         "--tconform-dynamic": ["ids=0:batch"],
+        "--tconform-model": str(tmp_path / "m.onnx"),
+        "--tconform-padding-mask": "attention_mask",
         "--tconform-golden": None,
         "--tconform-artifacts": "artifacts",
         "--tconform-ep": "cpu",
@@ -189,3 +214,4 @@ def test_a_user_models_inputs_and_dynamic_axes_reach_its_request(tmp_path):
     subject = _request(Config()).subject
     assert subject.target == "pkg.mod:make" and subject.inputs == tmp_path / "x.npz"
     assert subject.dynamic == ("ids=0:batch",)
+    assert subject.model == tmp_path / "m.onnx" and subject.padding_mask == "attention_mask"

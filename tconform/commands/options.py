@@ -29,6 +29,7 @@ from tconform.config import (
     OPSETS,
     PLANNED_DTYPES,
     PRESETS,
+    USER_MODEL_OPTIONS,
 )
 from tconform.errors import UsageError
 from tconform.files import require_name_fits, require_utf8_name, resolved, shown
@@ -460,13 +461,13 @@ def _require_reports_outside_folders(reports: dict, params: dict) -> None:
 def require_reports_outside(reports: dict, folders: list[tuple[str, Path]]) -> None:
     """No report inside any of `folders` ((its option, the folder): a command's folder that
     defaults to one named after its target, check's export folder, is checked here once it is
-    known). A folder that holds the current one is left to its option's own check (`--repro
-    ..` is refused there, and a report beside the user's work is still written)."""
+    known). `--repro` naming the current folder or one above is left to its own check, which
+    refuses it, so that the line names it and a report beside the user's work is written."""
     from tconform.errors import Refused
 
     for report in (path for path in reports.values() if path is not None):
         for option, folder in folders:
-            if Path.cwd().is_relative_to(resolved(folder)):
+            if option == "--repro" and Path.cwd().is_relative_to(resolved(folder)):
                 continue
             if resolved(report).is_relative_to(resolved(folder)):
                 raise Refused(
@@ -666,36 +667,18 @@ def _declared_values(kwargs: dict) -> dict[str, object]:
 
 # --- a user's model (PACKAGE.MODULE:FACTORY) -----------------------------------------------------
 
+# The types the command line gives USER_MODEL_OPTIONS (the others are text)
+_MODULE_TYPES = {"inputs": InputsArchive(), "model": RegularFile()}
 MODULE_OPTIONS = {
-    "inputs": click.option(
-        "--inputs",
-        "inputs",
-        type=InputsArchive(),
-        help="The module's inputs (.npz: arrays named after forward's parameters, or arr_0, "
-        "arr_1, ...), where the factory returns the module alone.",
-    ),
-    "dynamic": click.option(
-        "--dynamic",
-        "dynamic",
-        multiple=True,
-        metavar="NAME=AXES",
-        help="Axes of an input the export keeps free, e.g. ids=0:batch,1:seq (repeatable); the "
-        "batch and sequence axes of the others are inferred.",
-    ),
-    "model": click.option(
-        "--model",
-        "model",
-        type=RegularFile(),
-        help="Check this ONNX file (made elsewhere, never modified) instead of exporting.",
-    ),
-    "padding_mask": click.option(
-        "--padding-mask",
-        "padding_mask",
-        metavar="INPUT",
-        help="An input holding a (batch, sequence) mask, 1 = real token, 0 = padding "
-        "(attention_mask): outputs whose leading axes are its shape are compared at real "
-        "positions only; the report says how many elements were left out.",
-    ),
+    name: click.option(
+        spec.flag,
+        name,
+        type=_MODULE_TYPES.get(name),
+        multiple=spec.multiple,
+        metavar=spec.metavar,
+        help=spec.help,
+    )
+    for name, spec in USER_MODEL_OPTIONS.items()
 }
 
 
@@ -711,7 +694,23 @@ class ModuleChoice:
 
     def given(self) -> list[str]:
         """The options given, as the command line names them."""
-        return [f"--{name.replace('_', '-')}" for name, value in vars(self).items() if value]
+        return [USER_MODEL_OPTIONS[name].flag for name, value in vars(self).items() if value]
+
+    @classmethod
+    def converted(cls, values: Mapping[str, object]) -> ModuleChoice:
+        """From values as text (the pytest plugin's --tconform-NAME), each checked by its type
+        as the command line checks it (click.BadParameter naming the flag)."""
+        given = {}
+        for name, value in values.items():
+            kind = _MODULE_TYPES.get(name)
+            if value and kind is not None:
+                try:
+                    value = kind.convert(value, None, None)
+                except click.BadParameter as exc:
+                    raise click.BadParameter(f"{USER_MODEL_OPTIONS[name].flag}: {exc}") from None
+            multiple = USER_MODEL_OPTIONS[name].multiple
+            given[name] = tuple(value or ()) if multiple else value or None
+        return cls(**given)
 
     def subject(self, target: str, out_dir: Path, shapes: bool = True):
         from tconform.request import UserModel

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -87,6 +88,9 @@ def run_and_report(
         text = render(report) if render is not None else report.render()
         if text:
             click.echo(text)
+        lost = _stdout_lost()
+        if lost and report.error is None:  # the reports say what the process's exit says
+            report.error = {"message": lost, "exit_code": report.exit_code or EXIT_USAGE}
         global reports_written
         reports_written = True  # even if writing fails: what it could not write stays unwritten
         write_reports(report, reports)
@@ -96,6 +100,14 @@ def run_and_report(
         raise TconformError.with_code(str(report.error["message"]), report.exit_code)
     _summarise(report)
     raise SystemExit(report.exit_code)
+
+
+def _stdout_lost() -> str:
+    """'' while stdout takes what is written; else its one line (`>/dev/full`: what was
+    printed is lost, and the process ends with an error: tconform.cli.ForgivingStdout)."""
+    sys.stdout.flush()
+    lost = getattr(sys.stdout, "error", None)
+    return f"stdout: {lost.strerror}" if lost is not None else ""
 
 
 # What can end a run before its reports are written: each becomes the report's `error`.

@@ -41,8 +41,10 @@ from tconform.folders import (
     ARTIFACTS,
     MANIFEST,
     folder_lock,
+    manifest_kind,
     read_json_manifest,
     require_artifacts_folder,
+    require_not_link,
 )
 from tconform.provenance import ModelProvenance, quantized_type
 from tconform.registry import Case
@@ -129,6 +131,7 @@ def read_artifacts_manifest(out_dir: Path) -> dict:
     path = out_dir / MANIFEST
     if not path.exists():
         return {}
+    manifest_kind(out_dir)  # another tool's manifest.json is refused, never replaced
     data = read_json_manifest(require_inside(out_dir, path))
     check_artifacts_manifest(data, path)
     return data
@@ -212,6 +215,42 @@ STAGING = ".tconform-staging"  # new models are written here, then renamed into 
 
 def staging_dir(out_dir: Path) -> Path:
     return out_dir / STAGING
+
+
+def _require_new_or_artifacts(out_dir: Path) -> None:
+    """Models go into an artifacts folder, a new or empty one, or one that holds only what an
+    interrupted first export staged; never among files nobody said are tconform's."""
+    if (out_dir / MANIFEST).exists() or not out_dir.is_dir():
+        return
+    others = sorted(p.name for p in out_dir.iterdir() if p.name != STAGING)
+    if others:
+        raise UsageError(
+            f"{out_dir}: holds {others[0]!r} and no artifacts manifest; models go into a new or "
+            "empty folder, or one tconform export made (export --out DIR, verify --artifacts DIR)"
+        )
+
+
+def clear_staging(out_dir: Path) -> None:
+    """What an earlier run staged and did not place, removed: only what tconform stages (a
+    folder per model, CASE.XXXXXXXX); anything else there is refused, never deleted, and so is
+    a link, which models would go through."""
+    staging = staging_dir(out_dir)
+    if not staging.exists() and not staging.is_symlink():
+        return
+    if staging.is_symlink() or not staging.is_dir():
+        raise UsageError(
+            f"{staging}: not a folder tconform stages its exports in (a link or a file); "
+            "tconform writes through no link it did not make and deletes nothing it did not "
+            "write (remove it)"
+        )
+    known = registry.exportable_names()
+    for entry in staging.iterdir():
+        case, _, suffix = entry.name.rpartition(".")
+        if entry.is_symlink() or not entry.is_dir() or case not in known or len(suffix) != 8:
+            raise UsageError(
+                f"{entry}: not an export tconform staged; it removes only those (move it away)"
+            )
+    shutil.rmtree(staging)
 
 
 def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRecord:
@@ -305,13 +344,10 @@ class ArtifactsFolder:
         self.out_dir = out_dir
         self.settings = settings
         require_artifacts_folder(out_dir)
+        require_not_link(out_dir, "an artifacts folder")
         stack.enter_context(folder_lock(_made(out_dir)))
-        shutil.rmtree(staging_dir(out_dir), ignore_errors=True)  # an earlier run's leftovers
-        if staging_dir(out_dir).is_symlink():  # rmtree removes no link; models would go through it
-            raise UsageError(
-                f"{staging_dir(out_dir)}: a symbolic link where tconform stages its exports; "
-                "tconform writes through no link it did not make (remove it)"
-            )
+        _require_new_or_artifacts(out_dir)
+        clear_staging(out_dir)  # an earlier run's leftovers
         self.models: dict = dict(read_artifacts_manifest(out_dir).get("models", {}))
         held = folder_settings(out_dir)
         wanted = {k: getattr(settings, k) for k in FOLDER_SETTINGS}

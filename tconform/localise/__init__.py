@@ -147,7 +147,9 @@ def boundary_copy(
 ) -> Iterator[ModelUnderTest]:
     """A temporary copy of `model` that also returns `extra`: the file's bytes followed by a
     serialized ModelProto holding only those graph outputs, which a protobuf parser appends to
-    the graph's outputs. External data files are linked beside the copy, never copied."""
+    the graph's outputs. External data files are hard-linked beside the copy where the file
+    system allows, else copied: ONNX Runtime (1.31) refuses a symbolic link that leads out of
+    the model's folder. Nothing writes to them, and the folder goes when the copy does."""
     suffix = onnx.ModelProto()
     suffix.graph.output.extend(
         helper.make_tensor_value_info(name, types[name], None)
@@ -161,9 +163,12 @@ def boundary_copy(
             shutil.copyfileobj(source, target)
             target.write(suffix.SerializeToString())
         for location in model.provenance.external_data:
-            link = Path(tmp) / location
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink((model.path.parent / location).resolve(), link)
+            beside = Path(tmp) / location
+            beside.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(model.path.parent / location, beside)
+            except OSError:  # another file system
+                shutil.copyfile(model.path.parent / location, beside)
         copy = onnx.ModelProto()
         copy.CopyFrom(structure)
         copy.graph.output.extend(suffix.graph.output)

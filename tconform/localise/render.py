@@ -26,11 +26,13 @@ def _share(used: float | None) -> str:
     return f"{used:.1%}" if used < 10 else f"{used:.0f}x"
 
 
-def _figures(comparison) -> str:
-    return (
-        f"max abs err {comparison.max_abs_err:.3g}, {_share(share_used(comparison))} of the "
-        "tolerance"
-    )
+def _figures(comparisons: list) -> str:
+    """The worst of `comparisons` in figures; where none has any (a shape that differs), the
+    first failure's own words."""
+    worst = worst_of(comparisons)
+    if worst is None:
+        return next((c.message for c in comparisons if c.status == "fail"), "no figures")
+    return f"max abs err {worst.max_abs_err:.3g}, {_share(share_used(worst))} of the tolerance"
 
 
 # Why a module's isolated failure is more than rounding, once its nodes are evaluated plainly.
@@ -76,7 +78,7 @@ def _named(loc: Localisation, first: Boundary) -> str:
     return (
         f"first divergence: {first.label} ({first.cls}): {figures}; {inputs}; ONNX ops inside: "
         f"{_ops(first.ops)}{fused}{_own_ops(loc, first)}; isolated on the reference's inputs it "
-        f"fails too ({_figures(worst_of(first.isolated or []))}): it computes wrong: {finding}"
+        f"fails too ({_figures(first.isolated or [])}): it computes wrong: {finding}"
     )
 
 

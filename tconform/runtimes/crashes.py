@@ -15,7 +15,6 @@ prefix), never one that exists: tconform writes only what it made.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -59,12 +58,9 @@ def write_crash_bundle(
 
 
 def _place(source: Path, target: Path) -> None:
-    """`source` at `target`: a hard link (no bytes copied, the model stays read-only to us),
-    else a copy."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
+    """A copy of `source` at `target`: never a hard link, which would make an edit of the
+    disposable bundle an edit of the model under test."""
+    shutil.copyfile(source, target)
 
 
 def _readme(about: Mapping[str, object], with_inputs: bool) -> str:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tconform.errors import UsageError
+from tconform.folders import managed_folder, require_not_link
 from tconform.runtimes.specs import RuntimeSpec
 from tconform.variables import value
 
@@ -77,7 +78,7 @@ def cache_root() -> Path:
     TCONFORM_RUNTIME_CACHE is one line naming it (tconform.variables)."""
     given = value("TCONFORM_RUNTIME_CACHE")
     if given is not None:
-        return Path(given)
+        return _own_cache(Path(given), "TCONFORM_RUNTIME_CACHE")
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if xdg and Path(xdg).is_absolute():
         if Path(xdg).exists() and not Path(xdg).is_dir():
@@ -85,8 +86,21 @@ def cache_root() -> Path:
                 f"XDG_CACHE_HOME={xdg!r:.200}: not a folder (the runtimes' environments are kept "
                 "under it; TCONFORM_RUNTIME_CACHE names another folder)"
             )
-        return Path(xdg) / "tconform" / "runtimes"
-    return Path.home() / ".cache" / "tconform" / "runtimes"
+        return _own_cache(Path(xdg) / "tconform" / "runtimes", "XDG_CACHE_HOME")
+    return _own_cache(Path.home() / ".cache" / "tconform" / "runtimes", "the default cache")
+
+
+def _own_cache(folder: Path, named_by: str) -> Path:
+    """The cache folder, a folder of its own: no link, nowhere in a golden or artifacts folder
+    (whose checks would then hold environments of hundreds of MB)."""
+    require_not_link(folder, named_by)
+    managed = managed_folder(folder, itself=True)
+    if managed is not None:
+        raise UsageError(
+            f"{folder} ({named_by}) is or lies in {managed}, a tconform golden or artifacts "
+            "folder; the runtimes' environments go into a folder of their own"
+        )
+    return folder
 
 
 def interpreter(text: str, spec: RuntimeSpec) -> Path:
@@ -142,11 +156,13 @@ def given_environment(spec: RuntimeSpec, package: str, module: str) -> Environme
     """NAME@PYTHON: the interpreter as it is, which must hold the runtime, numpy and onnx."""
     python = interpreter(str(spec.python), spec)
     version, modules = probe(python, (module, *SUPPORT))
-    missing = [m for m in (module, "numpy", "onnx") if not modules.get(m)]
+    needed = list(dict.fromkeys((module, "numpy", "onnx")))  # onnx-reference's module is onnx
+    missing = [m for m in needed if not modules.get(m)]
     if missing:
+        installs = " ".join(dict.fromkeys((package, "numpy", "onnx")))
         raise UsageError(
             f"runtime spec {spec.text}: {python} has no {', '.join(missing)}; way on: "
-            f"{python} -m pip install {package} numpy onnx, or name a release for tconform to "
+            f"{python} -m pip install {installs}, or name a release for tconform to "
             f"install (--runtime {spec.name}==VERSION)"
         )
     return Environment(python, _versions(modules), version, "given")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 from torch import nn
 
@@ -54,7 +55,14 @@ from tconform.module_check.float64_copy import (
 )
 from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
 from tconform.module_check.precision_plan import PrecisionPlan, make_plan
-from tconform.module_check.shapes import batch_axes, infer_axes, variants
+from tconform.module_check.shapes import (
+    BATCH,
+    SEQUENCE,
+    axis_size,
+    batch_axes,
+    infer_axes,
+    variants,
+)
 from tconform.plan import Lane, Progress, Suite, matrix_cells
 from tconform.request import Axes, Request, UserModel
 from tconform.results import Result, Status
@@ -335,7 +343,12 @@ class ModuleSuite(Suite):
         """The lane's results, or where its model's converter failed, an error on each set."""
         failed = self._failed.get(lane.model_key)
         if failed is None:
-            return super().run(lane, models, sets, strict_placement)
+            results = super().run(lane, models, sets, strict_placement)
+            hint = self._size_one_hint()
+            for r in results:
+                if hint and r.status == Status.ERROR and r.input_set != self.example:
+                    r.message += f" ({hint})"
+            return results
         row = self.row(lane.case)
         return [
             replace(
@@ -345,6 +358,20 @@ class ModuleSuite(Suite):
             )
             for s in sets
         ]  # fmt: skip
+
+    def _size_one_hint(self) -> str:
+        """Why a model may break at the other shapes when the example holds a free axis at size
+        1 (a Segformer traced at batch 1 kept its input's batch free and fixed it in a Reshape):
+        '' where none is."""
+        for label in (BATCH, SEQUENCE):
+            shapes = {name: tuple(t.shape) for name, t in self.inputs.named().items()}
+            if axis_size(shapes, self.axes, label) == 1:
+                return (
+                    f"the example's {label} is 1, and an export traced at size 1 may fix that "
+                    "dimension inside its graph while its input stays free (torch.export "
+                    f"specialises sizes 0 and 1): trace it with an example of {label} 2 or more"
+                )
+        return ""
 
     def _cell_dir(self, cell: Cell) -> Path:
         return self.export_dir / MATRIX_FOLDER / cell.export_key
@@ -407,15 +434,15 @@ class ModuleSuite(Suite):
         for axes, because in attempts:
             try:
                 ran, why = self._export_with(module, inputs, path, cell, axes, progress)
+                if axes != self.declared:
+                    _require_batch_kept_free(path, self.inputs, axes)
             except EndedByUserCode:
                 raise
             except UsageError as exc:
                 failed = exc
                 continue
             fixed = (
-                f"exported at the example's shape ({because}: {first_line(failed)})"
-                if because
-                else ""
+                f"exported at the example's shape ({because}: {_said(failed)})" if because else ""
             )
             self.export_axes = axes
             return ran, "; ".join(w for w in (why, fixed) if w)
@@ -466,6 +493,7 @@ class ModuleSuite(Suite):
         return judge_outputs(
             lambda precision, output: tolerances.by_output(precision)[output],
             self.subject.padding_mask,
+            self.output_names,
         )
 
     def localise(
@@ -571,6 +599,31 @@ def module_suite(request: Request, progress: Progress) -> ModuleSuite:
             f"{subject.target}: the factory returned only a module; pass --inputs FILE.npz"
         )
     return ModuleSuite(request, module, example_inputs, progress, declared)
+
+
+def _said(exc: BaseException | None) -> str:
+    """tconform's own error as its sentence (its class name is no news), another with it."""
+    if isinstance(exc, TconformError):
+        return (str(exc).strip().splitlines() or [""])[0]
+    return first_line(exc) if exc is not None else ""
+
+
+def _require_batch_kept_free(path: Path, inputs: ModuleInputs, axes) -> None:
+    """UsageError where an export traced at batch 1 fixed the batch it was asked to keep free:
+    torch.export specialises a size of 1, and the graph's outputs then hold a batch of 1 while
+    its inputs still name the axis free (the file fails at any other batch). Seen only where
+    the example's batch is 1 and an output leads with a fixed 1."""
+    shapes = {name: tuple(t.shape) for name, t in inputs.named().items()}
+    if axis_size(shapes, axes, BATCH) != 1:
+        return
+    graph = onnx.load(str(path), load_external_data=False).graph
+    for output in graph.output:
+        dims = output.type.tensor_type.shape.dim
+        if dims and dims[0].HasField("dim_value") and dims[0].dim_value == 1:
+            raise UsageError(
+                f"traced at the example's batch of 1, the export fixed output {output.name!r}'s "
+                "batch at 1 (torch.export specialises sizes 0 and 1)"
+            )
 
 
 def _planned(model: ModelUnderTest, precision: str) -> ModelUnderTest:

@@ -141,6 +141,11 @@ class ReferenceSuite(Suite):
 
     # --- models -----------------------------------------------------------------------------
 
+    def require_inputs(self, lanes: list[Lane]) -> None:
+        """Every golden file of the lanes' cases, all of them, first."""
+        cases = list(dict.fromkeys(lane.case for lane in lanes))
+        golden.require_intact(self.subject.golden_dir, self.manifest, cases, self.cfg)
+
     def models(
         self, lanes: list[Lane], mine: set[str], progress: Progress
     ) -> dict[tuple[str, str], ModelUnderTest]:
@@ -148,8 +153,7 @@ class ReferenceSuite(Suite):
         settled in one pool of export processes with the document checks' models where this
         machine runs their unit (`mine`: the ids of the units it runs)."""
         subject = self.subject
-        cases = list(dict.fromkeys(lane.case for lane in lanes))
-        golden.require_intact(subject.golden_dir, self.manifest, cases, self.cfg)  # all, first
+        self.require_inputs(lanes)
         self.runs_doc = self.with_doc and documents_unit().id in mine
         if subject.with_doc and not subject.export:
             progress(

@@ -110,13 +110,13 @@ def test_a_fault_beside_a_merged_module_names_that_module_alone(tmp_path):
 # --- zero and tight tolerances ------------------------------------------------------------------
 
 
-def _chain(path, three=3.0):
+def _chain(path, three=3.0, third=1.0 / 3.0):
     nodes = [
         scoped_node("Mul", ["x", "two"], ["h1"], ["a"]),
         scoped_node("Add", ["h1", "third"], ["h2"], []),
         scoped_node("Mul", ["h2", "three"], ["y"], ["b"]),
     ]
-    consts = {"two": 2.0, "third": 1.0 / 3.0, "three": three}
+    consts = {"two": 2.0, "third": third, "three": three}
     weights = {k: np.array(v, np.float32) for k, v in consts.items()}
     return save_model(path, nodes, {"x": (TensorProto.FLOAT, [2, 3])}, {"y": [2, 3]}, weights)
 
@@ -137,6 +137,17 @@ def test_zero_tolerance_still_names_a_wrong_weight(tmp_path):
     assert loc.first is not None and loc.first.path == "b", loc.verdict
     assert loc.first.finding == "function"
     assert (tmp_path / "r" / "bundle.json").is_file()
+
+
+def test_a_wrong_weight_under_outputs_far_below_the_atol_is_named(tmp_path):
+    """Outputs of about 1e-7 under a row's atol of 1e-5, scaled to their RMS as check scales
+    it: a weight 1 % off is another function, and named. The float64 evaluation was held to
+    the unscaled atol, passed, and the module was called rounding."""
+    path = _chain(tmp_path / "m.onnx", three=3.03, third=1e-7 / 3)
+    row = Tolerance(1e-5, 1e-5, "test: a row", atol_rms=1.0)
+    loc = _localise(Chain(1e-7 / 3), path, {"x": _x() * np.float32(1e-7)}, row)
+    assert loc.first is not None and loc.first.path == "b", loc.verdict
+    assert loc.first.finding == "function"
 
 
 # --- padding ------------------------------------------------------------------------------------

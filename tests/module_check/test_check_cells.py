@@ -3,6 +3,7 @@ error row of that cell, not the end of the run."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -151,3 +152,166 @@ def test_a_crash_while_a_lane_is_localised_keeps_the_lanes_results(cli, tmp_path
         ("example", "pass"),
         ("localisation", "crash"),
     ]
+
+
+LINEAR = """
+import torch
+
+
+def make():
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 3), torch.randn(2, 4)
+"""
+
+
+def test_a_given_model_that_names_its_outputs_otherwise_is_checked_at_every_batch(
+    cli, tmp_path, monkeypatch
+):
+    """A model made elsewhere with a free batch and its own output name: its batch-consistency
+    set (keyed by the model's names) is judged under the tolerance of the module's output in
+    that place; it ended the check with "KeyError: 'renamed'"."""
+    import json
+
+    import torch
+
+    (tmp_path / "linear_model.py").write_text(LINEAR)
+    monkeypatch.chdir(tmp_path)
+    module = torch.nn.Linear(4, 3)
+    torch.onnx.export(
+        module, (torch.randn(2, 4),), tmp_path / "given.onnx", input_names=["x"],
+        output_names=["renamed"], dynamic_axes={"x": {0: "b"}, "renamed": {0: "b"}}, dynamo=False,
+    )  # fmt: skip
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "check", "linear_model:make", "--model", "given.onnx", "--no-torch", "-q",
+        "--tolerance", "output=1e-9,0", "--json", str(report),
+    )  # fmt: skip
+    assert code == 1, out + err  # the given model's weights are not the factory's
+    results = {r["input_set"]: r for r in json.loads(report.read_text())["results"]}
+    assert results["batch-consistency"]["status"] == "pass"  # the model against itself
+    # the module's own tolerance, set for its output by the module's name, judged it
+    (judged,) = results["batch-consistency"]["outputs"]
+    assert (judged["name"], judged["atol"], judged["rtol"]) == ("renamed", 1e-9, 0.0)
+
+
+TWO_LAYERS = """
+import torch
+
+
+def make():
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    return layers, torch.randn(2, 4)
+"""
+
+
+def test_a_given_model_with_external_data_is_localised(cli, tmp_path, monkeypatch):
+    """torch.onnx.export writes external data by default; localising such a model made its
+    copy with a symbolic link to the data, which ONNX Runtime 1.31 refuses ("External data
+    path escapes model directory"), and no module was named."""
+    import importlib
+    import json
+    import sys
+
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    (tmp_path / "two_layer_model.py").write_text(TWO_LAYERS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module, example = importlib.import_module("two_layer_model").make()
+    sys.modules.pop("two_layer_model")
+    exported = tmp_path / "plain.onnx"
+    torch.onnx.export(module, (example,), exported, input_names=["x"], dynamo=False)
+    model = onnx.load(str(exported))
+    (weight,) = [i for i in model.graph.initializer if i.name == "2.weight"]
+    scaled = numpy_helper.to_array(weight) * np.float32(1.5)
+    weight.CopyFrom(numpy_helper.from_array(scaled, weight.name))
+    (tmp_path / "given").mkdir()
+    onnx.save(model, str(tmp_path / "given" / "bad.onnx"), save_as_external_data=True,
+              location="bad.onnx.data", size_threshold=0)  # fmt: skip
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "check", "two_layer_model:make", "--model", "given/bad.onnx", "--no-torch",
+        "--no-shapes", "--localise", "-q", "--json", str(report),
+    )  # fmt: skip
+    assert code == 1, out + err
+    (result,) = json.loads(report.read_text())["results"]
+    assert "first divergence: 2 (torch.nn.modules.linear.Linear)" in result["message"], result
+    assert not [n for n in result["notes"] if "could not run" in n]
+
+
+ONE_ROW = """
+import torch
+
+
+class OneRow(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        if x.shape[0] == 1:  # traced at batch 1, the export keeps this branch alone
+            return self.fc(x[0]).unsqueeze(0)
+        return self.fc(x)
+
+
+def make():
+    torch.manual_seed(0)
+    return OneRow().eval(), torch.randn(1, 4, 8)
+"""
+
+
+def test_an_export_that_fixed_a_batch_of_1_is_static_and_other_batches_are_skipped(
+    cli, tmp_path, monkeypatch
+):
+    """Traced at the example's batch of 1, dynamo kept the input's batch free but fixed the
+    output's at 1: batch 2 was a FAIL ("shape [1, 4, 5] != golden [2, 4, 5]") on a healthy
+    module, and localisation broke on it. The export is made static instead, and the other
+    batch is a skip naming the option that frees it."""
+    import json
+
+    (tmp_path / "one_row_model.py").write_text(ONE_ROW)
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "r.json"
+    code, out, err = cli("check", "one_row_model:make", "--no-torch", "-q", "--json", str(report))
+    assert code == 0, out + err
+    data = json.loads(report.read_text())
+    statuses = {r["input_set"]: r["status"] for r in data["results"]}
+    assert statuses == {"example": "pass", "batch-2": "skip", "batch-consistency": "skip"}
+    batch_2 = next(r for r in data["results"] if r["input_set"] == "batch-2")
+    assert "--dynamic x=0:NAME exports it free" in batch_2["message"]
+    assert any("torch.export specialises sizes 0 and 1" in n for n in batch_2["notes"])
+
+
+def test_a_given_model_whose_output_has_another_shape_is_localised(cli, tmp_path, monkeypatch):
+    """A file that fixed its output's batch at 1 fails at batch 2 by shape; localisation
+    named its module by the isolated run's own words, where it ended with "AttributeError:
+    'NoneType' object has no attribute 'max_abs_err'" (a shape has no figures)."""
+    import importlib
+    import json
+    import sys
+
+    import torch
+
+    (tmp_path / "one_row_model.py").write_text(ONE_ROW)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module, example = importlib.import_module("one_row_model").make()
+    sys.modules.pop("one_row_model")
+    batch = torch.export.Dim.AUTO
+    torch.onnx.export(
+        module, (example,), tmp_path / "given.onnx", input_names=["x"],
+        dynamic_shapes={"x": {0: batch}}, dynamo=True,
+    )  # fmt: skip
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "check", "one_row_model:make", "--model", "given.onnx", "--no-torch", "--localise",
+        "-q", "--json", str(report),
+    )  # fmt: skip
+    assert code == 1, out + err
+    failed = next(r for r in json.loads(report.read_text())["results"] if r["status"] == "fail")
+    assert "shape [1, 4, 5] != golden [2, 4, 5]" in failed["message"]
+    assert not [n for n in failed["notes"] if "could not run" in n], failed["notes"]
+    assert "it fails too (shape [1, 4, 5] != golden [2, 4, 5])" in out

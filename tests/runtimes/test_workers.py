@@ -99,6 +99,8 @@ def test_a_hung_worker_is_killed_and_that_row_says_so(tmp_path, monkeypatch):
     bundle = Path(result.message.split("repro bundle: ")[1])
     assert bundle.parent == tmp_path and bundle.name.startswith("r.crash-")
     assert (bundle / "model.onnx").read_bytes() == model.path.read_bytes()
+    # a copy: a hard link would make an edit of the bundle an edit of the model under test
+    assert not (bundle / "model.onnx").samefile(model.path)
     fed = onnx.TensorProto()
     fed.ParseFromString((bundle / "test_data_set_0" / "input_0.pb").read_bytes())
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(fed), np.ones(3, np.float32))
