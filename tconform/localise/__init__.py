@@ -103,6 +103,7 @@ class Localisation:
     first: Boundary | None  # the module named: the first whose isolated run proves it
     verdict: str
     repro: str | None = None  # the bundle's folder
+    atol_scaled: bool = False  # the atol shrinks to each tensor's RMS (a row's, not a user's)
     # the first boundary outside tolerance on inputs within it (cumulative): where the path
     # of the error shows itself first, named or not
     path: Boundary | None = None
@@ -127,6 +128,7 @@ class Localisation:
             "extra_outputs": self.extra_outputs,
             "fetch_runs": self.fetch_runs,
             "atol": self.atol,
+            "atol_scaled": self.atol_scaled,
             "rtol": self.rtol,
             "first_divergence": self.first.to_dict() if self.first else None,
             "path_start": self.path.label if self.path else None,
@@ -255,6 +257,7 @@ def localise(
         fetch_runs=judged.runs,
         atol=tol.atol,
         rtol=tol.rtol,
+        atol_scaled=tol.atol_rms is not None,
         boundaries=judged.ordered,
         first=None,
         verdict="",

@@ -157,9 +157,14 @@ def verdict(loc: Localisation) -> str:
             f"observing changed the run: {loc.observer.describe()}; its boundary values are not "
             "the judged run's, so a module is named by isolation alone. "
         )
+    if loc.padding_only and not loc.real_positions:  # --padding-mask left them out already
+        return (
+            "no divergence at the real positions: the outputs differ only where the padding "
+            f"mask is 0, which --padding-mask leaves out (no framework defines them); {inside_note}"
+        )
     if loc.padding_only:
-        mask = loc.real_positions or "the padding mask"
-        advice = f"; compare those only with --padding-mask {mask}" if loc.real_positions else ""
+        mask = loc.real_positions
+        advice = f"; compare those only with --padding-mask {mask}"
         return (
             f"no module is named: the outputs leave tolerance only where {mask} is 0 (padding, "
             f"whose outputs no framework defines); at the real positions {inside_note}{advice}"
@@ -184,6 +189,9 @@ def _status(b: Boundary, run_fails: bool) -> str:
     return "FAIL" if run_fails else "outside"
 
 
+_SCALED = " (scaled down for tensors of smaller RMS than the row's)"
+
+
 def render(loc: Localisation) -> str:
     """The localisation report for the terminal (and the markdown report, in a code block)."""
     model = loc.model.path if loc.model else "the model"
@@ -191,7 +199,8 @@ def render(loc: Localisation) -> str:
         f"localisation on {loc.runtime}: {len(loc.boundaries)} module calls, "
         f"{len(loc.matched)} matched to ONNX tensors (scopes from {loc.scope_source}); "
         f"a temporary copy of {model} returned {loc.extra_outputs} boundary tensors in "
-        f"{loc.fetch_runs} run(s); atol {loc.atol:g}, rtol {loc.rtol:g}",
+        f"{loc.fetch_runs} run(s); atol {loc.atol:g}{_SCALED if loc.atol_scaled else ''}, "
+        f"rtol {loc.rtol:g}",
     ]
     if loc.observer is not None:
         lines.append(f"observer check: {loc.observer.describe()}")

@@ -189,6 +189,9 @@ def test_a_failure_only_at_padded_positions_names_no_module(tmp_path):
     assert loc.padding_only and loc.real_positions == "mask" and loc.first is None, loc.verdict
     assert "only where mask is 0" in loc.verdict and "--padding-mask mask" in loc.verdict
     assert not _failing(loc)  # at the real positions every boundary is within tolerance
+    # with the mask given (--padding-mask), no failure: said as none, not as "no module named"
+    given = _localise(Masked(1.0 / 3.0), tmp_path / "m.onnx", feeds, keep=feeds["mask"] != 0)
+    assert given.verdict.startswith("no divergence at the real positions"), given.verdict
     # wrong at a real position too: not padding, and b is named
     loc = _localise(Masked(1.0 / 3.0), _masked(tmp_path / "f.onnx", real_fault=True), feeds)
     assert not loc.padding_only and loc.first is not None and loc.first.path == "b", loc.verdict

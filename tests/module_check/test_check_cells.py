@@ -315,3 +315,29 @@ def test_a_given_model_whose_output_has_another_shape_is_localised(cli, tmp_path
     assert "shape [1, 4, 5] != golden [2, 4, 5]" in failed["message"]
     assert not [n for n in failed["notes"] if "could not run" in n], failed["notes"]
     assert "it fails too (shape [1, 4, 5] != golden [2, 4, 5])" in out
+
+
+def test_a_given_model_that_fixed_a_dimension_says_to_export_it_again(cli, tmp_path, monkeypatch):
+    """A file made elsewhere at a static batch: the other batches are a skip whose way on is
+    a new export of that file (tconform's --dynamic exports nothing of it)."""
+    import importlib
+    import json
+    import sys
+
+    import torch
+
+    (tmp_path / "linear_model.py").write_text(LINEAR)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module, example = importlib.import_module("linear_model").make()
+    sys.modules.pop("linear_model")
+    torch.onnx.export(module, (example,), tmp_path / "static.onnx", dynamo=False)
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "check", "linear_model:make", "--model", "static.onnx", "--no-torch", "-q",
+        "--json", str(report),
+    )  # fmt: skip
+    assert code == 0, out + err
+    skipped = [r for r in json.loads(report.read_text())["results"] if r["status"] == "skip"]
+    assert skipped and all("export the file again with that axis dynamic" in r["message"]
+                           for r in skipped)  # fmt: skip
