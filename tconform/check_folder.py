@@ -22,6 +22,7 @@ from tconform.folders import (
     ARTIFACTS,
     BUNDLE_MARKER,
     BUNDLE_TOOL,
+    CHECK_AREA,
     MANIFEST,
     managed_folder,
     manifest_kind,
@@ -35,7 +36,6 @@ TOOL = "tconform check"
 MAX_RECORD_BYTES = 2**20  # a record is a few hundred bytes
 
 
-CHECK_AREA = "check"  # an artifacts folder's subfolder for tconform check's exports
 
 
 def require_target(target: str) -> str:

@@ -36,6 +36,9 @@ from tconform.files import (
 from tconform.variables import value
 
 MANIFEST = "manifest.json"
+# An artifacts folder's subfolders beside its case folders: tconform check's exports, and the
+# document checks' models
+CHECK_AREA, DOC_AREA = "check", "doc"
 GOLDEN = "tconform-golden"
 ARTIFACTS = "tconform-artifacts"
 MAX_MANIFEST_BYTES = 64 * 2**20  # far above any real manifest; refuse before reading a huge file

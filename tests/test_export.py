@@ -74,17 +74,18 @@ def test_a_file_tconform_did_not_write_is_never_replaced(tmp_path):
     foreign.parent.mkdir(parents=True)
     foreign.write_bytes((tmp_path / "src" / "attention" / "model.onnx").read_bytes())
     before = foreign.read_bytes()
-    for case in (norm, attention):  # a folder with no manifest is nobody's: only when empty
-        with pytest.raises(UsageError, match="holds 'norm' and no artifacts manifest"):
-            export_cases((case,), settings, tmp_path / "M")
-    # an artifacts folder holding a model its manifest does not list
-    export_cases((attention,), settings, tmp_path / "A")
-    planted = tmp_path / "A" / "norm" / "model.onnx"
-    planted.parent.mkdir()
-    planted.write_bytes(before)
+    with pytest.raises(UsageError, match="not written by tconform"):  # a folder with no manifest
+        export_cases((norm,), settings, tmp_path / "M")
+    export_cases((attention,), settings, tmp_path / "M")  # now the folder has a manifest
     with pytest.raises(UsageError, match=r"no entry in manifest\.json"):
-        export_cases((norm,), settings, tmp_path / "A")
-    assert foreign.read_bytes() == before and planted.read_bytes() == before
+        export_cases((norm,), settings, tmp_path / "M")
+    assert foreign.read_bytes() == before
+    # a folder of the user's own files and no manifest is nobody's: nothing goes there
+    (tmp_path / "U").mkdir()
+    (tmp_path / "U" / "notes.txt").write_text("the user's\n")
+    with pytest.raises(UsageError, match=r"holds 'notes\.txt' and no artifacts manifest"):
+        export_cases((norm,), settings, tmp_path / "U")
+    assert sorted(p.name for p in (tmp_path / "U").iterdir()) == ["notes.txt"]
 
 
 def test_a_stale_own_unchanged_model_is_re_exported(tmp_path):

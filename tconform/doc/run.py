@@ -24,14 +24,14 @@ from tconform.errors import TconformError
 from tconform.execution import NotRun, Opened, Subject, case_module, open_subject, run_judged
 from tconform.export import ExportJob, ExportRecord, ExportSettings, build_module, export_cases
 from tconform.files import require_inside
-from tconform.folders import require_artifacts_folder
+from tconform.folders import DOC_AREA, require_artifacts_folder
 from tconform.golden import InputSet
 from tconform.models import ModelUnderTest
 from tconform.provenance import ModelProvenance, oracle_provenance
 from tconform.results import Result
 from tconform.runtimes import Runtime, RuntimeOptions, label, make_runtimes
 
-DOC_ARTIFACTS = "doc"  # subfolder of the artifacts dir
+DOC_ARTIFACTS = DOC_AREA  # subfolder of the artifacts dir
 COMPONENT = "document check"
 
 

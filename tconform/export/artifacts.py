@@ -39,6 +39,8 @@ from tconform.export.settings import (
 from tconform.files import atomic_write_bytes, atomic_write_json, require_inside, sha256_file
 from tconform.folders import (
     ARTIFACTS,
+    CHECK_AREA,
+    DOC_AREA,
     MANIFEST,
     folder_lock,
     manifest_kind,
@@ -218,11 +220,14 @@ def staging_dir(out_dir: Path) -> Path:
 
 
 def _require_new_or_artifacts(out_dir: Path) -> None:
-    """Models go into an artifacts folder, a new or empty one, or one that holds only what an
-    interrupted first export staged; never among files nobody said are tconform's."""
+    """Models go into an artifacts folder, or a folder laid out as one: new, empty, or holding
+    only case folders, the check and document areas and what an interrupted export staged
+    (each model file there is then judged on its own: `is_current`); never among other files
+    that nobody said are tconform's."""
     if (out_dir / MANIFEST).exists() or not out_dir.is_dir():
         return
-    others = sorted(p.name for p in out_dir.iterdir() if p.name != STAGING)
+    laid_out = {*registry.exportable_names(), CHECK_AREA, DOC_AREA, STAGING}
+    others = sorted(p.name for p in out_dir.iterdir() if p.name not in laid_out or not p.is_dir())
     if others:
         raise UsageError(
             f"{out_dir}: holds {others[0]!r} and no artifacts manifest; models go into a new or "
