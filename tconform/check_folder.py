@@ -36,8 +36,6 @@ TOOL = "tconform check"
 MAX_RECORD_BYTES = 2**20  # a record is a few hundred bytes
 
 
-
-
 def require_target(target: str) -> str:
     """`target` if it is PACKAGE.MODULE:FACTORY, dotted Python names and one name (it is
     imported, and names the default export folder): checked before anything runs."""

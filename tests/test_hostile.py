@@ -857,6 +857,11 @@ VERIFY_GG = (
 )
 
 
+# verify on a planted golden folder with a runtime release: refused before any environment
+VERIFY_A_RELEASE = ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm", "--no-torch",
+                    "--runtime", "onnxruntime==1.20.1")  # fmt: skip
+
+
 def verify_gg(id: str, says: str, plant: Callable) -> Planted:
     """`verify --generation` on a planted golden folder: refused, leaving only its own shared
     lock beside the folder (.gg.lock), as verify leaves .g.lock."""
@@ -1261,17 +1266,7 @@ PLANTED = [
     ),
     Planted(
         "runtime-cache-in-a-golden-folder",  # environments of 160 MB were made inside it
-        (
-            "verify",
-            "--golden",
-            "{user}/g",
-            "--no-doc",
-            "--case",
-            "norm",
-            "--no-torch",
-            "--runtime",
-            "onnxruntime==1.20.1",
-        ),
+        VERIFY_A_RELEASE,
         "(TCONFORM_RUNTIME_CACHE) is or lies in",
         copy_golden,
         env=(("TCONFORM_RUNTIME_CACHE", "g/envs"),),
@@ -1279,17 +1274,7 @@ PLANTED = [
     ),
     Planted(
         "runtime-cache-a-symlink",
-        (
-            "verify",
-            "--golden",
-            "{user}/g",
-            "--no-doc",
-            "--case",
-            "norm",
-            "--no-torch",
-            "--runtime",
-            "onnxruntime==1.20.1",
-        ),
+        VERIFY_A_RELEASE,
         "envs: a symbolic link (TCONFORM_RUNTIME_CACHE)",
         then(copy_golden, symlink("envs", "{outside}")),
         env=(("TCONFORM_RUNTIME_CACHE", "envs"),),

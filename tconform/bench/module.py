@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
+from tconform.bench.engines import PLAIN_EXPORT
 from tconform.bench.workload import Workload
 from tconform.errors import EndedByUserCode, UsageError
 from tconform.execution import BatchRows
@@ -34,6 +35,7 @@ from tconform.suites.module import (
     module_suite,
     run_eagerly,
 )
+from tconform.units import GIVEN
 
 ALL = "all"  # --input-set all: every input set the suite has (batch consistency is no timing)
 
@@ -61,6 +63,8 @@ def module_workloads(
     suite = module_suite(request, log)
     chosen = _chosen_sets(suite, input_sets)
     models = _models(suite, request, log) if dtypes else {}
+    if subject.model is not None:  # the file as it is, timed where the plain export would be
+        models = {PLAIN_EXPORT: suite.models([], set(), log)[(suite.case.name, GIVEN)]}
     target = suite.module_target(suite.case)
     device = module_device(suite.module)
     options = {"dtype": module_dtype(suite.module), "device_id": device.index or 0}

@@ -23,6 +23,7 @@ from tconform.bench.engines import (
     engine_openers,
     engine_rows,
     engine_runtime,
+    engine_variant,
     expected_precision,
     parse_engines,
 )
@@ -170,12 +171,19 @@ def module_settings(
     folder = artifacts or default_export_dir(module.target)
     require_own_export_folder(folder)  # before the factory runs
     wanted = tuple(dict.fromkeys(input_sets)) or (EXAMPLE,)
+    chosen = parse_engines(engines, for_module=True)
+    made = [e for e in chosen if engine_variant(e) and engine_variant(e).export != PLAIN_EXPORT]
+    if module.model is not None and made:
+        raise UsageError(
+            f"--engine {made[0]} times a model tconform makes from its export; --model times "
+            "that file as it is (on the runtimes' plain engines: onnxruntime, openvino, ...)"
+        )
     return BenchSettings(
         preset=None,
         cfg=None,
         cases=(),
         shapes=(),
-        engines=parse_engines(engines, for_module=True),
+        engines=chosen,
         artifacts=folder,
         # the shapes the example never had are made only where one of them is timed
         module=replace(module, out_dir=folder, shapes=wanted != (EXAMPLE,)),

@@ -122,7 +122,7 @@ _DECODING_OPTIONS = (
 @writes_report("bench", kind="tconform.bench.report:BenchReport")
 @click.command("bench", cls=RuntimeCommand)
 @click.argument("target", required=False, metavar="[PACKAGE.MODULE:FACTORY]")
-@module_options("inputs", "dynamic", "padding_mask")
+@module_options("inputs", "dynamic", "model", "padding_mask")
 @tolerance_options("with PACKAGE.MODULE:FACTORY; the row of each engine's precision")
 @preset_option("base")
 @case_option("Case to time (repeatable) [transformer and the heaviest components].")

@@ -72,13 +72,11 @@ def user_package(tmp_path, monkeypatch):
     return "user_models_for_bench"
 
 
-def settings(
-    target: str, *engines: str, input_sets=(), inputs=None, tolerances=None, padding_mask=None
-):
+def settings(target: str, *engines: str, input_sets=(), tolerances=None, **model):
+    """Bench settings for a user's model (`model`: UserModel's inputs, padding_mask, model)."""
     return bench_settings(
         None, (), (), engines, "cpu", 1, {}, 0, 2, 0.05, None,
-        module=UserModel(target, inputs=inputs, padding_mask=padding_mask),
-        input_sets=input_sets, tolerances=tolerances,
+        module=UserModel(target, **model), input_sets=input_sets, tolerances=tolerances,
     )  # fmt: skip
 
 
@@ -219,6 +217,29 @@ def test_a_padding_mask_leaves_the_padded_positions_out_of_each_rows_verdict(
         (row,) = bench_in_child(lambda message: None, chosen)["results"]
         verdicts[mask] = row["accuracy"]["status"]
     assert verdicts == {None: "fail", "mask": "pass"}
+
+
+@pytest.mark.integration
+def test_a_model_made_elsewhere_is_timed_as_it_is(user_package, tmp_path, monkeypatch):
+    """`bench PKG:FACTORY --model FILE`, as check takes it: the file runs where the plain
+    export would, judged against the module's float64 copy; an engine that runs a model
+    tconform makes from its export is refused, naming it."""
+    import importlib
+
+    import torch
+
+    monkeypatch.setattr(ceiling, "GEMM_SIZE", 128)
+    monkeypatch.setattr(ceiling, "COPY_BYTES", 2**20)
+    monkeypatch.setattr(ceiling, "PROBE_SECONDS", 0.1)
+    module, example = importlib.import_module(user_package).gains()
+    given = tmp_path / "made_elsewhere.onnx"
+    torch.onnx.export(module.eval(), (example,), given, dynamo=False)
+    chosen = settings(f"{user_package}:gains", "onnxruntime", model=given)
+    (row,) = bench_in_child(lambda message: None, chosen)["results"]
+    assert row["accuracy"]["status"] == "pass", row["accuracy"]
+    assert row["details"]["model"] == str(given)
+    with pytest.raises(UsageError, match="--engine onnxruntime-fp16 times a model tconform makes"):
+        settings(f"{user_package}:gains", "onnxruntime-fp16", model=given)
 
 
 @pytest.mark.integration
