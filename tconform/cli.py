@@ -31,6 +31,7 @@ from tconform.errors import (
     Terminated,
     one_line,
 )
+from tconform.folders import require_caches_apart
 from tconform.variables import check_environment
 
 
@@ -40,6 +41,7 @@ def cli() -> None:
     """Export a reference Transformer to ONNX, verify it on ONNX Runtime against exact
     goldens, and measure its latency; check your own PyTorch module the same way."""
     check_environment()  # before any command starts: a bad TCONFORM_* is one line, exit 2
+    require_caches_apart()
 
 
 for command in (export, golden, verify, report, doc, bench, check):

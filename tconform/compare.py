@@ -221,7 +221,10 @@ class OutputComparison:
     message: str = ""
     worst: list[dict[str, object]] = field(default_factory=list)
     excluded: int = 0  # elements left out of the comparison (padded positions, on request)
-    both_nan: int = 0  # elements NaN in the golden and the run: they agree and prove nothing
+    # elements non-finite alike in the golden and the run (NaN and NaN, inf and inf of one
+    # sign): they agree, and of themselves prove nothing (NaN or inf in, the same out of most
+    # models)
+    both_nonfinite: int = 0
     # 10 log10(sum g^2 / sum (a - g)^2) over the compared finite elements (None: no error at
     # all, an infinite ratio, or nothing compared); min_sqnr_db: the row's floor, if it has one
     sqnr_db: float | None = None
@@ -239,9 +242,9 @@ class OutputComparison:
 
     @property
     def checked(self) -> bool:
-        """Whether the comparison could have failed: an element compared that is not NaN on
-        both sides (NaN inputs give NaN out of any model)."""
-        return self.compared > self.both_nan
+        """Whether the comparison shows anything of the model: a finite element compared
+        (NaN or infinite inputs give the same out of almost any model)."""
+        return self.compared > self.both_nonfinite
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -336,7 +339,7 @@ def compare_output(
         # None where unbounded: JSON has no Infinity (the mismatch count says it failed).
         tolerance_used=worst_used if math.isfinite(worst_used) else None,
         excluded=0 if keep is None else int(keep.size - np.count_nonzero(keep)),
-        both_nan=tally.both_nan,
+        both_nonfinite=tally.both_nonfinite,
         sqnr_db=round(sqnr, 3) if sqnr is not None and math.isfinite(sqnr) else None,
         min_sqnr_db=tol.min_sqnr_db,
         golden_rms=rms,
@@ -393,7 +396,7 @@ class _Tally:
         self.atol, self.rtol, self.worst_count = atol, rtol, worst_count
         self.max_abs_err = self.max_rel_err = self.worst_used = self.err_sum = 0.0
         self.max_abs_at = 0
-        self.finite = self.mismatches = self.bad_nonfinite = self.both_nan = 0
+        self.finite = self.mismatches = self.bad_nonfinite = self.both_nonfinite = 0
         self.first_nonfinite = -1
         self.signal = self.noise = 0.0
         self.candidates: list[tuple[float, int]] = []  # (score, flat index), each chunk's worst
@@ -406,12 +409,11 @@ class _Tally:
         # same sign.
         same_nonfinite = (np.isnan(a) & np.isnan(g)) | (np.isinf(a) & np.isinf(g) & (a == g))
         bad_nonfinite = ~finite & ~same_nonfinite
-        both_nan = np.isnan(a) & np.isnan(g)
         if keep is not None:
             finite &= keep
             bad_nonfinite &= keep
-            both_nan &= keep
-        self.both_nan += int(np.count_nonzero(both_nan))
+            same_nonfinite &= keep
+        self.both_nonfinite += int(np.count_nonzero(same_nonfinite))
         with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: masked below
             diff = np.where(finite, a - g, 0.0)
         err = np.abs(diff)

@@ -351,9 +351,12 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
             continue
         if not comparison.compared:
             comparison.status, comparison.message = "skip", "no element compared"
-        elif not comparison.checked:  # NaN in, NaN out: any model agrees
+        elif not comparison.checked:  # NaN or inf in, the same out: almost any model agrees
             comparison.status = "skip"
-            comparison.message = "every element is NaN in the golden and the run: nothing compared"
+            comparison.message = (
+                "every element is NaN or infinite alike in the golden and the run: nothing "
+                "finite compared"
+            )
     result.outputs = comparisons
     result.notes += [c.note for c in comparisons if c.note and c.note not in result.notes]
     left_out = sum(c.excluded for c in comparisons)
@@ -411,12 +414,16 @@ def _outputs(opened: Opened, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
 
 def rows_run_alone(opened: Opened, batched: BatchRows, whole: Mapping[str, np.ndarray]):
     """`batched` with its expected outputs: each batch-led output of the whole run (`whole`)
-    rebuilt from the runs of one row at a time."""
+    rebuilt from the runs of one row at a time. Only an output that splits by row is judged:
+    one whose run on a row alone has the whole's shape but for a leading 1 (a (batch, batch)
+    similarity, CLIP's logits_per_image, mixes rows by design)."""
     runs = [_outputs(opened, opened.feeds(batched.row(k))) for k in range(batched.rows)]
     expected = {
         name: np.concatenate([run[name] for run in runs], axis=0)
         for name, value in whole.items()
-        if np.ndim(value) and np.shape(value)[0] == batched.rows
+        if np.ndim(value)
+        and np.shape(value)[0] == batched.rows
+        and all(np.shape(run[name]) == (1, *np.shape(value)[1:]) for run in runs)
     }
     return replace(batched, outputs=expected)
 

@@ -61,9 +61,25 @@ def manifest_kind(folder: Path) -> str | None:
         return kind
     if kind is None and "cases" in data and "stored_dtype" in data:
         return GOLDEN
-    if kind is None and "models" in data:
+    if kind is None and _written_models(data.get("models")):  # before "kind": its entries
         return ARTIFACTS
     raise UsageError(f"{path}: neither a golden nor an artifacts manifest")
+
+
+def _written_models(models: object) -> bool:
+    """Whether `models` is an artifacts manifest's, as tconform wrote them before manifests
+    said their kind: one entry or more, each CASE/model.onnx with its sha256 (another tool's
+    manifest with a "models" key is not taken for one)."""
+    return (
+        isinstance(models, dict)
+        and bool(models)
+        and all(
+            isinstance(entry, dict)
+            and entry.get("path") == f"{name}/model.onnx"
+            and isinstance(entry.get("sha256"), str)
+            for name, entry in models.items()
+        )
+    )
 
 
 def managed_folder(
@@ -81,15 +97,35 @@ def managed_folder(
     return None
 
 
-def require_not_link(folder: Path, what: str) -> None:
-    """A folder tconform writes into is never a symbolic link: it follows no link it did not
-    make (the user names the folder it leads to). `what`: the option or variable naming it."""
-    if folder.is_symlink():
-        raise Refused(
-            f"{folder}: a symbolic link ({what}); tconform writes through no link it did not "
-            "make (name the folder it leads to)",
-            folder,
+def require_caches_apart() -> None:
+    """XDG_CACHE_HOME nowhere in a golden or artifacts folder: ONNX Runtime, loaded in
+    tconform's process, writes its device id under it (and the runtimes' environments go
+    there), which would put files in the folder that it does not list."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if not xdg or not Path(xdg).is_absolute():  # the XDG rule: a relative value is ignored
+        return
+    managed = managed_folder(Path(xdg), itself=True)
+    if managed is not None:
+        raise UsageError(
+            f"XDG_CACHE_HOME={xdg!r:.200}: is or lies in {managed}, a tconform golden or "
+            "artifacts folder; ONNX Runtime and the runtimes' environments write their caches "
+            "there (name a folder of its own)"
         )
+
+
+def require_not_link(folder: Path, what: str) -> None:
+    """A folder tconform writes into is never a symbolic link, nor, for a relative path, one of
+    the folders below the current one on the way to it (check's default artifacts/check/NAME
+    through a planted artifacts/check link): tconform follows no link it did not make (the
+    user names the folder it leads to). `what`: the option or variable naming it."""
+    steps = [folder, *folder.parents][:-1] if not folder.is_absolute() else [folder]
+    for step in steps:
+        if step.is_symlink():
+            raise Refused(
+                f"{step}: a symbolic link ({what}); tconform writes through no link it did not "
+                "make (name the folder it leads to)",
+                step,
+            )
 
 
 def require_artifacts_folder(folder: Path) -> None:

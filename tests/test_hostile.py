@@ -76,6 +76,13 @@ def no_elements():
 def all_nan():  # NaN in, NaN out of any model: it agrees everywhere and proves nothing
     return nn.Linear(4, 3), torch.full((2, 4), float("nan"))
 
+class Affine(nn.Module):
+    def forward(self, x):
+        return x * 2 + 1
+
+def all_inf():  # inf in, inf out of x * 2 + 1 as of x * 1000: nothing finite to compare
+    return Affine(), torch.full((2, 4), float("inf"))
+
 async def async_factory():
     return nn.Linear(4, 3), torch.randn(2, 4)
 
@@ -487,7 +494,7 @@ def test_check_out_never_replaces_a_check_json_it_did_not_write(cli, ws, record)
 # --- nothing compared: never a pass, and said on stderr (all a CI log shows under -q) ---------
 
 
-@pytest.mark.parametrize("factory", ["no_elements", "all_nan"])
+@pytest.mark.parametrize("factory", ["no_elements", "all_nan", "all_inf"])
 def test_an_output_with_no_element_is_nothing_checked_and_says_so(cli, ws, factory):
     report = ws["reports"] / "r.json"
     code, out, err = cli("check", T(factory), "-q", "--json", str(report))
@@ -1246,6 +1253,44 @@ PLANTED = [
         writes=("user/.d.lock",),
     ),
     Planted(
+        "export-over-a-manifest-with-models",  # another tool's, with a "models" key
+        ("export", "--case", "norm", "--out", "{user}/d"),
+        "d/manifest.json: neither a golden nor an artifacts manifest",
+        write_file("d/manifest.json", '{"tool": "other-tool", "models": {}}'),
+        writes=("user/.d.lock",),
+    ),
+    Planted(
+        "export-among-a-users-files-in-case-named-folders",
+        ("export", "--case", "norm", "--out", "{user}/d"),
+        "d: holds 'doc' and no artifacts manifest",
+        then(write_file("d/doc/thesis.tex"), write_file("d/norm/notes.txt")),
+        writes=("user/.d.lock",),
+    ),
+    Planted(
+        "export-staging-holds-a-users-folder-named-like-an-export",
+        ("export", "--case", "norm", "--out", "{user}/art"),
+        "norm.mynotes1: not an export tconform staged",
+        then(artifacts_folder, write_file("art/.tconform-staging/norm.mynotes1/thesis.txt")),
+        writes=("user/.art.lock",),
+    ),
+    Planted(
+        "export-force-through-a-symlinked-case-folder",  # it replaced the other case's model
+        ("export", "--case", "norm", "--out", "{user}/art", "--force"),
+        "art/norm: a symbolic link",
+        then(
+            artifacts_folder,
+            make_folder("art/feed_forward"),
+            symlink("art/norm", "{user}/art/feed_forward"),
+        ),
+        writes=("user/.art.lock",),
+    ),
+    Planted(
+        "check-default-out-through-a-symlinked-area",
+        ("check", T()),
+        "artifacts/check: a symbolic link (check's export folder, --out)",
+        then(make_folder("artifacts"), symlink("artifacts/check", "{outside}")),
+    ),
+    Planted(
         "export-staging-holds-a-users-file",  # was deleted with the staging folder
         ("export", "--case", "norm", "--out", "{user}/art"),
         "important.txt: not an export tconform staged",
@@ -1279,6 +1324,13 @@ PLANTED = [
         then(copy_golden, symlink("envs", "{outside}")),
         env=(("TCONFORM_RUNTIME_CACHE", "envs"),),
         writes=("user/.g.lock",),
+    ),
+    Planted(  # ONNX Runtime wrote its device id there, and the goldens were broken for good
+        "xdg-cache-in-a-golden-folder",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm", "--no-torch"),
+        "XDG_CACHE_HOME=",
+        copy_golden,
+        env=(("XDG_CACHE_HOME", "{user}/g/norm"),),
     ),
     Planted(
         "verify-json-in-artifacts-dot",  # the current folder as --artifacts: a report in it
@@ -1504,7 +1556,7 @@ def test_planted_input_is_refused_first_and_touches_nothing(cli, ws, monkeypatch
     if case.plant is not None:
         case.plant(ws)
     for name, value in case.env:
-        monkeypatch.setenv(name, value)
+        monkeypatch.setenv(name, _fill_planted((value,), ws)[0])
     report = ws["reports"] / ("r.md" if case.json else "r.json")
     reports = (
         ["--markdown", str(report), "--json", case.json] if case.json else ["--json", str(report)]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from tconform.compare import OutputComparison, compare_output, tolerance_for
-from tconform.errors import EXIT_FAILURE, TconformError, UsageError
+from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError, UsageError
 from tconform.results import Status
 
 
@@ -46,7 +46,7 @@ def judge_outputs(
     else:
         status = Status.FAIL
     if status == Status.SKIP:
-        judged["reason"] = "nothing compared: no output holds an element that is not NaN"
+        judged["reason"] = "nothing compared: no output holds a finite element"
     return {
         **judged,
         "atol": row.atol,
@@ -72,7 +72,17 @@ def _output(comparison: OutputComparison) -> dict[str, object]:
 
 def require_within_tolerance(rows: Iterable[Mapping[str, object]]) -> None:
     """Exit 1 (its reports are written first, as for every failure) where a timed row's
-    outputs left their tolerance row: a bench that timed a wrong answer did not pass."""
+    outputs left their tolerance row: a bench that timed a wrong answer did not pass. Exit 3
+    where rows were judged and none compared anything (every output empty, NaN or infinite):
+    nothing checked is never a pass."""
+    rows = list(rows)
+    judged = [row for row in rows if _judged_status(row) is not None]
+    if judged and all(_judged_status(row) == Status.SKIP for row in judged):
+        reason = judged[0]["accuracy"].get("reason", "")
+        raise TconformError.with_code(
+            f"nothing checked: no timed row's outputs could be compared ({reason})",
+            EXIT_EP_UNAVAILABLE,
+        )
     failed = [row for row in rows if _judged_status(row) == Status.FAIL]
     if failed:
         first = failed[0]

@@ -186,6 +186,11 @@ def is_current(path: Path, key: str, previous: dict | None, force: bool, out_dir
     entry, or whose bytes differ from the recorded sha256, is refused unless `force`; one that
     is a symlink leading out of the folder is refused."""
     require_inside(out_dir, path)  # also when missing: its case folder may lead out
+    if path.parent.is_symlink() or path.is_symlink():  # even one that stays inside the folder
+        raise UsageError(
+            f"{path.parent if path.parent.is_symlink() else path}: a symbolic link; tconform "
+            "writes through no link it did not make (remove it)"
+        )
     if not path.exists():
         return False
     if not path.is_file():
@@ -221,18 +226,33 @@ def staging_dir(out_dir: Path) -> Path:
 
 def _require_new_or_artifacts(out_dir: Path) -> None:
     """Models go into an artifacts folder, or a folder laid out as one: new, empty, or holding
-    only case folders, the check and document areas and what an interrupted export staged
-    (each model file there is then judged on its own: `is_current`); never among other files
-    that nobody said are tconform's."""
+    only what tconform puts there (a case folder with its model.onnx alone, which is then
+    judged on its own: `is_current`; tconform check's exports; the document checks' artifacts
+    folders; what an interrupted export staged); never among files nobody said are
+    tconform's."""
     if (out_dir / MANIFEST).exists() or not out_dir.is_dir():
         return
-    laid_out = {*registry.exportable_names(), CHECK_AREA, DOC_AREA, STAGING}
-    others = sorted(p.name for p in out_dir.iterdir() if p.name not in laid_out or not p.is_dir())
+    others = sorted(p.name for p in out_dir.iterdir() if not _laid_out(p))
     if others:
         raise UsageError(
             f"{out_dir}: holds {others[0]!r} and no artifacts manifest; models go into a new or "
             "empty folder, or one tconform export made (export --out DIR, verify --artifacts DIR)"
         )
+
+
+def _laid_out(entry: Path) -> bool:
+    """Whether `entry` of a folder without a manifest is what tconform puts there."""
+    if entry.is_symlink() or not entry.is_dir():
+        return False
+    inside = list(entry.iterdir())
+    if entry.name == STAGING:
+        return True  # cleared by clear_staging, which judges what it holds
+    if entry.name in registry.exportable_names():
+        return [p.name for p in inside] == ["model.onnx"]
+    marker = {CHECK_AREA: "check.json", DOC_AREA: MANIFEST}.get(entry.name)
+    return marker is not None and all(
+        p.is_dir() and not p.is_symlink() and (p / marker).is_file() for p in inside
+    )
 
 
 def clear_staging(out_dir: Path) -> None:
@@ -251,11 +271,19 @@ def clear_staging(out_dir: Path) -> None:
     known = registry.exportable_names()
     for entry in staging.iterdir():
         case, _, suffix = entry.name.rpartition(".")
-        if entry.is_symlink() or not entry.is_dir() or case not in known or len(suffix) != 8:
+        named = not entry.is_symlink() and entry.is_dir() and case in known and len(suffix) == 8
+        # what export_case writes there: model.onnx, through a temporary .model.onnx.*.tmp
+        if not named or not all(_staged_file(p) for p in entry.iterdir()):
             raise UsageError(
                 f"{entry}: not an export tconform staged; it removes only those (move it away)"
             )
     shutil.rmtree(staging)
+
+
+def _staged_file(path: Path) -> bool:
+    name = path.name
+    own = name == "model.onnx" or (name.startswith(".model.onnx.") and name.endswith(".tmp"))
+    return own and path.is_file() and not path.is_symlink()
 
 
 def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRecord:

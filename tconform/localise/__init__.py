@@ -28,7 +28,6 @@ The model file itself is only ever read.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -149,9 +148,9 @@ def boundary_copy(
 ) -> Iterator[ModelUnderTest]:
     """A temporary copy of `model` that also returns `extra`: the file's bytes followed by a
     serialized ModelProto holding only those graph outputs, which a protobuf parser appends to
-    the graph's outputs. External data files are hard-linked beside the copy where the file
-    system allows, else copied: ONNX Runtime (1.31) refuses a symbolic link that leads out of
-    the model's folder. Nothing writes to them, and the folder goes when the copy does."""
+    the graph's outputs. External data files are copied beside it: ONNX Runtime (1.31) refuses
+    a symbolic link that leads out of the model's folder, and a hard link, left behind by a
+    process killed mid-run, would alias the model under test."""
     suffix = onnx.ModelProto()
     suffix.graph.output.extend(
         helper.make_tensor_value_info(name, types[name], None)
@@ -167,10 +166,7 @@ def boundary_copy(
         for location in model.provenance.external_data:
             beside = Path(tmp) / location
             beside.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(model.path.parent / location, beside)
-            except OSError:  # another file system
-                shutil.copyfile(model.path.parent / location, beside)
+            shutil.copyfile(model.path.parent / location, beside)
         copy = onnx.ModelProto()
         copy.CopyFrom(structure)
         copy.graph.output.extend(suffix.graph.output)

@@ -50,6 +50,18 @@ def infer_axes(inputs: ModuleInputs, declared: Axes) -> Axes:
     return axes
 
 
+def without_batch(axes: Axes, declared: Axes) -> Axes:
+    """`axes` without the batch axes it inferred (those `declared` stay as given)."""
+    kept: Axes = {}
+    for name, found in axes.items():
+        own = {
+            a: label for a, label in found.items() if label != BATCH or a in declared.get(name, {})
+        }
+        if own:
+            kept[name] = own
+    return kept
+
+
 @dataclass(frozen=True)
 class Variant:
     """Inputs at one shape: `name` is the input set's name (e.g. batch-1, seq-24)."""

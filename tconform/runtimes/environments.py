@@ -259,22 +259,25 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
     tool = f"uv {_uv_version(uv)}" if uv else "venv + pip"
     say(f"making an environment for {spec.text} with {tool} in {folder} (once) ...")
     started = time.monotonic()
+    # The installers' own caches in the cache folder too: nothing is written outside it
+    caches = folder.parent / ".installers"
+    env = {**os.environ, "UV_CACHE_DIR": str(caches / "uv"), "PIP_CACHE_DIR": str(caches / "pip")}
     try:
         python = _python_in(staging)
         if uv:
-            _run(spec, [*uv, "venv", "--quiet", "--python", str(base), str(staging)])
+            _run(spec, [*uv, "venv", "--quiet", "--python", str(base), str(staging)], env)
         else:
-            _run(spec, [str(base), "-m", "venv", str(staging)])
+            _run(spec, [str(base), "-m", "venv", str(staging)], env)
         requirements = [f"{package}=={spec.version}", "numpy", "onnx"]
         install = (
             [*uv, "pip", "install", "--quiet", "--python", str(python)]
             if uv
             else [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         )
-        _run(spec, [*install, *requirements])
+        _run(spec, [*install, *requirements], env)
         failure = _import_failure(python, module)
         if re.search(r"compiled using numpy 1\.x", failure, re.IGNORECASE):  # built for NumPy 1
-            _run(spec, [*install, *requirements[:1], "numpy<2", "onnx"])
+            _run(spec, [*install, *requirements[:1], "numpy<2", "onnx"], env)
             failure = _import_failure(python, module)
         if failure:
             lines = [ln.strip() for ln in failure.splitlines() if "Error" in ln]
@@ -338,7 +341,7 @@ _NO_BUILD = re.compile(
 )
 
 
-def _run(spec: RuntimeSpec, command: list[str]) -> None:
+def _run(spec: RuntimeSpec, command: list[str], env: dict[str, str]) -> None:
     """An installer step; its failure as the one line that says why, with the way on."""
     try:
         done = subprocess.run(
@@ -347,6 +350,7 @@ def _run(spec: RuntimeSpec, command: list[str]) -> None:
             text=True,
             timeout=INSTALL_SECONDS,
             stdin=subprocess.DEVNULL,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         raise UsageError(

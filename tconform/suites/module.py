@@ -62,6 +62,7 @@ from tconform.module_check.shapes import (
     batch_axes,
     infer_axes,
     variants,
+    without_batch,
 )
 from tconform.plan import Lane, Progress, Suite, matrix_cells
 from tconform.request import Axes, Request, UserModel
@@ -71,6 +72,7 @@ from tconform.runtimes.torch_session import DTYPES as TORCH_DTYPES
 from tconform.runtimes.torch_session import eval_mode, flatten_outputs, opaque_outputs
 from tconform.units import GIVEN, Cell
 
+FREES = " (tconform check --dynamic"  # the way on a fixed dimension's skip names (execution)
 AUTO = "auto"  # the exporter setting that tries dynamo, then TorchScript where dynamo fails
 # The tolerance row of a module nobody has measured: the loosest float32 row (a whole model).
 TOLERANCE_CLASS = "model"
@@ -346,8 +348,12 @@ class ModuleSuite(Suite):
             results = super().run(lane, models, sets, strict_placement)
             hint = self._size_one_hint()
             for r in results:
-                if hint and r.status == Status.ERROR and r.input_set != self.example:
+                if not hint or r.input_set == self.example:
+                    continue
+                if r.status == Status.ERROR:
                     r.message += f" ({hint})"
+                elif r.status == Status.SKIP and FREES in r.message:  # --dynamic traces at 1 too
+                    r.message = f"{r.message.split(FREES)[0]} ({hint})"
             return results
         row = self.row(lane.case)
         return [
@@ -426,6 +432,9 @@ class ModuleSuite(Suite):
         but for the axes declared. (the exporter that ran, why: '' unless it had to fall
         back)."""
         attempts = [(self.axes, "")]
+        unbatched = without_batch(self.axes, self.declared)
+        if unbatched not in (self.axes, self.declared):  # a traced batch of 1 fixed: keep seq
+            attempts.append((unbatched, "the inferred batch axis could not stay free"))
         if self.axes != self.declared:
             attempts.append(
                 (self.declared, "the inferred batch and sequence axes could not stay free")

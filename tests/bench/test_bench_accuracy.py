@@ -93,6 +93,14 @@ def test_a_timed_row_outside_its_tolerance_fails_the_bench():
     step = {"engine": "onnxruntime-int4", "ep": "cpu", "accuracy": failed["accuracy"]}
     with pytest.raises(TconformError, match="first onnxruntime-int4/cpu: max abs error"):
         require_within_tolerance([step])
+    # rows judged, none comparing anything (NaN or infinite alike everywhere): exit 3, never 0
+    nan = {"y": np.full(8, np.nan)}
+    unseen = {**row, "accuracy": judge_outputs(nan, nan, "float32", "component")}
+    assert unseen["accuracy"]["status"] == Status.SKIP
+    with pytest.raises(TconformError, match="nothing checked: no timed row") as raised:
+        require_within_tolerance([unseen, skipped])
+    assert raised.value.exit_code == 3
+    require_within_tolerance([unseen, passed])  # one row compared: judged as it is
     # the run went on: its markdown says it failed, not that it stopped early
     error = {"exit_code": EXIT_FAILURE, "message": message}
     assert "The run failed (exit 1)" in markdown({"error": error, "results": [], "settings": {}})

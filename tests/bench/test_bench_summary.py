@@ -98,3 +98,7 @@ def test_a_ratio_far_below_one_keeps_its_digits():
 
     assert ratio(0.45) == "0.45" and ratio(13.09) == "13.09"
     assert ratio(0.0016) == "0.0016"  # microseconds against torch's milliseconds, not "0.00"
+    # and the summary keeps them so: a ratio rounded to places was "0x torch eager float32"
+    (best,) = best_variants([row("onnxruntime", 0.11), row("torch", 350.0)])
+    assert best["vs_torch"] == pytest.approx(0.11 / 350, rel=1e-2)
+    assert "0.00031x torch eager float32" in summary_lines([best])[0]
