@@ -199,6 +199,13 @@ class ModuleSuite(Suite):
                 raise UsageError(f"dynamic axes: the module has no input {input_name!r}")
         self.declared = given
         self.axes = infer_axes(self.inputs, given) if subject.shapes else given
+        shapes = {n: tuple(t.shape) for n, t in self.inputs.named().items()}
+        if subject.shapes and given and axis_size(shapes, self.axes, BATCH) is None:
+            self.notes.append(  # the batch is inferred only for inputs whose axes are not given
+                "batch-N, batch-consistency: not checked: the axes given (--dynamic or the "
+                "factory's) name no batch axis, and none is inferred for an input whose axes "
+                "are given (add NAME=0:batch to free it)"
+            )
         self.references: dict[str, Float64Copy] = {}
         self.sets: list[InputSet] = []
         self._exported: dict[Path, ModelUnderTest] = {}

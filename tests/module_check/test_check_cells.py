@@ -343,3 +343,16 @@ def test_a_given_model_that_fixed_a_dimension_says_to_export_it_again(cli, tmp_p
     skipped = [r for r in json.loads(report.read_text())["results"] if r["status"] == "skip"]
     assert skipped and all("export the file again with that axis dynamic" in r["message"]
                            for r in skipped)  # fmt: skip
+
+
+def test_axes_given_without_a_batch_say_the_batch_was_not_checked(cli, tmp_path, monkeypatch):
+    """--dynamic naming an input's axes replaces what is inferred for it: with no batch among
+    them the batch checks were dropped without a word."""
+    (tmp_path / "linear_model.py").write_text(LINEAR)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(
+        "check", "linear_model:make", "--dynamic", "input=1:width", "--no-torch", "--exporter",
+        "torchscript", "-q",
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert "batch-N, batch-consistency: not checked: the axes given" in out, out + err
