@@ -25,7 +25,7 @@ from tconform.errors import (
 from tconform.files import read_json_object
 from tconform.report import RunReport
 from tconform.results import Result
-from tconform.units import digest, result_unit, unchecked_models
+from tconform.units import digest, documents_unit, result_unit, unchecked_models
 
 # The exit codes a run that stopped early records (README, "Exit codes").
 ERROR_EXIT_CODES = (
@@ -109,6 +109,16 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
             results.append(Result.from_dict(entry))
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise UsageError(f"{path}: result {n} is not a verify result ({exc})") from None
+    documents = documents_unit().id  # the documents' verdicts pass without an output
+    for n, r in enumerate(results):
+        if (
+            r.status == "pass"
+            and result_unit(r) != documents
+            and not any(o.status == "pass" and o.checked for o in r.outputs)
+        ):
+            raise UsageError(
+                f"{path}: result {n} is not a verify result (a pass that compared no output)"
+            )
     held = {result_unit(r) for r in results}
     stray = sorted(held - set(declared))
     if stray:

@@ -38,6 +38,9 @@ def test_missing_shards_are_named_when_the_reports_say_which_they_are():
     assert _missing_shards(["1/2", None]) == "the reports hold shards 1/2, None"
 
 
+COMPARED = {"name": "y", "shape": [2], "status": "pass", "kind": "ok", "atol": 1e-5, "rtol": 1e-5}
+
+
 def _shard(**changes) -> dict:
     """A one-unit shard report, as verify writes it, with `changes` made."""
     unit = "norm/dynamo-opset18-float32-all/ort-cpu/test_data_set_0"
@@ -50,7 +53,7 @@ def _shard(**changes) -> dict:
                                "shard": "1/1"}},
         "results": [{"case": "norm", "component": "norm", "runtime": "onnxruntime", "ep": "cpu",
                      "ep_actual": ["CPUExecutionProvider"], "input_set": "test_data_set_0",
-                     "status": "pass", "unit": unit}],
+                     "status": "pass", "unit": unit, "outputs": [COMPARED]}],
     }  # fmt: skip
     report.update(changes)
     return report
@@ -64,6 +67,11 @@ def _shard(**changes) -> dict:
         ({"results": [{"status": "bogus"}]}, "result 0 is not a verify result"),
         ({"results": [7]}, "result 0 is not a verify result"),
         ({"error": {"message": "m", "exit_code": 99}}, "error entry needs"),
+        # a forged pass that compared nothing merged to a pass
+        (
+            {"results": [{**_shard()["results"][0], "outputs": []}]},
+            "result 0 is not a verify result \\(a pass that compared no output\\)",
+        ),
     ],
 )
 def test_malformed_shards_are_one_line_errors(tmp_path, changes, says):
