@@ -186,11 +186,8 @@ def is_current(path: Path, key: str, previous: dict | None, force: bool, out_dir
     entry, or whose bytes differ from the recorded sha256, is refused unless `force`; one that
     is a symlink leading out of the folder is refused."""
     require_inside(out_dir, path)  # also when missing: its case folder may lead out
-    if path.parent.is_symlink() or path.is_symlink():  # even one that stays inside the folder
-        raise UsageError(
-            f"{path.parent if path.parent.is_symlink() else path}: a symbolic link; tconform "
-            "writes through no link it did not make (remove it)"
-        )
+    for step in (path.parent, path):  # a link even where it stays inside the folder
+        require_not_link(step, "in an artifacts folder")
     if not path.exists():
         return False
     if not path.is_file():

@@ -85,7 +85,8 @@ def _along(inputs: ModuleInputs, axes: Axes, label: str, change) -> ModuleInputs
     return ModuleInputs(args, kwargs, inputs.arg_names)
 
 
-def _size(inputs: ModuleInputs, axes: Axes, label: str) -> int | None:
+def input_axis_size(inputs: ModuleInputs, axes: Axes, label: str) -> int | None:
+    """axis_size of `inputs` as they are."""
     return axis_size({name: tuple(t.shape) for name, t in inputs.named().items()}, axes, label)
 
 
@@ -103,14 +104,14 @@ def variants(inputs: ModuleInputs, axes: Axes) -> list[Variant]:
     """The shapes beside the example's: batch 1 and a larger batch where a batch axis is free,
     a shorter and a longer sequence where a sequence axis is."""
     found = []
-    batch = _size(inputs, axes, BATCH)
+    batch = input_axis_size(inputs, axes, BATCH)
     if batch is not None:
         if batch > 1:
             one = _along(inputs, axes, BATCH, lambda t, a: t.narrow(a, 0, 1))
             found.append(Variant("batch-1", one))
         larger = _along(inputs, axes, BATCH, lambda t, a: torch.cat([t, t.flip(a)], dim=a))
         found.append(Variant(f"batch-{2 * batch}", larger))
-    length = _size(inputs, axes, SEQUENCE)
+    length = input_axis_size(inputs, axes, SEQUENCE)
     if length is not None:
         if length > 1:
             half = max(1, length // 2)

@@ -58,9 +58,9 @@ from tconform.module_check.precision_plan import PrecisionPlan, make_plan
 from tconform.module_check.shapes import (
     BATCH,
     SEQUENCE,
-    axis_size,
     batch_axes,
     infer_axes,
+    input_axis_size,
     variants,
     without_batch,
 )
@@ -199,8 +199,7 @@ class ModuleSuite(Suite):
                 raise UsageError(f"dynamic axes: the module has no input {input_name!r}")
         self.declared = given
         self.axes = infer_axes(self.inputs, given) if subject.shapes else given
-        shapes = {n: tuple(t.shape) for n, t in self.inputs.named().items()}
-        if subject.shapes and given and axis_size(shapes, self.axes, BATCH) is None:
+        if subject.shapes and given and input_axis_size(self.inputs, self.axes, BATCH) is None:
             self.notes.append(  # the batch is inferred only for inputs whose axes are not given
                 "batch-N, batch-consistency: not checked: the axes given (--dynamic or the "
                 "factory's) name no batch axis, and none is inferred for an input whose axes "
@@ -266,9 +265,7 @@ class ModuleSuite(Suite):
             except (EndedByUserCode, KeyboardInterrupt):
                 raise
             except TconformError as exc:
-                # tconform's own error reads as a sentence; its class name is no news
-                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                self.notes.append(f"{variant.name}: not checked: {why}")
+                self.notes.append(f"{variant.name}: not checked: {_said(exc)}")
                 refused.add(variant.name)
                 continue
             if variant.name.startswith("batch-") and "batch-1" in refused:
@@ -377,8 +374,7 @@ class ModuleSuite(Suite):
         1 (a Segformer traced at batch 1 kept its input's batch free and fixed it in a Reshape):
         '' where none is."""
         for label in (BATCH, SEQUENCE):
-            shapes = {name: tuple(t.shape) for name, t in self.inputs.named().items()}
-            if axis_size(shapes, self.axes, label) == 1:
+            if input_axis_size(self.inputs, self.axes, label) == 1:
                 return (
                     f"the example's {label} is 1, and an export traced at size 1 may fix that "
                     "dimension inside its graph while its input stays free (torch.export "
@@ -620,7 +616,7 @@ def module_suite(request: Request, progress: Progress) -> ModuleSuite:
 def _said(exc: BaseException | None) -> str:
     """tconform's own error as its sentence (its class name is no news), another with it."""
     if isinstance(exc, TconformError):
-        return (str(exc).strip().splitlines() or [""])[0]
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return first_line(exc) if exc is not None else ""
 
 
@@ -629,8 +625,7 @@ def _require_batch_kept_free(path: Path, inputs: ModuleInputs, axes) -> None:
     torch.export specialises a size of 1, and the graph's outputs then hold a batch of 1 while
     its inputs still name the axis free (the file fails at any other batch). Seen only where
     the example's batch is 1 and an output leads with a fixed 1."""
-    shapes = {name: tuple(t.shape) for name, t in inputs.named().items()}
-    if axis_size(shapes, axes, BATCH) != 1:
+    if input_axis_size(inputs, axes, BATCH) != 1:
         return
     graph = onnx.load(str(path), load_external_data=False).graph
     for output in graph.output:

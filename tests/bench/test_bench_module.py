@@ -225,13 +225,16 @@ def test_a_model_made_elsewhere_is_timed_as_it_is(user_package, tmp_path, monkey
     export would, judged against the module's float64 copy; an engine that runs a model
     tconform makes from its export is refused, naming it."""
     import importlib
+    import sys
 
     import torch
 
     monkeypatch.setattr(ceiling, "GEMM_SIZE", 128)
     monkeypatch.setattr(ceiling, "COPY_BYTES", 2**20)
     monkeypatch.setattr(ceiling, "PROBE_SECONDS", 0.1)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the user's package, in this process too
     module, example = importlib.import_module(user_package).gains()
+    sys.modules.pop(user_package)  # each test's package is its own folder's
     given = tmp_path / "made_elsewhere.onnx"
     torch.onnx.export(module.eval(), (example,), given, dynamo=False)
     chosen = settings(f"{user_package}:gains", "onnxruntime", model=given)
