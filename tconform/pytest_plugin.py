@@ -8,7 +8,8 @@ that cannot run, a cell that cannot exist or a missing float16 kernel is a skip 
 runs these items instead of the test files it collected; a session whose every unit was skipped
 checked nothing, and ends with exit 5 (pytest's "no tests ran") and a line saying so, never 0.
 With --tconform-module PACKAGE.MODULE:FACTORY the units are those of a user's model, as
-`tconform check` lays them out (its shapes, its cells), instead of tconform's own cases; with
+`tconform check` lays them out (its shapes, its cells), instead of tconform's own cases, and
+--tconform-localise adds the first divergence to a failing unit's message; with
 --tconform-generation, those of the generation goldens (`verify --generation`). One
 suite is opened per session for a user's model and serves every unit: it is copied and
 exported once.
@@ -63,6 +64,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             help=f"With --tconform-module, as `tconform check {spec.flag}`: {spec.help}",
         )
     group.addoption(
+        "--tconform-localise",
+        action="store_true",
+        help="With --tconform-module, as `tconform check --localise`: a failing unit's message "
+        "names the first module whose own error leaves tolerance.",
+    )
+    group.addoption(
         "--tconform-generation",
         action="store_true",
         help="The generation goldens' units (verify --generation) instead of the cases'.",
@@ -75,6 +82,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _flag(check_flag: str) -> str:
     """The plugin's flag for one of check's: --padding-mask -> --tconform-padding-mask."""
     return "--tconform-" + check_flag.removeprefix("--")
+
+
+def _in_plugin_terms(text: str) -> str:
+    """A message written for `tconform check` with the plugin's flags for check's options
+    ("tconform check --dynamic ..." -> "--tconform-dynamic ...")."""
+    import re
+
+    from tconform.config import USER_MODEL_OPTIONS
+
+    for check_flag in [*(s.flag for s in USER_MODEL_OPTIONS.values()), "--localise"]:
+        text = re.sub(
+            rf"(tconform check )?(?<![\w-]){check_flag}(?![\w-])", _flag(check_flag), text
+        )
+    return text
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -121,7 +142,7 @@ def _request(config: pytest.Config):
     from tconform.commands.options import MATRIX_AXES, FolderPath, ModuleChoice
     from tconform.config import USER_MODEL_OPTIONS
     from tconform.errors import TconformError
-    from tconform.request import Axes, Generations, References, Request
+    from tconform.request import Axes, Generations, Localising, References, Request
     from tconform.runtimes import RuntimeOptions
     from tconform.runtimes.providers import parse_eps
 
@@ -146,6 +167,8 @@ def _request(config: pytest.Config):
         if value and not config.getoption("--tconform-module"):
             flag = _flag(USER_MODEL_OPTIONS[name].flag)
             raise pytest.UsageError(f"tconform: {flag} is for a user's model (--tconform-module)")
+    if config.getoption("--tconform-localise") and not config.getoption("--tconform-module"):
+        raise pytest.UsageError("tconform: --tconform-localise is for a user's model")
     if axes and not config.getoption("--tconform-matrix"):
         raise pytest.UsageError("tconform: the matrix axes need --tconform-matrix")
     target = config.getoption("--tconform-module")
@@ -175,6 +198,7 @@ def _request(config: pytest.Config):
         subject,
         runtimes=RuntimeOptions(eps=tuple(eps)),
         axes=Axes(matrix=config.getoption("--tconform-matrix"), **axes),
+        localise=Localising("failure" if config.getoption("--tconform-localise") else "never"),
     )
 
 
@@ -257,7 +281,8 @@ class UnitItem(pytest.Item):
 
         from tconform.errors import TconformError, UsageError
         from tconform.pipeline import run
-        from tconform.report import RunReport
+        from tconform.report import RunReport, rendered_localisations
+        from tconform.request import UserModel
         from tconform.units import result_unit
 
         report = RunReport("verify")
@@ -272,12 +297,16 @@ class UnitItem(pytest.Item):
         results = [r for r in report.results if result_unit(r) == self.unit]
         if not results:
             raise UnitFailed("nothing was checked")  # never a pass
+        terms = _in_plugin_terms if isinstance(request.subject, UserModel) else str
         failed = [r for r in results if r.status in ("fail", "error", "crash")]
         if failed:
-            raise UnitFailed("; ".join(f"{r.case} [{r.status}]: {r.message}" for r in failed))
+            said = "; ".join(f"{r.case} [{r.status}]: {r.message}" for r in failed)
+            raise UnitFailed(
+                terms("\n\n".join([said, *rendered_localisations(report.localisations)]))
+            )
         not_run = [r for r in results if r.status != "pass"]
         if not_run:
-            pytest.skip("; ".join(f"{r.status}: {r.message}" for r in not_run))
+            pytest.skip(terms("; ".join(f"{r.status}: {r.message}" for r in not_run)))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, UnitFailed):

@@ -215,3 +215,63 @@ def test_every_option_check_has_for_a_users_model_reaches_its_request(tmp_path):
     assert subject.target == "pkg.mod:make" and subject.inputs == tmp_path / "x.npz"
     assert subject.dynamic == ("ids=0:batch",)
     assert subject.model == tmp_path / "m.onnx" and subject.padding_mask == "attention_mask"
+
+
+@pytest.mark.unit
+def test_a_message_written_for_check_names_the_plugin_s_flags():
+    from tconform.pytest_plugin import _in_plugin_terms
+
+    said = _in_plugin_terms(
+        "tconform check --dynamic ids=0:N exports it free; compare with --padding-mask mask; "
+        "--localise; --model-zoo and --tconform-dynamic stay"
+    )
+    assert said == (
+        "--tconform-dynamic ids=0:N exports it free; compare with --tconform-padding-mask mask; "
+        "--tconform-localise; --model-zoo and --tconform-dynamic stay"
+    )
+
+
+LOCALISED = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(8, 16)
+        self.down = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+
+
+def make():
+    torch.manual_seed(0)
+    return Block(), torch.randn(2, 5, 8)
+
+
+if __name__ == "__main__":  # the export a user made elsewhere, one weight 1 % off
+    block, x = make()
+    with torch.no_grad():
+        block.down.weight.mul_(1.01)
+    torch.onnx.export(block, (x,), "bad.onnx", input_names=["x"], dynamo=False)
+"""
+
+
+@pytest.mark.integration
+def test_tconform_localise_names_the_module_in_the_failing_unit(tmp_path):
+    """--tconform-localise as check's --localise: the failing unit's message carries the
+    localisation, which names the one module whose weight is off."""
+    (tmp_path / "usermodel.py").write_text(LOCALISED)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    subprocess.run([sys.executable, "usermodel.py"], cwd=tmp_path, check=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tconform",
+         "--tconform-module", "usermodel:make", "--tconform-model", "bad.onnx",
+         "--tconform-localise", "-q", "-k", "example"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
+    assert "localisation on ort-cpu" in done.stdout, done.stdout
+    assert "first divergence: down" in done.stdout, done.stdout

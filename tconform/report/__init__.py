@@ -58,7 +58,7 @@ class RunReport:
         rows = render_with_pivot(self.results) if self.settings.get("matrix") else None
         parts = [
             rows or table.render(self.results),
-            *_rendered_localisations(self.localisations),
+            *rendered_localisations(self.localisations),
             *(f"versions: {parting.verdict}" for parting in self.partings),
             self.versions_text(),
         ]
@@ -85,7 +85,7 @@ class RunReport:
 __all__ = ["FORMATS", "RunReport", "write_reports"]
 
 
-def _rendered_localisations(localisations: list) -> list[str]:
+def rendered_localisations(localisations: list) -> list[str]:
     """Each localisation as text; tconform.localise (which imports torch, seconds in a
     command's own process) only where there is one."""
     if not localisations:
