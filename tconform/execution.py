@@ -362,7 +362,9 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     left_out = sum(c.excluded for c in comparisons)
     if left_out:  # the padding mask's zeros (check --padding-mask)
         total = sum(c.compared + c.excluded for c in comparisons)
-        result.notes.append(f"{left_out} of {total} output elements left out (padded positions)")
+        result.notes.append(
+            f"{result.input_set}: {left_out} of {total} output elements left out (padded positions)"
+        )
     failed = [c for c in comparisons if c.status == "fail"]
     if failed:
         result.status = str(Status.FAIL)

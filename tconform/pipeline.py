@@ -152,6 +152,7 @@ def _settings(
         "allow_missing_ep": request.allow_missing_ep,
         "strict_placement": request.strict_placement,
         "runtimes": {label(lane.runtime): lane.runtime.settings() for lane in lanes},
+        "runtime_options": request.runtimes.flags(),
         "localise": request.localise.when != "never",
         "matrix": [cell.key for cell in planned.suite.cells(axes)] if axes.matrix else None,
         "units": {

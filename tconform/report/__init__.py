@@ -56,8 +56,10 @@ class RunReport:
 
         # a matrix run: its pivot of cases x cells too
         rows = render_with_pivot(self.results) if self.settings.get("matrix") else None
+        given = self.settings.get("runtime_options")
         parts = [
             rows or table.render(self.results),
+            given and "runtime options: " + " ".join(given),
             *rendered_localisations(self.localisations),
             *(f"versions: {parting.verdict}" for parting in self.partings),
             self.versions_text(),

@@ -85,6 +85,22 @@ class RuntimeOptions:
     def replace(self, **changes: object) -> RuntimeOptions:
         return dataclasses.replace(self, **changes)
 
+    def flags(self) -> list[str]:
+        """The options given, as the command line gives them (`--threads 1`, `--no-spinning`,
+        `--provider-option KEY=VALUE`): what a report says the runtimes ran with beside their
+        defaults."""
+        declared = declared_options()
+        given = [f"--threads {self.threads}"] if self.threads else []
+        for name, value in self.settings.items():
+            flag = declared[name].flag
+            if isinstance(value, bool):
+                given.append(flag if value else f"--no-{flag.removeprefix('--')}")
+            elif isinstance(value, Mapping):
+                given += [f"{flag} {key}={item}" for key, item in value.items()]
+            else:
+                given.append(f"{flag} {value}")
+        return given
+
     def given(self, **settings: object) -> RuntimeOptions:
         """These options with `settings` set too (a plan's graph-optimisation level)."""
         return self.replace(settings={**self.settings, **settings})

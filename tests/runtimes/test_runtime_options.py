@@ -9,7 +9,7 @@ import click
 import pytest
 
 from tconform.cli import cli
-from tconform.commands.options import RuntimeCommand
+from tconform.commands.options import RuntimeCommand, runtime_options
 from tconform.errors import UsageError
 from tconform.runtimes import (
     RUNTIMES,
@@ -49,6 +49,25 @@ def test_a_setting_reaches_only_the_runtimes_that_take_it():
     ort, torch = make_runtimes(options)
     assert ort.graph_opt == "basic" and ort.provider_options == {"a": "b"}
     assert not hasattr(torch, "graph_opt")
+
+
+def test_the_options_a_report_records_give_the_same_runtime_options_again():
+    """A report's `runtime options:` line (RuntimeOptions.flags) is the command line that
+    asked for them: parsed again, it sets every option as it was."""
+    seen = []
+
+    @click.command(cls=RuntimeCommand)
+    @runtime_options("runtime", "threads")
+    def probe(runtime):
+        seen.append(runtime.options())
+
+    given = ["--threads", "2", "--graph-opt", "basic", "--no-spinning", "--tf32"]
+    given += ["--provider-option", "a=b", "--provider-option", "c=d"]
+    probe.main(given, standalone_mode=False)
+    words = [w for flag in seen[0].flags() for w in flag.split(" ", 1)]
+    assert sorted(words) == sorted(given)
+    probe.main(words, standalone_mode=False)
+    assert seen[1] == seen[0] and seen[0].settings["provider_options"] == {"a": "b", "c": "d"}
 
 
 def test_the_api_refuses_an_option_no_runtime_declares():

@@ -174,7 +174,7 @@ def test_a_left_padded_decoder_fails_naming_padding_and_passes_with_the_mask(tmp
     padded = int((inputs["attention_mask"] == 0).sum())
     left_out = sum(o.excluded for o in ort.outputs)
     assert left_out == padded * ort.outputs[0].shape[-1] > 0
-    assert any(f"{left_out} of" in n for n in ort.notes)
+    assert f"{ort.input_set}: {left_out} of " in "\n".join(ort.notes)  # which set, at the note
 
 
 @pytest.mark.parametrize("checked", ["llama"], indirect=True)  # one model is enough
