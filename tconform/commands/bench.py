@@ -39,6 +39,7 @@ from tconform.commands.options import (
     crash_folder_beside,
     module_options,
     preset_option,
+    quiet_option,
     report_options,
     require_reports_outside,
     runtime_options,
@@ -200,6 +201,7 @@ _DECODING_OPTIONS = (
     help="Compare two bench JSON reports A B (ratios B/A) instead of measuring.",
 )
 @decoding_options
+@quiet_option()
 def bench(
     target,
     module,
@@ -218,20 +220,13 @@ def bench(
     reports,
     compare,
     generate,
+    quiet,
 ) -> None:
     """Time every engine on the chosen cases and shapes, or on a user's model (PACKAGE.MODULE:
     FACTORY, as tconform check takes it) at its input sets; report p50/p90/p99, tokens/s,
     GFLOP/s as a fraction of the measured GEMM ceiling, and peak memory, each row's outputs
     judged against the float64 oracle (or the model's float64 copy)."""
-    if target is not None and (compare or generate is not None):
-        flag = "--compare" if compare else "--generate"
-        raise click.UsageError(f"{flag} is for tconform's own model, not PACKAGE.MODULE:FACTORY")
-    if tolerance.given and (compare or generate is not None):
-        raise click.UsageError("--atol, --rtol and --tolerance judge a user's model's rows")
-    if target is None and module.given():
-        raise click.UsageError(
-            f"{module.given()[0]} is for a user's model: give PACKAGE.MODULE:FACTORY"
-        )
+    _require_one_kind(target, module, tolerance, compare or generate is not None)
     if compare:
         _compare(compare, reports)
         return
@@ -242,7 +237,7 @@ def bench(
             preset, generate.tokens, generate.strategy, generate.end_token, engines, runtime,
             artifacts, crash_folder_beside(*reports.values()),
         )  # fmt: skip
-        run_and_report(GenerateReport(), run, False, reports)
+        run_and_report(GenerateReport(), run, quiet, reports)
         return
     from tconform.bench.report import BenchReport
 
@@ -260,7 +255,22 @@ def bench(
         None if target is None else module.subject(target, None), input_sets,
         crash_folder_beside(*reports.values()), tolerance,
     )  # fmt: skip
-    run_and_report(BenchReport(), partial(_timings, options, runtime), False, reports)
+    run_and_report(BenchReport(), partial(_timings, options, runtime, quiet), quiet, reports)
+
+
+def _require_one_kind(target, module, tolerance, own_model_only: bool) -> None:
+    """A user's model's options without its target, or tconform's own model's modes (--compare,
+    --generate) with it, are one line each."""
+    if target is not None and own_model_only:
+        raise click.UsageError(
+            "--compare and --generate are for tconform's own model, not PACKAGE.MODULE:FACTORY"
+        )
+    if tolerance.given and own_model_only:
+        raise click.UsageError("--atol, --rtol and --tolerance judge a user's model's rows")
+    if target is None and module.given():
+        raise click.UsageError(
+            f"{module.given()[0]} is for a user's model: give PACKAGE.MODULE:FACTORY"
+        )
 
 
 def _compare(paths, reports) -> None:
@@ -271,7 +281,7 @@ def _compare(paths, reports) -> None:
     click.echo(compare_table(compare_reports(*(load_report(p) for p in paths))))
 
 
-def _timings(options: tuple, runtime, report, progress) -> None:
+def _timings(options: tuple, runtime, quiet: bool, report, progress) -> None:
     """The bench run of `options` (bench_settings' arguments) into `report`: tconform's cases
     in this process, a user's model in a child process (its code never ends this one)."""
     from tconform.bench.accuracy import require_within_tolerance
@@ -283,12 +293,12 @@ def _timings(options: tuple, runtime, report, progress) -> None:
         in_child(settings, report.data, progress)
     else:
         stderr = click.get_text_stream("stderr")
-        run_bench(
-            settings,
-            progress,
-            lambda length: click.progressbar(length=length, label="timing", file=stderr),
-            into=report.data,
+        bar = (
+            (lambda length: _no_bar())
+            if quiet
+            else (lambda length: click.progressbar(length=length, label="timing", file=stderr))
         )
+        run_bench(settings, progress, bar, into=report.data)
     # The table is printed once the ceiling is final, so stdout, JSON and markdown agree.
     unavailable = report.data["unavailable"]
     if unavailable and not runtime.allow_missing_ep:
@@ -336,17 +346,22 @@ def in_child(settings, into: dict, progress) -> None:
 def bench_in_child(send, settings) -> dict:
     """In the bench's process: the factory, the exports and every timing (tconform.bench.run);
     each change of the report is sent as it happens."""
-    import contextlib
-
     from tconform.bench.run import run_bench
 
-    class NoBar:  # the child's progress is its log lines, sent to the command's stderr
+    return run_bench(  # the child's progress is its log lines, sent to the command's stderr
+        settings,
+        lambda line: send(("progress", line)),
+        lambda length: _no_bar(),
+        on_change=lambda report: send(("report", report)),
+    )
+
+
+def _no_bar():
+    """A progress bar that shows nothing (-q, or a child whose progress is its lines)."""
+    import contextlib
+
+    class NoBar:
         def update(self, _: int) -> None:
             pass
 
-    return run_bench(
-        settings,
-        lambda line: send(("progress", line)),
-        lambda length: contextlib.nullcontext(NoBar()),
-        on_change=lambda report: send(("report", report)),
-    )
+    return contextlib.nullcontext(NoBar())

@@ -77,8 +77,10 @@ def test_short_run_writes_the_documented_reports(tmp_path, monkeypatch, capsys):
         "--engine", "onnxruntime", "--engine", "torch", "--ep", "cpu", "--threads", "1",
         "--warmup", "1", "--runs", "3", "--artifacts", str(tmp_path / "artifacts"),
         "--json", str(out), "--markdown", str(tmp_path / "bench.md"),
-        "--plot", str(tmp_path / "bench.png"), "--profile", "--skip-layer-norm-fusion",
+        "--plot", str(tmp_path / "bench.png"), "--profile", "--skip-layer-norm-fusion", "-q",
     )  # fmt: skip
+    stdout, stderr = capsys.readouterr()
+    assert stderr == ""  # -q: no progress lines and no bar
     report = json.loads(out.read_text())
     assert {"environment", "ceiling", "results"} <= set(report)
     assert report["settings"]["disabled_optimizers"] == {"cpu": []}  # --skip-layer-norm-fusion
@@ -102,7 +104,6 @@ def test_short_run_writes_the_documented_reports(tmp_path, monkeypatch, capsys):
     assert "MatMul" in onnx_row["profile"]
     assert "feed_forward" in (tmp_path / "bench.md").read_text()
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
-    stdout = capsys.readouterr().out
     assert "onnxruntime p50 / torch p50" in stdout
     assert {r["status"] for r in rows} == {"pass"}
     # stdout, JSON and markdown show the same share of the (final) ceiling.

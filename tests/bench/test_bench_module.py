@@ -275,7 +275,10 @@ def test_a_module_given_its_inputs_in_a_file_is_timed_at_them_and_at_batch_1(
         (["{pkg}:gains", "--shape", "1x4"], ["--shape chooses among tconform's own cases"]),
         (["{pkg}:gains", "--preset", "tiny"], ["--preset chooses among tconform's own"]),
         (["{pkg}:gains", "--engine", "onnxruntime-fused"], ["only tconform's own cases"]),
-        (["{pkg}:gains", "--generate", "4"], ["--generate is for tconform's own model"]),
+        (
+            ["{pkg}:gains", "--generate", "4"],
+            ["--compare and --generate are for tconform's own model"],
+        ),
         # the child runs the factory and its float64 copy, then refuses before any export
         (["{pkg}:gains", "--input-set", "seq-4"], ["has no such input set", "batch-"]),
         # a name of no input set at all: refused with the options, before the child starts
