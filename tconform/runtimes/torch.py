@@ -44,6 +44,11 @@ class TorchRuntime(Runtime):
         return "cpu" if self.ep == "cpu" else f"cuda:{self.device_id}"
 
     @property
+    def eager(self) -> bool:
+        """The module run as it is, in its dtype: neither compiled, autocast nor quantised."""
+        return not (self.compiled or self.autocast or self.quantized)
+
+    @property
     def device_type(self) -> str:
         return "cpu" if self.ep == "cpu" else "cuda"
 
