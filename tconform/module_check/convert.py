@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from tconform.config import PLANNED_DTYPES
 from tconform.errors import UsageError, first_line
@@ -33,23 +35,59 @@ class ConversionFailed(UsageError):
     error row each), not the end of the run."""
 
 
-def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> None:
+def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> tuple[str, ...]:
     """The float32 model `base` converted to `dtype` (one of CONVERTED), written to `target`;
     the nodes named in `keep` stay float32 (the converter's node_block_list, the quantiser's
-    nodes_to_exclude: a precision plan's, tconform.module_check.precision_plan). A converter
+    nodes_to_exclude: a precision plan's, tconform.module_check.precision_plan). Returns what
+    the conversion changed beyond rounding (notes: weights float16 cannot hold). A converter
     that fails is ConversionFailed, one line naming it."""
     tool = "quantize_dynamic" if dtype == "int8" else "convert_float_to_float16"
     try:
         if dtype == "int8":
             quantize_int8(base, target, exclude=keep)
-            return
+            return ()
         with quiet_quantizer():  # the converter logs on the root logger too
-            model = _float16(onnx.load(str(base)), keep)
+            float32 = onnx.load(str(base))
+            clamped = clamped_weights(float32, keep)
+            model = _float16(float32, keep)
     except Exception as exc:
         why = first_line(exc)
         raise ConversionFailed(f"ONNX Runtime's {tool} failed on {base}: {why}") from None
     restore_scopes(model.graph)
     atomic_write_bytes(target, model.SerializeToString())
+    return (clamped,) if clamped else ()
+
+
+# What convert_float_to_float16 clamps a weight to (its min_positive_val and max_finite_val)
+FLOAT16_SMALLEST, FLOAT16_LARGEST = 5.96e-08, 65504.0
+CLAMPED_SHARE = 0.01  # of a weight's nonzero values: a few by chance are rounding, not a change
+
+
+def clamped_weights(model: onnx.ModelProto, keep: Sequence[str] = ()) -> str:
+    """Which float32 weights the float16 converter will clamp (a magnitude below float16's
+    smallest is raised to 5.96e-8, one above its largest lowered to 65504), where that is more
+    than a few values by chance: those are other weights, not rounded ones, and no tolerance
+    row of float16 covers them. '' where none."""
+    kept = set(keep)
+    read = {name for n in model.graph.node if n.name not in kept for name in n.input}
+    found = []
+    for init in model.graph.initializer:
+        if init.data_type != onnx.TensorProto.FLOAT or init.name not in read:
+            continue
+        magnitude = np.abs(numpy_helper.to_array(init))
+        nonzero = int(np.count_nonzero(magnitude))
+        clamped = int(((magnitude > 0) & (magnitude < FLOAT16_SMALLEST)).sum())
+        clamped += int((magnitude > FLOAT16_LARGEST).sum())
+        if clamped and clamped >= CLAMPED_SHARE * nonzero:
+            found.append(f"{init.name} ({clamped} of {nonzero})")
+    if not found:
+        return ""
+    return (
+        f"float16 conversion: weights beyond float16's range were clamped to +-{FLOAT16_SMALLEST:g}"
+        f" or +-{FLOAT16_LARGEST:g} (values changed, not rounded): {', '.join(found[:5])}"
+        + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        + "; --dtype float16-planned keeps the modules float16 cannot hold in float32"
+    )
 
 
 def _float16(model: onnx.ModelProto, keep: Sequence[str]) -> onnx.ModelProto:

@@ -352,6 +352,15 @@ class ModuleSuite(Suite):
         if failed is None:
             results = super().run(lane, models, sets, strict_placement)
             self._not_against_itself(lane.runtime, results)
+            planned = {v: k for k, v in PLANNED_DTYPES.items()}.get(
+                lane.export and lane.export.dtype
+            )
+            for r in results:  # a plain conversion that fails: the way on is its plan
+                if planned and r.status == Status.FAIL:
+                    r.message += (
+                        f" (--dtype {planned} keeps in float32 the modules that leave the "
+                        f"{lane.export.dtype} row)"
+                    )
             hint = self._size_one_hint()
             for r in results:
                 if not hint or r.input_set == self.example:
@@ -418,7 +427,7 @@ class ModuleSuite(Suite):
                 notes = (self._plan(base.path, planned, folder, progress).summary,)
             else:
                 progress(f"{self.where}: converting to {cell.dtype} into {folder}")
-                convert(base.path, cell.dtype, folder / "model.onnx")
+                notes = convert(base.path, cell.dtype, folder / "model.onnx")
             record_own_files(folder)  # so that the next run may replace them
             model = replace(given_file(folder / "model.onnx", origin="exported"), notes=notes)
             return _planned(model, planned) if planned else model

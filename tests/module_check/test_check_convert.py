@@ -15,18 +15,23 @@ from tconform.module_check.convert import convert
 pytestmark = pytest.mark.unit
 
 
-def test_the_float16_conversion_of_a_float_input_is_a_valid_graph(tmp_path):
-    weight = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+def _matmul(path, weight: np.ndarray) -> None:
+    """A model of one MatMul, x @ w, saved at `path`."""
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="project")],
         "float_input",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
         [numpy_helper.from_array(weight, "w")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-    onnx.save(model, tmp_path / "float32.onnx")
-    convert(tmp_path / "float32.onnx", "float16", tmp_path / "float16.onnx")
+    onnx.save(model, path)
+
+
+def test_the_float16_conversion_of_a_float_input_is_a_valid_graph(tmp_path):
+    weight = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    _matmul(tmp_path / "float32.onnx", weight)
+    assert convert(tmp_path / "float32.onnx", "float16", tmp_path / "float16.onnx") == ()
     converted = onnx.load(tmp_path / "float16.onnx")
     onnx.checker.check_model(converted)  # refuses a graph whose nodes are out of order
     assert [n.op_type for n in converted.graph.node] == ["Cast", "MatMul", "Cast"]
@@ -35,3 +40,17 @@ def test_the_float16_conversion_of_a_float_input_is_a_valid_graph(tmp_path):
     session = ort.InferenceSession(tmp_path / "float16.onnx", providers=["CPUExecutionProvider"])
     (y,) = session.run(None, {"x": x})
     np.testing.assert_allclose(y, x @ weight, rtol=1e-2, atol=1e-2)
+
+
+def test_weights_float16_cannot_hold_are_named_as_changed_not_rounded(tmp_path):
+    """The converter raises magnitudes below float16's smallest to 5.96e-8 (and lowers those
+    above 65504): weights of 1e-10 come out hundreds of times larger, which no float16 row
+    covers; the conversion says so, and a node the plan keeps in float32 keeps its weights."""
+    weight = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32) * 1e-10
+    _matmul(tmp_path / "float32.onnx", weight)
+    (note,) = convert(tmp_path / "float32.onnx", "float16", tmp_path / "float16.onnx")
+    assert "w (12 of 12)" in note and "--dtype float16-planned" in note
+    stored = numpy_helper.to_array(onnx.load(tmp_path / "float16.onnx").graph.initializer[0])
+    assert (np.abs(stored.astype(np.float64)) > 20 * np.abs(weight)).all()  # changed indeed
+    kept = convert(tmp_path / "float32.onnx", "float16", tmp_path / "kept.onnx", keep=["project"])
+    assert kept == ()
