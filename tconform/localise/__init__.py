@@ -284,7 +284,7 @@ def localise(
                 "command": command,
                 "model": found.model.to_dict() if found.model else None,
             }
-            found.repro = str(write_bundle(repro_dir, named, found.first, tol, about))
+            found.repro = str(write_bundle(repro_dir, named, found.first, tol, about, keep))
     found.verdict = verdict(found)
     return found
 

@@ -16,6 +16,7 @@ and onnxruntime, and a README with the tolerance, versions and provenance.
 
 from __future__ import annotations
 
+import io
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,10 +214,13 @@ def write_bundle(
     boundary: Boundary,
     tol: Tolerance,
     about: dict[str, object],
+    keep: np.ndarray | None = None,
 ) -> Path:
     """The repro bundle in `folder` (new, empty, or a bundle tconform wrote there and that is as
     it wrote it: folders.replace_whole), written beside it and moved into place whole. `about`:
-    the model's provenance, the runtime and the command, for the README."""
+    the model's provenance, the runtime and the command, for the README; `keep`: the (batch,
+    sequence) mask of the real positions the check compared alone, where it left padded ones
+    out (each output it applies to gets its `compared_K.npy`, which reproduce.py reads)."""
     # Each output's atol as it was judged: the tolerance's, scaled to the output's RMS where
     # the tolerance is a row's (tconform.compare.Tolerance.atol_for).
     atols = {
@@ -240,7 +244,7 @@ def write_bundle(
     }
 
     def write(staging: Path) -> None:
-        _write_files(staging, isolation, boundary, tol, about, atols)
+        _write_files(staging, isolation, boundary, tol, about, atols, keep)
 
     return replace_whole(folder, BUNDLE_MARKER, record, write, "--repro")
 
@@ -252,6 +256,7 @@ def _write_files(
     tol: Tolerance,
     about: dict,
     atols: dict[str, float],
+    keep: np.ndarray | None,
 ) -> None:
     atomic_write_bytes(folder / "model.onnx", isolation.subgraph.SerializeToString())
     data = folder / "test_data_set_0"
@@ -259,16 +264,27 @@ def _write_files(
     for k, value in enumerate(i.name for i in isolation.subgraph.graph.input):
         tensor = numpy_helper.from_array(isolation.feeds[value], name=value)
         atomic_write_bytes(data / f"input_{k}.pb", tensor.SerializeToString())
+    masked = False
     for k, value in enumerate(o.name for o in isolation.subgraph.graph.output):
-        tensor = numpy_helper.from_array(isolation.expected[value], name=value)
+        expected = isolation.expected[value]
+        tensor = numpy_helper.from_array(expected, name=value)
         atomic_write_bytes(data / f"output_{k}.pb", tensor.SerializeToString())
+        if keep is not None and expected.shape[: keep.ndim] == keep.shape:  # as judged
+            where = keep.reshape(keep.shape + (1,) * (expected.ndim - keep.ndim)) != 0
+            buffer = io.BytesIO()
+            np.save(buffer, np.broadcast_to(where, expected.shape))
+            atomic_write_bytes(data / f"compared_{k}.npy", buffer.getvalue())
+            masked = True
     atomic_write_bytes(
         folder / "reproduce.py", _REPRODUCE.format(atols=atols, rtol=tol.rtol).encode()
     )
-    atomic_write_bytes(folder / "README.md", _readme(isolation, boundary, tol, about).encode())
+    readme = _readme(isolation, boundary, tol, about, masked)
+    atomic_write_bytes(folder / "README.md", readme.encode())
 
 
-def _readme(isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dict) -> str:
+def _readme(
+    isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dict, masked: bool
+) -> str:
     worst = max(isolation.comparisons, key=share_used)
     cumulative = boundary.worst
     model = about.get("model") or {}
@@ -296,6 +312,12 @@ def _readme(isolation: Isolation, boundary: Boundary, tol: Tolerance, about: dic
         f"- Isolated (this subgraph on these inputs, {about.get('runtime')}): {worst.status}, "
         f"max abs err {worst.max_abs_err:.3g}, {worst.mismatches} elements outside tolerance.",
     ]
+    if masked:
+        lines.append(
+            "- Compared at the real positions only, as the check was (--padding-mask): "
+            "`test_data_set_0/compared_K.npy` marks them for output K; reproduce.py reads it, "
+            "onnx_test_runner compares every position."
+        )
     if cumulative is not None:
         lines.append(
             f"- Cumulative (in the whole model): max abs err {cumulative.max_abs_err:.3g}, "
@@ -347,14 +369,19 @@ def read(path):
 
 
 feeds = dict(read(p) for p in sorted(data.glob("input_*.pb")))
-expected = dict(read(p) for p in sorted(data.glob("output_*.pb")))
+outputs = sorted(data.glob("output_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
 actual = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
 failed = False
-for name, want in expected.items():
+for k, path in enumerate(outputs):
+    name, want = read(path)
     got = actual[name].astype(np.float64)
     want = want.astype(np.float64)
     limit = float(np.finfo(actual[name].dtype).max)  # a masked fill compares as itself
     got, want = np.clip(got, -limit, limit), np.clip(want, -limit, limit)
+    compared = data / f"compared_{{k}}.npy"  # the real positions, where padding was left out
+    if compared.exists():
+        where = np.load(compared)
+        got, want = got[where], want[where]
     err = np.abs(got - want)
     bad = ~(err <= ATOL[name] + RTOL * np.abs(want))
     print(f"{{name}}: max abs err {{np.nanmax(err):.3g}}, {{int(bad.sum())}} of {{bad.size}} "

@@ -671,8 +671,12 @@ def _planned(model: ModelUnderTest, precision: str) -> ModelUnderTest:
     the float32 row no float16 computation meets; here tconform made the model from its own
     float32 export, and plan.json says what it kept and why, so nothing in it is a claim."""
     provenance = model.provenance
-    read = f" (read as a file: {provenance.compute_note})" if provenance.compute_note else ""
-    why = f"a precision plan's {precision} model, judged by the {precision} row{read}"
+    why = f"a precision plan's {precision} model, judged by the {precision} row"
+    if provenance.compute_note:
+        why += (
+            f", not as the file alone would be ({provenance.compute_note}): plan.json names "
+            "each node it keeps in float32 and why"
+        )
     return replace(
         model, provenance=replace(provenance, compute_elem_type=precision, compute_note=why)
     )

@@ -6,6 +6,9 @@ isolation."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -195,6 +198,17 @@ def test_a_failure_only_at_padded_positions_names_no_module(tmp_path):
     # wrong at a real position too: not padding, and b is named
     loc = _localise(Masked(1.0 / 3.0), _masked(tmp_path / "f.onnx", real_fault=True), feeds)
     assert not loc.padding_only and loc.first is not None and loc.first.path == "b", loc.verdict
+    # its bundle, with the mask given, compares what the check compared: the 5 real positions'
+    # 20 elements, of which the first position's 4 are wrong (the padded one's 4 left out)
+    bundle = tmp_path / "bundle"
+    keep = feeds["mask"] != 0
+    loc = _localise(Masked(1.0 / 3.0), tmp_path / "f.onnx", feeds, keep=keep, repro_dir=bundle)
+    assert loc.first is not None and loc.first.path == "b", loc.verdict
+    run = subprocess.run(
+        [sys.executable, "reproduce.py"], cwd=bundle, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 1 and "4 of 20 elements outside" in run.stdout, run.stdout
+    assert "real positions only" in (bundle / "README.md").read_text()
 
 
 # --- observing changes the run ------------------------------------------------------------------
