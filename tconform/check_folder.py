@@ -14,6 +14,8 @@ artifacts folder.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from tconform.errors import Refused, UsageError
@@ -24,6 +26,7 @@ from tconform.folders import (
     BUNDLE_TOOL,
     CHECK_AREA,
     MANIFEST,
+    folder_lock,
     managed_folder,
     manifest_kind,
     require_new_or_written_whole,
@@ -55,6 +58,23 @@ def default_export_dir(name: str) -> Path:
     if Path(folder).name != folder or folder in ("", ".", ".."):
         raise UsageError(f"{name!r:.120}: not a plain name for the export folder; give --out")
     return Path("artifacts") / CHECK_AREA / folder
+
+
+def export_folder(target: str, out_dir: Path | None) -> Path:
+    """The folder a user's model is exported into: --out, else its default."""
+    return Path(out_dir) if out_dir is not None else default_export_dir(target)
+
+
+@contextlib.contextmanager
+def export_lock(folder: Path) -> Iterator[None]:
+    """Hold `folder`'s lock while a run exports into it and runs what it exported: a second
+    run with the same folder (another target, other options) waits, rather than export over
+    the model the first is checking and check the other's. The folder is checked before its
+    parent is made for the lock."""
+    require_own_export_folder(folder)
+    resolved(folder).parent.mkdir(parents=True, exist_ok=True)
+    with folder_lock(folder):
+        yield
 
 
 def _recorded(folder: Path) -> dict[str, str]:

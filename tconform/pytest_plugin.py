@@ -11,8 +11,8 @@ With --tconform-module PACKAGE.MODULE:FACTORY the units are those of a user's mo
 `tconform check` lays them out (its shapes, its cells), instead of tconform's own cases, and
 --tconform-localise adds the first divergence to a failing unit's message; with
 --tconform-generation, those of the generation goldens (`verify --generation`). One
-suite is opened per session for a user's model and serves every unit: it is copied and
-exported once.
+suite is opened per session (per xdist worker, each with its own export folder) for a user's
+model and serves every unit: it is copied and exported once.
 
 Loaded by every pytest session of a project that installs tconform (the `pytest11` entry point),
 so without --tconform it does nothing and imports nothing beyond pytest.
@@ -183,7 +183,7 @@ def _request(config: pytest.Config):
             module = ModuleChoice.converted(values)
         except (click.BadParameter, TconformError) as exc:
             raise pytest.UsageError(f"tconform: {exc}") from None
-        subject = module.subject(target, None)
+        subject = module.subject(target, _worker_folder(config, target))
         axes.setdefault("exporters", ("auto",))
     elif generation:
         subject = Generations(golden_dir, artifacts_dir, tuple(config.getoption("--tconform-case")))
@@ -200,6 +200,18 @@ def _request(config: pytest.Config):
         axes=Axes(matrix=config.getoption("--tconform-matrix"), **axes),
         localise=Localising("failure" if config.getoption("--tconform-localise") else "never"),
     )
+
+
+def _worker_folder(config: pytest.Config, target: str):
+    """An xdist worker's own export folder (`artifacts/check/NAME.gw0`): each worker opens the
+    model's suite for the session and holds its folder's lock meanwhile (None: the default)."""
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker is None:
+        return None
+    from tconform.check_folder import export_folder
+
+    folder = export_folder(target, None)
+    return folder.with_name(f"{folder.name}.{worker}")
 
 
 class _Suites:

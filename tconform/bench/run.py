@@ -5,6 +5,7 @@ measure the ceiling again, and sum up the best variant per case and shape (bench
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -155,11 +156,7 @@ def module_settings(
     """A user's model's bench: its engines, its export folder (tconform check's, as check
     --out names it), the input sets asked for (the example's by default); tconform's own
     cases, shapes and presets are refused, naming the option."""
-    from tconform.check_folder import (
-        default_export_dir,
-        require_own_export_folder,
-        require_target,
-    )
+    from tconform.check_folder import export_folder, require_own_export_folder, require_target
 
     require_target(module.target)
     for option, given in (("--preset", preset), ("--case", cases), ("--shape", shapes)):
@@ -168,7 +165,7 @@ def module_settings(
                 f"{option} chooses among tconform's own cases; a user's model is timed at its "
                 f"input sets (--input-set: {EXAMPLE}, batch-1, batch-N, seq-N or all)"
             )
-    folder = artifacts or default_export_dir(module.target)
+    folder = export_folder(module.target, artifacts)
     require_own_export_folder(folder)  # before the factory runs
     wanted = tuple(dict.fromkeys(input_sets)) or (EXAMPLE,)
     chosen = parse_engines(engines, for_module=True)
@@ -302,8 +299,15 @@ def run_bench(
     goes, so that a run stopped early (Ctrl-C, an error) still reports what it measured;
     `on_change(report)` is called each time it grows (a user's model is timed in a child
     process, which sends it to the command's)."""
+    from tconform.check_folder import export_lock
+
+    module = settings.module  # its export folder is the run's while it exports and times
+    exports = module is not None and module.model is None
     try:
-        return _measure_all(settings, log, progress_bar, {} if into is None else into, on_change)
+        with export_lock(module.out_dir) if exports else contextlib.nullcontext():
+            return _measure_all(
+                settings, log, progress_bar, {} if into is None else into, on_change
+            )
     finally:
         # The calling thread back to subnormals kept, whatever ONNX Runtime set on it.
         torch.set_flush_denormal(False)

@@ -242,10 +242,10 @@ def bench(
     from tconform.bench.report import BenchReport
 
     if target is not None:  # its export folder, named after it unless --artifacts names one
-        from tconform.check_folder import default_export_dir, require_target
+        from tconform.check_folder import export_folder, require_target
 
         require_target(target)
-        require_reports_outside(reports, [("--artifacts", artifacts or default_export_dir(target))])
+        require_reports_outside(reports, [("--artifacts", export_folder(target, artifacts))])
     source = click.get_current_context().get_parameter_source("preset")
     if target is not None and source is click.core.ParameterSource.DEFAULT:
         preset = None  # a user's model has no preset; one given is refused as such

@@ -105,14 +105,14 @@ def check(
     module's code ends the check's process), 3 a requested provider could not run (unless
     --allow-missing-ep).
     """
-    from tconform.check_folder import OWN_FILES, OWN_RECORD, default_export_dir, require_target
+    from tconform.check_folder import OWN_FILES, OWN_RECORD, export_folder, require_target
     from tconform.report import RunReport
 
     require_target(target)
     axes.single()
     if module.model:
         axes.given_model()
-    folder = out_dir or default_export_dir(target)
+    folder = export_folder(target, out_dir)
     kept = [module.model] if module.model else [folder / n for n in (*OWN_FILES, OWN_RECORD)]
     require_reports_apart(kept, *reports.values(), what="a file tconform check reads or keeps")
     require_reports_outside(reports, [("--out", folder)])  # the default folder too

@@ -28,7 +28,7 @@ from tconform import export as project_export
 from tconform.check_folder import (
     OWN_FILES,
     OWN_RECORD,
-    default_export_dir,
+    export_folder,
     record_own_files,
     require_own_export_folder,
 )
@@ -49,7 +49,7 @@ __all__ = [
     "OWN_FILES",
     "OWN_RECORD",
     "check_opset",
-    "default_export_dir",
+    "export_folder",
     "export_module",
     "record_own_files",
     "require_own_export_folder",

@@ -31,6 +31,12 @@ def open_suite(request: Request, progress: Progress = lambda _: None) -> Iterato
         with generation_suite(request) as suite:
             yield suite
         return
+    from tconform.check_folder import export_folder, export_lock
     from tconform.suites.module import module_suite
 
-    yield module_suite(request, progress)
+    subject = request.subject
+    if subject.model is not None:  # a given file: nothing is exported
+        yield module_suite(request, progress)
+        return
+    with export_lock(export_folder(subject.target, subject.out_dir)):
+        yield module_suite(request, progress)

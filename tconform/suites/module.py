@@ -41,7 +41,7 @@ from tconform.module_check.convert import CONVERTED, DTYPES, ConversionFailed, c
 from tconform.module_check.exporting import (
     EXPORTERS,
     check_opset,
-    default_export_dir,
+    export_folder,
     export_module,
     record_own_files,
     require_own_export_folder,
@@ -188,7 +188,7 @@ class ModuleSuite(Suite):
         self.notes: list[str] = []
         if request.localise.isolate not in ISOLATE:
             raise UsageError(f"isolate {request.localise.isolate!r}: one of {', '.join(ISOLATE)}")
-        self.export_dir = Path(subject.out_dir or default_export_dir(name))
+        self.export_dir = export_folder(name, subject.out_dir)
         if subject.model is None:
             require_own_export_folder(self.export_dir)  # before anything slow runs
         if request.localise.repro is not None:

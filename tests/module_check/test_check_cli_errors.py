@@ -193,3 +193,17 @@ def test_check_replaces_only_its_own_export(cli, user_package, tmp_path):
             *cli("check", target, "--out", str(own), "--markdown", str(own / name), "-q"),
             "the --out folder of this run; reports go elsewhere",
         )
+
+
+def test_a_second_check_into_the_same_folder_waits_for_the_first(cli, user_package, tmp_path):
+    """The export folder is locked while a check exports into it and runs what it exported:
+    a second run (here the lock held by the test) waits, and gives up with exit 2 after
+    TCONFORM_LOCK_TIMEOUT, rather than check the model the other run is writing."""
+    from tconform.folders import folder_lock
+
+    out = tmp_path / "shared"
+    with pytest.MonkeyPatch.context() as env, folder_lock(out):
+        env.setenv("TCONFORM_LOCK_TIMEOUT", "1")
+        code, out_text, err = cli("check", f"{user_package}:good", "--out", str(out), "-q")
+    assert code == 2 and "another tconform run holds" in err, out_text + err
+    assert "Traceback" not in err and not out.exists()  # nothing exported
