@@ -29,6 +29,7 @@ from tconform.errors import (
     EXIT_USAGE,
     TconformError,
     Terminated,
+    native_call_left,
     one_line,
 )
 from tconform.folders import require_caches_apart
@@ -117,6 +118,10 @@ def main(argv: list[str] | None = None) -> None:
         if not frame.reports_written:
             write_error_reports(cli, args, message, code, error)
         click.echo(line or f"tconform: error: {one_line(message)}", err=True)
+        if argv is None and native_call_left():  # its reports are written: leave it running
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         sys.exit(code)
 
     try:
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         fail("interrupted", EXIT_INTERRUPTED, "tconform: interrupted")
     except Terminated:
-        fail("interrupted", EXIT_TERMINATED, "tconform: terminated")
+        fail("terminated", EXIT_TERMINATED, "tconform: terminated")
     except click.ClickException as exc:  # usage errors: one line naming the option, exit 2
         fail(exc.format_message(), exc.exit_code)
     except TconformError as exc:

@@ -67,6 +67,19 @@ class WorkerCrashed(Exception):
     TconformError, so no command takes it for a usage error."""
 
 
+# The runtimes' native calls under way, each in a helper thread (tconform.execution.
+# interruptible) that removes its own when the call returns. One left when a signal ends the
+# run never returned (a graph that loops for ever): the process then leaves without waiting
+# for it, since the runtime's threads would abort its exit. (Not Thread.is_alive: a join that
+# a signal interrupts marks the thread stopped while it runs on, CPython bpo-45274.)
+NATIVE_CALLS: set[object] = set()
+
+
+def native_call_left() -> bool:
+    """Whether a runtime's native call is still running, abandoned by a signal."""
+    return bool(NATIVE_CALLS)
+
+
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread (like KeyboardInterrupt for SIGINT) so that every
     `finally` runs: workers are stopped and nothing is left half-written."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,7 @@ import numpy as np
 from tconform.compare import OutputComparison, is_float_dtype
 from tconform.config import ModelConfig
 from tconform.errors import (
+    NATIVE_CALLS,
     KernelMissing,
     ProviderUnavailable,
     TconformError,
@@ -201,10 +203,10 @@ class Opened:
         self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
     ) -> dict[str, np.ndarray]:
         """The outputs (all, or those named, in that order) for `inputs`, by name."""
-        return self.session.run(self.feeds(inputs), outputs)
+        return interruptible(self.session.run, self.feeds(inputs), outputs)
 
     def run_bound(self, feeds: Mapping[str, object], keep: set[str]) -> dict[str, object]:
-        return self.session.run_bound(feeds, keep)
+        return interruptible(self.session.run_bound, feeds, keep)
 
     def to_device(self, array: np.ndarray) -> object:
         return self.session.to_device(array)
@@ -237,6 +239,34 @@ class Opened:
             notes=[*self.notes, *row.notes],
             outputs=[],
         )
+
+
+def interruptible(call: Callable, *args: object):
+    """call(*args), in a helper thread while the main thread waits for it. Python runs its
+    signal handlers in the main thread between bytecodes, so a runtime's native call that
+    never returns (a Loop with no end) would hold Ctrl-C and SIGTERM off for good; a waiting
+    Event is interrupted by them, and the run ends with its reports (exit 130 or 143), leaving
+    the helper (a daemon) to the process's exit (tconform.errors.NATIVE_CALLS)."""
+    if threading.current_thread() is not threading.main_thread():
+        return call(*args)
+    ended: dict[str, object] = {}
+    returned = threading.Event()
+
+    def target() -> None:
+        try:
+            ended["value"] = call(*args)
+        except BaseException as exc:  # raised again in the caller's thread, as it was
+            ended["error"] = exc
+        finally:
+            NATIVE_CALLS.discard(returned)
+            returned.set()
+
+    NATIVE_CALLS.add(returned)
+    threading.Thread(target=target, name="tconform-run", daemon=True).start()
+    returned.wait()
+    if "error" in ended:
+        raise ended["error"]  # type: ignore[misc]
+    return ended["value"]
 
 
 @contextlib.contextmanager
@@ -405,7 +435,7 @@ def require_free_dimensions(
 
 
 def _outputs(opened: Opened, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    outputs = opened.session.run(feeds)
+    outputs = interruptible(opened.session.run, feeds)
     if list(outputs) != list(opened.outputs):
         raise OutputsMismatch(
             f"{label(opened.runtime)}: returned {len(outputs)} outputs ({', '.join(outputs)}); "

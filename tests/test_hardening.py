@@ -12,6 +12,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import onnx
 import psutil
 import pytest
 
@@ -403,6 +404,60 @@ def test_a_signal_during_export_ends_promptly_with_one_line(tmp_path, sig, code,
     # what was staged is gone, and a folder the run made holds what it placed or is gone too
     assert not (tmp_path / "a" / ".tconform-staging").exists()
     assert not (tmp_path / "a").exists() or any((tmp_path / "a").iterdir())
+
+
+def _forever(path: Path) -> Path:
+    """norm's interface (x -> out, [batch, src_seq, 16]) through a Loop with no trip count
+    whose condition stays true: ONNX Runtime's run of it never returns."""
+    from onnx import TensorProto, helper
+
+    def value(name, elem, shape):
+        return helper.make_tensor_value_info(name, elem, shape)
+
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["go"], ["again"]),
+         helper.make_node("Identity", ["v"], ["w"])],
+        "body",
+        [value("i", TensorProto.INT64, []), value("go", TensorProto.BOOL, []),
+         value("v", TensorProto.FLOAT, None)],
+        [value("again", TensorProto.BOOL, []), value("w", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    true = helper.make_tensor("t", TensorProto.BOOL, [], [True])
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["true"], value=true),
+         helper.make_node("Loop", ["", "true", "x"], ["out"], body=body)],
+        "forever",
+        [value("x", TensorProto.FLOAT, ["batch", "src_seq", 16])],
+        [value("out", TensorProto.FLOAT, ["batch", "src_seq", 16])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "line"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_a_signal_ends_a_run_that_never_returns_with_its_reports(tmp_path, sig, code, line):
+    """A given model whose run never returns (ONNX Runtime's native code, which Python's signal
+    handlers cannot interrupt): Ctrl-C or SIGTERM still ends verify promptly, its report
+    written, the exit code the signal's, and the process leaves without aborting."""
+    model = _forever(tmp_path / "forever.onnx")
+    report = tmp_path / "r.json"
+    process = _tconform(
+        "verify", "--model", f"norm={model}", "--case", "norm", "--no-doc", "--no-torch",
+        "--json", str(report),
+    )  # fmt: skip
+    for progress in process.stderr:  # the case's line comes as its run starts
+        if progress.startswith("[1/1] norm"):
+            break
+    time.sleep(2)  # in ONNX Runtime's loop by now
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == code, err
+    assert err.strip().splitlines()[-1] == f"tconform: {line}" and "terminate called" not in err
+    assert json.loads(report.read_text())["error"] == {"message": line, "exit_code": code}
 
 
 def test_workers_end_when_the_parent_is_killed(tmp_path):

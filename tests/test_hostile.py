@@ -634,7 +634,7 @@ def test_a_signal_during_check_writes_the_report_and_ends_its_process(ws, signal
     out, err = process.communicate(timeout=60)
     assert process.returncode == code
     assert_one_line(code, out, err, says)
-    assert strict_json(report)["error"] == {"message": "interrupted", "exit_code": code}
+    assert strict_json(report)["error"] == {"message": says, "exit_code": code}
     _gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive  # the check's process ended with the command
     assert_unchanged(ws["user"], before)

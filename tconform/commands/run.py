@@ -127,8 +127,9 @@ def ended_by(exc: BaseException) -> dict[str, object]:
         return {"message": str(exc), "exit_code": EXIT_FAILURE}
     if isinstance(exc, MemoryError):
         return {"message": "out of memory (try a smaller shape or preset)", "exit_code": EXIT_USAGE}
-    code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-    return {"message": "interrupted", "exit_code": code}
+    if isinstance(exc, Terminated):
+        return {"message": "terminated", "exit_code": EXIT_TERMINATED}
+    return {"message": "interrupted", "exit_code": EXIT_INTERRUPTED}
 
 
 def _refuse_foreign_reports(report, reports: dict[str, Path | None]) -> None:
