@@ -32,7 +32,7 @@ from tconform.commands.options import (
     tolerance_options,
 )
 from tconform.commands.run import run_and_report, writes_report
-from tconform.errors import EXIT_FAILURE, TconformError, UsageError
+from tconform.errors import EXIT_FAILURE, TconformError, UsageError, one_line
 
 
 def _provenance(results, settings) -> str:
@@ -44,12 +44,12 @@ def _provenance(results, settings) -> str:
             lines.append(f"  {runtime_label(r.runtime, r.ep, r.precision)}: {r.model.short}")
     ref = settings.get("reference_model")
     if not ref:
-        return "\n".join(dict.fromkeys(lines))
+        return "\n".join(dict.fromkeys(one_line(line) for line in lines))
     lines.append(
         f"  reference: {ref['path']} ({ref['origin']}, {settings['reference']}, "
         f"sha256 {ref['sha256'][:12]})"
     )
-    return "\n".join(dict.fromkeys(lines))
+    return "\n".join(dict.fromkeys(one_line(line) for line in lines))
 
 
 @writes_report("check")

@@ -41,7 +41,7 @@ reports_written = False
 
 
 def progress_printer(quiet: bool) -> Callable[[str], None]:
-    return (lambda _: None) if quiet else (lambda line: click.echo(line, err=True))
+    return (lambda _: None) if quiet else (lambda line: click.echo(one_line(line), err=True))
 
 
 def describe_os_error(exc: OSError) -> str:

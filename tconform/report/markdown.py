@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from tconform.errors import one_line
 from tconform.files import atomic_write_bytes
 from tconform.report import RunReport, pivot
 from tconform.results import Result
@@ -35,16 +36,16 @@ def build(report: RunReport) -> str:
     if report.error is not None:
         lines += [
             f"**The run stopped early (exit {report.error['exit_code']}):** "
-            f"{report.error['message']}",
+            f"{_md(str(report.error['message']))}",
             "",
         ]
     lines += [HEADER, "|---|---|---|---|---|---|---|---|"]
     for (case, runtime), r in worst.items():
         used = "-" if r.worst_used is None else f"{r.worst_used:.1%}"
-        model = f"{r.model.origin} `{r.model.path}` {r.model.sha256[:12]}" if r.model else "-"
+        model = f"{r.model.origin} `{_md(r.model.path)}` {r.model.sha256[:12]}" if r.model else "-"
         lines.append(
-            f"| {case} | {runtime} | {r.precision} | {', '.join(r.ep_actual) or '-'} "
-            f"| {r.input_set or '-'} | {used} | {r.status} | {model} |"
+            f"| {_md(case)} | {runtime} | {r.precision} | {', '.join(r.ep_actual) or '-'} "
+            f"| {_md(r.input_set) or '-'} | {used} | {r.status} | {model} |"
         )
     sets = dict.fromkeys(r.input_set for r in report.results if r.input_set)
     if sets:
@@ -69,6 +70,13 @@ def build(report: RunReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _md(text: str) -> str:
+    """A name or message as markdown text on its line: control characters escaped (a newline
+    would start a row of its own, an escape sequence recolour a terminal that shows the file)
+    and `|` escaped (it would split a table's cell)."""
+    return one_line(text).replace("|", "\\|")
+
+
 def _where(r: Result, matrix: bool) -> str:
     """A matrix run's cells stay apart; a plain run has one cell, named in its settings."""
     return pivot.column(r) if matrix else runtime_label(r.runtime, r.ep, r.precision)
@@ -78,8 +86,10 @@ def _not_passed(results: list[Result], matrix: bool) -> list[str]:
     """Every result that neither passed nor tied, with its input set and why: the table keeps
     one per case and runtime, and a failing set (batch consistency, say) must not hide there."""
     lines = [
-        f"- {r.case}, {_where(r, matrix)}, {r.input_set or '-'}: {r.status}: "
-        f"{r.message.splitlines()[0] if r.message else ''}"
+        _md(
+            f"- {r.case}, {_where(r, matrix)}, {r.input_set or '-'}: {r.status}: "
+            f"{r.message.splitlines()[0] if r.message else ''}"
+        )
         for r in results
         if r.status not in ("pass", "tie")
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tconform.errors import one_line
 from tconform.report.text import format_table
 from tconform.results import Result, nothing_checked
 from tconform.runtimes.labels import runtime_label
@@ -65,8 +66,10 @@ def model_legend(results: list[Result]) -> list[str]:
             if part
         )
         lines.append(
-            f"  {model.sha256[:SHA_SHOWN]}  {model.origin:8s} {model.path}"
-            + (f"  ({about})" if about else "")
+            one_line(
+                f"  {model.sha256[:SHA_SHOWN]}  {model.origin:8s} {model.path}"
+                + (f"  ({about})" if about else "")
+            )
         )
     return lines
 
@@ -91,7 +94,7 @@ def render(results: list[Result]) -> str:
         for r in results
         if r.status != "pass" and r.message
         for line in (
-            f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}",
+            one_line(f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}"),
             *(
                 f"      {o.name} worst: {_worst(w, o.atol, o.rtol)}"
                 for o in r.outputs
@@ -101,7 +104,7 @@ def render(results: list[Result]) -> str:
         )
     ]
     facts = dict.fromkeys(  # once per case and runtime, not per input set
-        f"  {r.case} [{r.runtime}/{r.ep}]: {note}" for r in results for note in r.notes
+        one_line(f"  {r.case} [{r.runtime}/{r.ep}]: {note}") for r in results for note in r.notes
     )
     problems = ["", "problems:", *problems] if problems else []
     legend = model_legend(results)

@@ -39,3 +39,20 @@ def test_a_run_that_passed_lists_no_failures():
     report.results = [_result("example", "pass"), _result("batch-consistency", "pass")]
     text = build(report)
     assert "### Not passed" not in text and "batch-consistency" in text
+
+
+def test_a_name_holding_a_newline_a_bar_or_an_escape_stays_in_its_cell():
+    """A case or file name is a name: it never starts a row of its own, splits a cell, or
+    sends a terminal escape, in the markdown summary or the terminal table."""
+    from tconform.report import table
+
+    hostile = "norm\n| FAKE | pass |\x1b[31m"
+    report = RunReport("verify")
+    report.results = [
+        Result(hostile, "module", "onnxruntime", "cpu", ["cpu"], "example", "fail", "bad\nrow")
+    ]
+    for text in (build(report), table.render(report.results)):
+        assert "\x1b" not in text and "\n| FAKE" not in text and "\nrow" not in text
+        assert "norm\\n" in text and "\\x1b[31m" in text
+    (row,) = [line for line in build(report).splitlines() if line.startswith("| norm")]
+    assert row.count(" | ") == 7  # eight cells: the name's bars are escaped
