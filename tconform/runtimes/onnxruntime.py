@@ -65,7 +65,8 @@ class OrtRuntime(Runtime):
         RuntimeOption(
             "provider_options",
             "--provider-option",
-            "Passed to the provider (repeatable), e.g. cudnn_conv_algo_search=DEFAULT.",
+            "Passed to the provider (repeatable), e.g. cudnn_conv_algo_search=DEFAULT; one it does "
+            "not take is refused (the CPU provider takes none).",
             dict,
         ),
         RuntimeOption(
@@ -208,6 +209,7 @@ class OrtRuntime(Runtime):
             raise ProviderUnavailable(
                 f"{self.ep}: {reason} (ONNX Runtime ran the session on {', '.join(actual)} only)"
             )
+        self.require_options_taken(session)
         self.match_calling_thread()
         placement, fallback_ops = assignment(session, self.provider)
         device = (DEVICE_TYPES.get(self.ep, "cpu"), self.device_id)
@@ -220,6 +222,18 @@ class OrtRuntime(Runtime):
                 "nodes per provider and CPU fallbacks unknown"
             )
         return opened
+
+    def require_options_taken(self, session: ort.InferenceSession) -> None:
+        """A --provider-option the provider does not know is dropped by ONNX Runtime without
+        a word (the CPU provider takes none); recorded as given, it would claim a setting that
+        never applied: one line naming it instead."""
+        taken = session.get_provider_options().get(self.provider, {})
+        for key in self.provider_options:
+            if key not in taken:
+                raise UsageError(
+                    f"--provider-option {key}: {self.provider} does not take it (it takes "
+                    f"{', '.join(sorted(taken)) or 'no option'})"
+                )
 
     def gather_session(self, data_type: str, axis: int) -> ort.InferenceSession:
         """A one-node Gather model (`taken = Gather(data, indices, axis)`) for tensors of ONNX
