@@ -98,19 +98,24 @@ def managed_folder(
 
 
 def require_caches_apart() -> None:
-    """XDG_CACHE_HOME nowhere in a golden or artifacts folder: ONNX Runtime, loaded in
-    tconform's process, writes its device id under it (and the runtimes' environments go
-    there), which would put files in the folder that it does not list."""
+    """The folders others write into while tconform runs nowhere in a golden or artifacts
+    folder, which would then hold files it does not list: XDG_CACHE_HOME (ONNX Runtime, loaded
+    in tconform's process, writes its device id under it; the runtimes' environments go there)
+    and the temporary folder (TMPDIR: ONNX Runtime's session files, every temporary copy)."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    if not xdg or not Path(xdg).is_absolute():  # the XDG rule: a relative value is ignored
-        return
-    managed = managed_folder(Path(xdg), itself=True)
-    if managed is not None:
-        raise UsageError(
-            f"XDG_CACHE_HOME={xdg!r:.200}: is or lies in {managed}, a tconform golden or "
-            "artifacts folder; ONNX Runtime and the runtimes' environments write their caches "
-            "there (name a folder of its own)"
-        )
+    # the first of the variables Python's tempfile reads that is set
+    temp = next((v for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), None)
+    given = {temp: os.environ[temp]} if temp else {}
+    if xdg and Path(xdg).is_absolute():  # the XDG rule: a relative value is ignored
+        given["XDG_CACHE_HOME"] = xdg
+    for variable, folder in given.items():
+        managed = managed_folder(Path(folder), itself=True)
+        if managed is not None:
+            raise UsageError(
+                f"{variable}={folder!r:.200}: is or lies in {managed}, a tconform golden or "
+                "artifacts folder; ONNX Runtime and tconform write temporary files and caches "
+                "there (name a folder of its own)"
+            )
 
 
 def require_not_link(folder: Path, what: str) -> None:

@@ -1332,6 +1332,13 @@ PLANTED = [
         copy_golden,
         env=(("XDG_CACHE_HOME", "{user}/g/norm"),),
     ),
+    Planted(  # ONNX Runtime's session file and every temporary copy would land there
+        "tmpdir-in-a-golden-folder",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm", "--no-torch"),
+        "TMPDIR=",
+        copy_golden,
+        env=(("TMPDIR", "{user}/g"),),
+    ),
     Planted(
         "verify-json-in-artifacts-dot",  # the current folder as --artifacts: a report in it
         ("verify", "--golden", "{user}/g", "--artifacts", ".", "--no-doc", "--case", "norm"),
