@@ -160,13 +160,17 @@ def _quiet_resource_tracker() -> None:
 
 
 def _stop(process) -> None:
-    """The child ended: asked to stop (SIGTERM: it unwinds), then killed if it does not."""
+    """The child ended: asked to stop (SIGTERM: it unwinds), then killed if it does not; and
+    whatever is left of its process group (what the user's code forked) with it."""
     if process.is_alive():
         process.terminate()
         process.join(GRACE_SECONDS)
     if process.is_alive():
         process.kill()
         process.join()
+    if process.pid is not None and process.pid != os.getpgid(0):
+        with contextlib.suppress(OSError):  # no group left (or none made): nothing to end
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -178,6 +182,15 @@ def _child_main(
 ) -> None:
     """The child's whole life: signals set up, `function` run, its outcome sent."""
     forget_entry_script()  # what the user's code spawns from here imports no tconform
+    # A process group of its own, which the command ends with it: what the user's code forks
+    # never outlives the command (holding its stdout open for whoever reads it).
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    # What the user's code prints goes to stderr, beside the progress lines: stdout holds the
+    # results the command prints, which a script reads.
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -60,6 +60,15 @@ class WithCache(nn.Module):
 def with_cache():
     return WithCache(), torch.randn(2, 3)
 
+def chatty_forking():
+    """Prints, and forks a process that outlives it by far."""
+    import os, time
+    print("a line of the factory's own")
+    if os.fork() == 0:
+        time.sleep(120)
+        os._exit(0)
+    return nn.Linear(4, 3), torch.randn(2, 4)
+
 not_callable = 7
 '''
 
@@ -207,3 +216,19 @@ def test_a_second_check_into_the_same_folder_waits_for_the_first(cli, user_packa
         code, out_text, err = cli("check", f"{user_package}:good", "--out", str(out), "-q")
     assert code == 2 and "another tconform run holds" in err, out_text + err
     assert "Traceback" not in err and not out.exists()  # nothing exported
+
+
+def test_the_user_code_s_prints_and_forks_stay_out_of_the_command_s_output(user_package):
+    """What the factory prints goes to stderr (stdout holds the results a script reads), and a
+    process it forks ends with the command, not holding the command's output open after it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tconform", "check", f"{user_package}:chatty_forking",
+         "--no-shapes", "--no-torch", "--out", "export"],
+        capture_output=True, text=True, timeout=100,  # the forked process sleeps 120 s
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "a line of the factory's own" in done.stderr
+    assert "factory's own" not in done.stdout and "1 results: 1 pass" in done.stdout
