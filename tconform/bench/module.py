@@ -12,6 +12,7 @@ FlopCounterMode counts on the module at those inputs.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -49,6 +50,7 @@ def module_workloads(
     log: Log,
     record: dict,
     tolerances: Tolerances | None = None,
+    locks: contextlib.ExitStack | None = None,
 ) -> list[Workload]:
     """One workload per input set of `input_sets` (names of the suite's sets, or `all`), with
     the model of each of `dtypes` (none: no ONNX engine runs), its rows judged as check judges
@@ -60,7 +62,7 @@ def module_workloads(
         runtimes=RuntimeOptions(names=("onnxruntime",)),
         axes=Axes(matrix=True, exporters=(AUTO,), dtypes=dtypes or ("float32",)),
     )
-    suite = module_suite(request, log)
+    suite = module_suite(request, log, locks)  # its export folder locked in `locks`
     chosen = _chosen_sets(suite, input_sets)
     models = _models(suite, request, log) if dtypes else {}
     if subject.model is not None:  # the file as it is, timed where the plain export would be

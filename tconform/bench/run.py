@@ -299,15 +299,11 @@ def run_bench(
     goes, so that a run stopped early (Ctrl-C, an error) still reports what it measured;
     `on_change(report)` is called each time it grows (a user's model is timed in a child
     process, which sends it to the command's)."""
-    from tconform.check_folder import export_lock
-
-    module = settings.module  # its export folder is the run's while it exports and times
-    exports = module is not None and module.model is None
     try:
-        with export_lock(module.out_dir) if exports else contextlib.nullcontext():
-            return _measure_all(
-                settings, log, progress_bar, {} if into is None else into, on_change
-            )
+        # a user's model's export folder is locked from its first export to the run's end
+        with contextlib.ExitStack() as locks:
+            report = {} if into is None else into
+            return _measure_all(settings, log, progress_bar, report, on_change, locks)
     finally:
         # The calling thread back to subnormals kept, whatever ONNX Runtime set on it.
         torch.set_flush_denormal(False)
@@ -319,6 +315,7 @@ def _measure_all(
     progress_bar: ProgressBar,
     report: dict,
     on_change: Callable[[dict], None],
+    locks: contextlib.ExitStack,
 ) -> dict:
     started = utc_now()
     rows: list[dict] = []
@@ -330,7 +327,7 @@ def _measure_all(
         results=rows,
     )
     torch.set_num_threads(settings.threads)
-    workloads, count, module_ep = _workloads(settings, log, report["settings"])
+    workloads, count, module_ep = _workloads(settings, log, report["settings"], locks)
     ceilings, unavailable = _ceilings(settings, log)
     report.update(
         ceiling=ceilings.get("cpu") or next(iter(ceilings.values()), {}),
@@ -370,7 +367,7 @@ def _measure_all(
 
 
 def _workloads(
-    settings: BenchSettings, log: Log, record: dict
+    settings: BenchSettings, log: Log, record: dict, locks: contextlib.ExitStack
 ) -> tuple[Iterable[Workload], int, str | None]:
     """What the run times, its models exported first: the workloads, how many, and the one
     provider the module runtimes run on (None: each). tconform's cases: one per case and
@@ -393,7 +390,7 @@ def _workloads(
 
     dtypes = tuple(dtype for _, dtype in settings.exports)
     found = module_workloads(
-        settings.module, dtypes, settings.input_sets, log, record, settings.tolerances
+        settings.module, dtypes, settings.input_sets, log, record, settings.tolerances, locks
     )
     return found, len(found), found[0].module_ep
 

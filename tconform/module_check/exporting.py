@@ -29,6 +29,7 @@ from tconform.check_folder import (
     OWN_FILES,
     OWN_RECORD,
     export_folder,
+    export_lock,
     record_own_files,
     require_own_export_folder,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "OWN_RECORD",
     "check_opset",
     "export_folder",
+    "export_lock",
     "export_module",
     "record_own_files",
     "require_own_export_folder",

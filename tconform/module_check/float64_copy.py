@@ -125,10 +125,13 @@ def _in_own_dtype(module: nn.Module) -> nn.Module:
 
 def _reference(module: nn.Module, inputs: ModuleInputs, kind: str):
     """The reference module and its inputs: the float64 copy, or the module in its own dtype."""
-    device = module_device(module)
-    if kind == "float64":
-        return _in_float64(module), inputs.converted(torch.float64, device)
-    return _in_own_dtype(module), inputs.converted(None, device)
+    copied = _in_float64(module) if kind == "float64" else _in_own_dtype(module)
+    return copied, _inputs_for(module, inputs, kind)
+
+
+def _inputs_for(module: nn.Module, inputs: ModuleInputs, kind: str) -> ModuleInputs:
+    """A fresh copy of the reference's inputs (a module may change what it is given)."""
+    return inputs.converted(torch.float64 if kind == "float64" else None, module_device(module))
 
 
 def _run_copy(module: nn.Module, inputs: ModuleInputs, kind: str, notes: list[str]) -> Float64Copy:
@@ -147,6 +150,7 @@ def _run_copy(module: nn.Module, inputs: ModuleInputs, kind: str, notes: list[st
         # the reference: two copies of a large output at once would be the run's peak.
         first = _fingerprint(_as_float64(outputs))
         del outputs
+        converted = _inputs_for(module, inputs, kind)
         kept = _as_float64(flatten_outputs(copied(*converted.args, **converted.kwargs)))
     if _fingerprint(kept) != first:
         raise NotDeterministic()

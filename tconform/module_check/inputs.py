@@ -44,12 +44,12 @@ class ModuleInputs:
 
     def converted(self, dtype: torch.dtype | None, device: torch.device | None) -> ModuleInputs:
         """A copy with floating-point tensors cast to `dtype` (integers and booleans unchanged),
-        all on `device`."""
+        all on `device`. Always a copy: a module that changes its inputs in place (x.add_(1))
+        changes this run's, never the example every other run starts from."""
 
         def convert(t: torch.Tensor) -> torch.Tensor:
-            if dtype is not None and t.is_floating_point():
-                t = t.to(dtype)
-            return t.to(device) if device is not None else t.clone()
+            wanted = dtype if dtype is not None and t.is_floating_point() else t.dtype
+            return t.to(device=device or t.device, dtype=wanted, copy=True)
 
         return ModuleInputs(
             tuple(convert(t) for t in self.args),

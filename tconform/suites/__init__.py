@@ -31,12 +31,7 @@ def open_suite(request: Request, progress: Progress = lambda _: None) -> Iterato
         with generation_suite(request) as suite:
             yield suite
         return
-    from tconform.check_folder import export_folder, export_lock
     from tconform.suites.module import module_suite
 
-    subject = request.subject
-    if subject.model is not None:  # a given file: nothing is exported
-        yield module_suite(request, progress)
-        return
-    with export_lock(export_folder(subject.target, subject.out_dir)):
-        yield module_suite(request, progress)
+    with contextlib.ExitStack() as locks:  # its export folder's, from its first export on
+        yield module_suite(request, progress, locks)

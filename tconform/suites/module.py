@@ -14,6 +14,7 @@ call of the float64 copy, on the input set that failed, with the model's boundar
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,6 +43,7 @@ from tconform.module_check.exporting import (
     EXPORTERS,
     check_opset,
     export_folder,
+    export_lock,
     export_module,
     record_own_files,
     require_own_export_folder,
@@ -176,8 +178,11 @@ class ModuleSuite(Suite):
         example_inputs: object,
         progress: Progress,
         declared: dict[str, dict[int, str]] | None = None,
+        locks: contextlib.ExitStack | None = None,
     ) -> None:
         subject = request.subject
+        # where the export folder's lock is held, from the first export to the run's end
+        self.locks = locks if locks is not None else contextlib.ExitStack()
         assert isinstance(subject, UserModel)
         self.request, self.subject, self.module = request, subject, module
         name = self.where = subject.target
@@ -210,6 +215,7 @@ class ModuleSuite(Suite):
         self.sets: list[InputSet] = []
         self._exported: dict[Path, ModelUnderTest] = {}
         self._failed: dict[tuple[str, str], str] = {}  # model key -> why its converter failed
+        self._locked = False
         self.exported_with: str | None = None  # the exporter that ran (auto: which one)
         self.exporter_reason = ""  # why it is not the one asked for ("" when it is)
         self.export_axes: dict[str, dict[int, str]] = {}  # the axes the export kept free
@@ -328,6 +334,9 @@ class ModuleSuite(Suite):
     ) -> dict[tuple[str, str], ModelUnderTest]:
         if self.subject.model is not None:
             return {(self.case.name, GIVEN): given_file(Path(self.subject.model))}
+        if not self._locked:  # a second run into the folder waits until this one ends
+            self.locks.enter_context(export_lock(self.export_dir))
+            self._locked = True
         cells = {
             lane.export.export_key: lane.export
             for lane in lanes
@@ -619,10 +628,13 @@ def module_dtype(module: nn.Module) -> str:
     return str(floating_dtype(module)).removeprefix("torch.")
 
 
-def module_suite(request: Request, progress: Progress) -> ModuleSuite:
+def module_suite(
+    request: Request, progress: Progress, locks: contextlib.ExitStack | None = None
+) -> ModuleSuite:
     """The suite of `request`'s UserModel: its factory called (PACKAGE.MODULE:FACTORY, which
     returns (module, example_inputs), optionally with the dynamic axes it declares, or the
-    module alone with an .npz of inputs)."""
+    module alone with an .npz of inputs). `locks` holds its export folder's lock from its first
+    export on: the caller's, released as the run ends."""
     from tconform.module_check.inputs import load_factory, read_npz
 
     subject = request.subject
@@ -637,7 +649,7 @@ def module_suite(request: Request, progress: Progress) -> ModuleSuite:
         raise UsageError(
             f"{subject.target}: the factory returned only a module; pass --inputs FILE.npz"
         )
-    return ModuleSuite(request, module, example_inputs, progress, declared)
+    return ModuleSuite(request, module, example_inputs, progress, declared, locks)
 
 
 def _said(exc: BaseException | None) -> str:

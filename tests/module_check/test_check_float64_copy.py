@@ -112,3 +112,31 @@ def test_outputs_flatten_like_the_exporters():
         "logits",
         "extra.h",
     ]
+
+
+class InPlace(nn.Module):
+    """Changes what it is given (x.add_(1), ids.mul_(2)) before it computes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor):
+        x.add_(1)
+        ids.mul_(2)
+        return self.linear(x), ids
+
+
+def test_a_module_that_changes_its_inputs_in_place_is_run_on_fresh_copies():
+    """Each run starts from the example as given: the two runs agree (no false 'not
+    deterministic'), and the example every other run starts from is left as it was."""
+    torch.manual_seed(0)
+    module = InPlace().eval()
+    x, ids = torch.randn(2, 4), torch.tensor([1, 2])
+    inputs = _inputs(module, x.clone(), ids.clone())
+    ref = build_float64_copy(module, inputs, "test")
+    assert (ref.outputs["output_0"] == _linear64(module.linear, x.double() + 1)).all()
+    assert (ref.outputs["output_1"] == (ids * 2).numpy()).all()
+    named = inputs.named()
+    assert torch.equal(named["x"], x) and torch.equal(named["ids"], ids)
+    assert torch.equal(inputs.converted(None, None).named()["x"], x)
