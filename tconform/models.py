@@ -211,6 +211,11 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
     for tensor in _external_tensors(model):
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
+        if "\0" in location:  # no file can have such a name; Path would raise naming nothing
+            raise UsageError(
+                f"{path}: tensor {tensor.name!r} keeps its data at {location!r}, a name holding "
+                "a NUL byte"
+            )
         target = resolved(folder / location)
         if not location or os.path.isabs(location) or ".." in Path(location).parts:
             raise UsageError(

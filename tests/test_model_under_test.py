@@ -155,21 +155,27 @@ def test_a_truncated_given_model_is_refused_and_kept(cli, workspace, tmp_path):
     assert sha(path) == before
 
 
-def test_external_data_outside_the_model_folder_is_refused(cli, workspace, tmp_path):
+@pytest.mark.parametrize(
+    ("location", "says"),
+    [("../secret.bin", "outside the model's folder"), ("data\0.bin", "a name holding a NUL")],
+)
+def test_external_data_outside_the_model_folder_is_refused(
+    cli, workspace, tmp_path, location, says
+):
     model = onnx.load(str(workspace["artifacts"] / "norm" / "model.onnx"))
     outside = tmp_path / "secret.bin"
     outside.write_bytes(b"\0" * 4096)
     tensor = model.graph.initializer[0]
     tensor.ClearField("raw_data")
     tensor.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", "../secret.bin"), ("offset", "0"), ("length", "64")):
+    for key, value in (("location", location), ("offset", "0"), ("length", "64")):
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
     path = tmp_path / "m" / "model.onnx"
     path.parent.mkdir()
     onnx.save(model, str(path))
     code, _, err = verify(cli, workspace, "--model", f"norm={path}", *QUIET)
-    assert code == 2 and "outside the model's folder" in err
+    assert code == 2 and says in err and str(path) in err, err
 
 
 def test_external_data_that_does_not_hold_its_tensor_is_refused_before_it_is_read(
