@@ -216,13 +216,37 @@ def version_lines(report: dict) -> list[str]:
 
 def summary_lines(report: dict) -> list[str]:
     """What the terminal shows after the table: ceilings, ratios to torch, the versions of an
-    engine, the best variants."""
+    engine, the best variants, and a busy machine's warning."""
     return (
         ceiling_lines(report)
         + ratio_lines(report)
         + version_lines(report)
         + best_lines(report.get("best", []))
+        + load_lines(report.get("load") or {})
     )
+
+
+BUSY_SHARE = 0.5  # of the cores: load from others above it makes timings another machine's
+
+
+def load_lines(load: dict) -> list[str]:
+    """A warning where other work ran beside the bench: a 1-minute load average above half
+    the cores at its start, or above its own threads and half the cores at its end. Timings
+    taken so are not a quiet machine's (torch slows more than ONNX Runtime under load)."""
+    cores, start, end = load.get("cores"), load.get("at_start"), load.get("at_end")
+    if not cores:
+        return []
+    own = load.get("threads") or cores
+    busy = (start is not None and start > BUSY_SHARE * cores) or (
+        end is not None and end > own + BUSY_SHARE * cores
+    )
+    if not busy:
+        return []
+    return [
+        f"warning: the machine was busy (1-minute load average {start} at the start, {end} at "
+        f"the end, on {cores} cores, the bench using {own}): these timings and their ratios "
+        "are not a quiet machine's; time again when it is idle"
+    ]
 
 
 def _timed(settings: dict) -> str:

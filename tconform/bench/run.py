@@ -319,8 +319,10 @@ def _measure_all(
 ) -> dict:
     started = utc_now()
     rows: list[dict] = []
+    load = {"cores": os.cpu_count(), "threads": settings.threads, "at_start": _load()}
     report.update(
         tool="tconform bench",
+        load=load,
         schema=SCHEMA,
         environment=environment(started, settings.threads),
         settings=settings.record(),
@@ -362,8 +364,18 @@ def _measure_all(
         log(f"measuring the {ep} GEMM ceilings again ...")
         remeasure_ceiling(settings.runtime, ep, ceiling, rows)
     report["best"] = best_variants(rows)
+    load["at_end"] = _load()
     on_change(report)
     return report
+
+
+def _load() -> float | None:
+    """The machine's 1-minute load average (None where the system keeps none): other work
+    beside the bench slows torch more than ONNX Runtime, and a ratio measured so flatters."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def _workloads(

@@ -102,3 +102,21 @@ def test_a_ratio_far_below_one_keeps_its_digits():
     (best,) = best_variants([row("onnxruntime", 0.11), row("torch", 350.0)])
     assert best["vs_torch"] == pytest.approx(0.11 / 350, rel=1e-2)
     assert "0.00031x torch eager float32" in summary_lines([best])[0]
+
+
+@pytest.mark.parametrize(
+    ("load", "busy"),
+    [
+        ({"cores": 2, "threads": 2, "at_start": 0.2, "at_end": 2.1}, False),  # its own load
+        ({"cores": 2, "threads": 2, "at_start": 1.9, "at_end": 2.4}, True),  # others at start
+        ({"cores": 2, "threads": 1, "at_start": 0.1, "at_end": 2.5}, True),  # others meanwhile
+        ({"cores": 2, "threads": 2, "at_start": None, "at_end": None}, False),  # none kept
+        ({}, False),  # a report from before the load was recorded
+    ],
+)
+def test_a_busy_machine_is_said_beside_the_timings(load, busy):
+    from tconform.bench.report import load_lines
+
+    lines = load_lines(load)
+    assert bool(lines) == busy
+    assert all("not a quiet machine's" in line for line in lines)
