@@ -35,6 +35,7 @@ from tconform.folders import (
 
 OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
 OWN_FILES = ("model.onnx", "export.log", "plan.json")
+MATRIX = "matrix"  # its matrix cells' folders, each of its own files
 TOOL = "tconform check"
 MAX_RECORD_BYTES = 2**20  # a record is a few hundred bytes
 
@@ -129,6 +130,19 @@ def require_own_export_folder(folder: Path) -> None:
             folder,
         )
     recorded = _recorded(folder)
+    if folder.is_dir():
+        others = sorted(  # a lock beside a folder inside it (.NAME.lock) is tconform's too
+            p.name
+            for p in folder.iterdir()
+            if p.name not in (*OWN_FILES, OWN_RECORD, MATRIX)
+            and not (p.name.startswith(".") and p.name.endswith(".lock"))
+        )
+        if others:
+            raise Refused(
+                f"{folder}: holds {others[0]!r}, which tconform check did not write; --out needs "
+                "a new or empty folder, or one of its own",
+                folder,
+            )
     for name in OWN_FILES:
         path = folder / name
         present = path.exists() or path.is_symlink()

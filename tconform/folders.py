@@ -103,9 +103,8 @@ def require_caches_apart() -> None:
     in tconform's process, writes its device id under it; the runtimes' environments go there)
     and the temporary folder (TMPDIR: ONNX Runtime's session files, every temporary copy)."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    # the first of the variables Python's tempfile reads that is set
-    temp = next((v for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), None)
-    given = {temp: os.environ[temp]} if temp else {}
+    # every variable Python's tempfile reads: it passes over one it cannot use to the next
+    given = {v: os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)}
     if xdg and Path(xdg).is_absolute():  # the XDG rule: a relative value is ignored
         given["XDG_CACHE_HOME"] = xdg
     for variable, folder in given.items():

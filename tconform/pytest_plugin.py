@@ -182,7 +182,7 @@ def _request(config: pytest.Config):
         try:
             module = ModuleChoice.converted(values)
         except (click.BadParameter, TconformError) as exc:
-            raise pytest.UsageError(f"tconform: {exc}") from None
+            raise pytest.UsageError(f"tconform: {_in_plugin_terms(str(exc))}") from None
         subject = module.subject(target, _worker_folder(config, target))
         axes.setdefault("exporters", ("auto",))
     elif generation:
@@ -260,7 +260,7 @@ def pytest_collection_modifyitems(
             suite.require_inputs(planned.lanes)  # bad input is a usage error, not failed units
             units = planned.units
     except TconformError as exc:
-        raise pytest.UsageError(f"tconform: {exc}") from None
+        raise pytest.UsageError(f"tconform: {_in_plugin_terms(str(exc))}") from None
     if items:
         config.hook.pytest_deselected(items=list(items))
     items[:] = [

@@ -1339,6 +1339,13 @@ PLANTED = [
         copy_golden,
         env=(("TMPDIR", "{user}/g"),),
     ),
+    Planted(  # tempfile passes over a TMPDIR it cannot use, to TMP
+        "tmp-in-a-golden-folder-behind-a-missing-tmpdir",
+        ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm", "--no-torch"),
+        "TMP=",
+        copy_golden,
+        env=(("TMPDIR", "{user}/missing"), ("TMP", "{user}/g")),
+    ),
     Planted(
         "verify-json-in-artifacts-dot",  # the current folder as --artifacts: a report in it
         ("verify", "--golden", "{user}/g", "--artifacts", ".", "--no-doc", "--case", "norm"),

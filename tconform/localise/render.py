@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from tconform.errors import one_line
 from tconform.localise.isolate import MAX_ISOLATED
 from tconform.localise.judge import Boundary, inside, share_used, worst_of
 
@@ -194,7 +195,7 @@ _SCALED = " (scaled down for tensors of smaller RMS than the row's)"
 
 def render(loc: Localisation) -> str:
     """The localisation report for the terminal (and the markdown report, in a code block)."""
-    model = loc.model.path if loc.model else "the model"
+    model = one_line(loc.model.path) if loc.model else "the model"  # a name, on its line
     lines = [
         f"localisation on {loc.runtime}: {len(loc.boundaries)} module calls, "
         f"{len(loc.matched)} matched to ONNX tensors (scopes from {loc.scope_source}); "

@@ -26,6 +26,7 @@ from torch import nn
 
 from tconform import export as project_export
 from tconform.check_folder import (
+    MATRIX,
     OWN_FILES,
     OWN_RECORD,
     export_folder,
@@ -47,6 +48,7 @@ from tconform.runtimes.torch_session import eval_mode
 __all__ = [
     "DEFAULT_OPSET",
     "EXPORTERS",
+    "MATRIX",
     "OWN_FILES",
     "OWN_RECORD",
     "check_opset",

@@ -127,19 +127,27 @@ def test_inputs_file_the_module_rejects(cli, user_package, tmp_path):
 
 
 def test_a_module_that_cannot_be_exported_names_the_log(cli, user_package, tmp_path):
+    out_dir = tmp_path / "export"
     code, out, err = cli(
-        "check", f"{user_package}:unexportable", "--exporter", "dynamo", "--out", str(tmp_path),
+        "check", f"{user_package}:unexportable", "--exporter", "dynamo", "--out", str(out_dir),
         "-q",
     )  # fmt: skip
-    log = tmp_path / "export.log"
+    log = out_dir / "export.log"
     _one_line_exit_2(code, out, err, "export with dynamo failed", str(log))
     assert "data-dependent" in err  # the exporter's own first error line
     assert "--exporter torchscript" in err  # and the way on
-    assert "Traceback" in log.read_text() and not (tmp_path / "model.onnx").exists()
+    assert "Traceback" in log.read_text() and not (out_dir / "model.onnx").exists()
+    # a folder of the user's files (the factory's own here) is not check's to write into
+    _one_line_exit_2(
+        *cli("check", f"{user_package}:good", "--out", str(tmp_path), "-q"),
+        "which tconform check did not write; --out needs a new or empty folder",
+    )
 
 
 def test_when_every_exporter_fails_each_ones_reason_is_named(cli, user_package, tmp_path):
-    code, out, err = cli("check", f"{user_package}:untraceable", "--out", str(tmp_path), "-q")
+    code, out, err = cli(
+        "check", f"{user_package}:untraceable", "--out", str(tmp_path / "export"), "-q"
+    )
     _one_line_exit_2(code, out, err, "export with torchscript failed", "no TorchScript here")
     assert "dynamo failed" in err and "no torch.export here" in err
 
