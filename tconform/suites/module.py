@@ -82,7 +82,6 @@ AUTO = "auto"  # the exporter setting that tries dynamo, then TorchScript where 
 TOLERANCE_CLASS = "model"
 EXAMPLE = "example"
 BATCH_CONSISTENCY = "batch-consistency"
-MATRIX_FOLDER = MATRIX  # check_folder: the one name
 
 
 @dataclass(frozen=True)
@@ -420,7 +419,7 @@ class ModuleSuite(Suite):
         return ""
 
     def _cell_dir(self, cell: Cell) -> Path:
-        return self.export_dir / MATRIX_FOLDER / cell.export_key
+        return self.export_dir / MATRIX / cell.export_key
 
     def _model(self, cell: Cell, folder: Path, progress: Progress) -> ModelUnderTest:
         """The case's model in `cell`: exported into `folder`, or converted there from the
