@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tconform.errors import UsageError
 from tconform.folders import require_caches_apart
 from tconform.localise import Localisation
 from tconform.localise.versions import add_version_runs, version_partings
-from tconform.plan import Lane, Plan, Progress, Suite, plan, request_runtimes, select_units
+from tconform.plan import Lane, Plan, Progress, Suite, plan, select_units
 from tconform.report import RunReport
 from tconform.request import Request
 from tconform.results import Result, allow_missing
@@ -35,8 +34,6 @@ def run_request(request: Request, report: RunReport, progress: Progress = lambda
     """Run `request` on its subject's suite (tconform.suites), into `report`."""
     from tconform.suites import open_suite
 
-    if not request_runtimes(request):
-        raise UsageError("nothing to run: no runtime runs on the requested providers")
     with open_suite(request, progress) as suite:
         run(request, suite, report, progress)
     require_checked(report.results, request.whole_run)

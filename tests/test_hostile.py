@@ -311,6 +311,22 @@ CORPUS = [
     Hostile("device-id-negative", ("verify", "--device-id", "-1"), "--device-id"),
     Hostile("graph-opt-list", ("bench", "--graph-opt", "basic,all"), "one value"),
     Hostile("provider-option", ("verify", "--provider-option", "novalue"), "KEY=VALUE"),
+    Hostile(  # refused as the runtime is made: nothing exported, nothing run
+        "provider-option-not-taken",
+        (
+            "verify",
+            "--case",
+            "norm",
+            "--no-doc",
+            "--golden",
+            "{golden}",
+            "--provider-option",
+            "foo=1",
+            "--artifacts",
+            "{user}/exports",
+        ),
+        "CPUExecutionProvider does not take it",
+    ),
     # --- user code that ends the check's process: one line, never exit 0 --------------------
     Hostile("factory-sys-exit", ("check", T("exits_0")), "called sys.exit(0)", subprocess=True),
     Hostile("factory-os-exit", ("check", T("os_exit_0")), "exited with status 0", subprocess=True),
@@ -344,6 +360,16 @@ def test_hostile_input_is_one_line_a_documented_code_and_a_report(cli, ws, case)
     assert data["exit_code"] == code and data["error"]["exit_code"] == code
     assert case.says in data["error"]["message"]
     assert_unchanged(ws["user"], before)  # nothing it did not write has changed
+
+
+def test_a_provider_option_not_taken_is_refused_before_anything_is_exported(cli, ws):
+    """Runtimes are made (their options checked) before the suite exports or runs a thing."""
+    exports = ws["user"] / "exports"
+    code, out, err = cli(
+        *_fill(next(c for c in CORPUS if c.id == "provider-option-not-taken").args, ws)
+    )
+    assert code == EXIT_USAGE, out + err
+    assert not exports.exists()
 
 
 def test_a_usage_error_writes_every_requested_format_and_only_over_its_own(cli, ws):

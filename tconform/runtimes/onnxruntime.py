@@ -27,7 +27,13 @@ import onnxruntime as ort
 from onnx import TensorProto
 
 from tconform.compare import BFLOAT16
-from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
+from tconform.errors import (
+    KernelMissing,
+    ProviderUnavailable,
+    TconformError,
+    UsageError,
+    first_line,
+)
 from tconform.runtimes.base import Runtime, RuntimeOption, Session, TensorInfo, TimedCall
 from tconform.runtimes.providers import (
     CUDA_DEFAULT_OPTIONS,
@@ -113,6 +119,21 @@ class OrtRuntime(Runtime):
     # graph transformers not to run (InferenceSession's disabled_optimizers), for scripts
     session_config: dict[str, str] = field(default_factory=dict)
     disabled_optimizers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Provider options are checked where the runtime is made, before any export or run
+        # (each command, the Python API and a worker alike); an unavailable provider's rows
+        # say so instead, with nothing opened to ask.
+        if self.provider_options and unavailable_reason(self.ep) is None:
+            try:
+                probe = self.gather_session("tensor(float)", 0)
+            except Exception as exc:  # ORT raises its own exception types
+                raise UsageError(
+                    f"--provider-option: {self.provider} refuses "
+                    f"{', '.join(f'{k}={v}' for k, v in self.provider_options.items())}: "
+                    f"{first_line(exc)}"
+                ) from None
+            self.require_options_taken(probe)
 
     @property
     def provider(self) -> str:
@@ -209,7 +230,6 @@ class OrtRuntime(Runtime):
             raise ProviderUnavailable(
                 f"{self.ep}: {reason} (ONNX Runtime ran the session on {', '.join(actual)} only)"
             )
-        self.require_options_taken(session)
         self.match_calling_thread()
         placement, fallback_ops = assignment(session, self.provider)
         device = (DEVICE_TYPES.get(self.ep, "cpu"), self.device_id)

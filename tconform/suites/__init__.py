@@ -12,13 +12,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from tconform.plan import Progress, Suite
+from tconform.errors import UsageError
+from tconform.plan import Progress, Suite, request_runtimes
 from tconform.request import Generations, References, Request
 
 
 @contextlib.contextmanager
 def open_suite(request: Request, progress: Progress = lambda _: None) -> Iterator[Suite]:
-    """The suite of `request`'s subject, open for the block."""
+    """The suite of `request`'s subject, open for the block; its runtimes are made first, so
+    that what is wrong with their options is said before anything is exported or run."""
+    if not request_runtimes(request):
+        raise UsageError("nothing to run: no runtime runs on the requested providers")
     if isinstance(request.subject, References):
         from tconform.suites.reference import reference_suite
 
