@@ -21,7 +21,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 from tconform.errors import Refused, UsageError
@@ -97,23 +97,27 @@ def managed_folder(
     return None
 
 
-def require_caches_apart() -> None:
+def require_caches_apart(own: Sequence[Path] = ()) -> None:
     """The folders others write into while tconform runs nowhere in a golden or artifacts
-    folder, which would then hold files it does not list: XDG_CACHE_HOME (ONNX Runtime, loaded
-    in tconform's process, writes its device id under it; the runtimes' environments go there)
-    and the temporary folder (TMPDIR: ONNX Runtime's session files, every temporary copy)."""
+    folder, nor in one of `own` (the run's own folders, which hold only what it lists: check's
+    export folder): XDG_CACHE_HOME (ONNX Runtime, loaded in tconform's process, writes its
+    device id under it; the runtimes' environments go there) and the temporary folder (TMPDIR:
+    ONNX Runtime's session files, every temporary copy)."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     # every variable Python's tempfile reads: it passes over one it cannot use to the next
     given = {v: os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)}
     if xdg and Path(xdg).is_absolute():  # the XDG rule: a relative value is ignored
         given["XDG_CACHE_HOME"] = xdg
     for variable, folder in given.items():
-        managed = managed_folder(Path(folder), itself=True)
+        place = resolved(Path(folder))
+        managed = managed_folder(Path(folder), itself=True) or next(
+            (f for f in map(resolved, own) if place == f or f in place.parents), None
+        )
         if managed is not None:
             raise UsageError(
-                f"{variable}={folder!r:.200}: is or lies in {managed}, a tconform golden or "
-                "artifacts folder; ONNX Runtime and tconform write temporary files and caches "
-                "there (name a folder of its own)"
+                f"{variable}={folder!r:.200}: is or lies in {managed}, a folder tconform keeps "
+                "its own files in (golden, artifacts or export); ONNX Runtime and tconform write "
+                "temporary files and caches there (name a folder of its own)"
             )
 
 

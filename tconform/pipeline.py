@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tconform.folders import require_caches_apart
 from tconform.localise import Localisation
 from tconform.localise.versions import add_version_runs, version_partings
 from tconform.plan import Lane, Plan, Progress, Suite, plan, select_units
@@ -53,7 +52,6 @@ def run(
     (its results, [] for a localisation): check's process sends them to the command's, which
     then knows what a crash of the whole process ended."""
     watch = watch or (lambda lane, doing, results: None)
-    require_caches_apart()  # before any runtime loads (the Python API and the plugin too)
     planned = plan(request, suite)
     mine = select_units(request, planned.units)
     mine_ids = {u.id for u in mine}

@@ -1365,6 +1365,12 @@ PLANTED = [
         copy_golden,
         env=(("TMPDIR", "{user}/g"),),
     ),
+    Planted(  # check's export folder holds only what it lists: the next check would refuse it
+        "tmpdir-in-checks-export-folder",
+        ("check", T(), "--out", "{user}/e"),
+        "TMPDIR=",
+        env=(("TMPDIR", "{user}/e/tmp"),),
+    ),
     Planted(  # tempfile passes over a TMPDIR it cannot use, to TMP
         "tmp-in-a-golden-folder-behind-a-missing-tmpdir",
         ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm", "--no-torch"),

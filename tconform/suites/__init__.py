@@ -13,14 +13,18 @@ import contextlib
 from collections.abc import Iterator
 
 from tconform.errors import UsageError
+from tconform.folders import require_caches_apart
 from tconform.plan import Progress, Suite, request_runtimes
-from tconform.request import Generations, References, Request
+from tconform.request import Generations, References, Request, UserModel
 
 
 @contextlib.contextmanager
 def open_suite(request: Request, progress: Progress = lambda _: None) -> Iterator[Suite]:
-    """The suite of `request`'s subject, open for the block; its runtimes are made first, so
-    that what is wrong with their options is said before anything is exported or run."""
+    """The suite of `request`'s subject, open for the block. What is wrong with the caches'
+    places or the runtimes' options is said first, before anything is exported or run."""
+    subject = request.subject
+    own = [subject.out_dir] if isinstance(subject, UserModel) and subject.out_dir else []
+    require_caches_apart(own)
     if not request_runtimes(request):
         raise UsageError("nothing to run: no runtime runs on the requested providers")
     if isinstance(request.subject, References):
