@@ -227,6 +227,7 @@ CORPUS = [
     Hostile("model-dev-zero", ("check", T(), "--model", "/dev/zero"), "not a regular file"),
     Hostile("model-folder", ("check", T(), "--model", "{user}/folder"), "is a folder"),
     Hostile("model-missing", ("check", T(), "--model", "{user}/gone.onnx"), "no such file"),
+    Hostile("model-case-pair", ("bench", "--model", "norm={golden}/manifest.json"), "verify's"),
     Hostile(  # a given model is checked as it is: the cells of other dtypes were dropped silently
         "model-with-dtypes",
         ("check", T(), "--model", "{user}/notes.txt", "--matrix", "--dtype", "float32,int8"),

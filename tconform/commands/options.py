@@ -237,6 +237,22 @@ class RegularFile(click.ParamType):
         return path
 
 
+class ModuleModelFile(RegularFile):
+    """The ONNX file of a user's module (check and bench --model): one file, where verify's
+    --model is CASE=FILE; a CASE=FILE given here says so rather than that no such file is."""
+
+    def convert(self, value, param, ctx):
+        case, is_pair, file = str(value).partition("=")
+        if is_pair and case and not Path(value).exists() and Path(file).is_file():
+            self.fail(
+                f"{shown(value)}: takes the ONNX file of FACTORY's module alone (CASE=FILE is "
+                "verify's --model, for tconform's own cases)",
+                param,
+                ctx,
+            )
+        return super().convert(value, param, ctx)
+
+
 class InputsArchive(RegularFile):
     """--inputs FILE.npz, read before the run: an archive of arrays of bool, integers or
     floating point (their names are matched with the module's once it is made)."""
@@ -668,7 +684,7 @@ def _declared_values(kwargs: dict) -> dict[str, object]:
 # --- a user's model (PACKAGE.MODULE:FACTORY) -----------------------------------------------------
 
 # The types the command line gives USER_MODEL_OPTIONS (the others are text)
-_MODULE_TYPES = {"inputs": InputsArchive(), "model": RegularFile()}
+_MODULE_TYPES = {"inputs": InputsArchive(), "model": ModuleModelFile()}
 MODULE_OPTIONS = {
     name: click.option(
         spec.flag,
