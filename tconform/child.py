@@ -25,6 +25,7 @@ then SIGKILL after a grace period) before the exception goes on.
 from __future__ import annotations
 
 import contextlib
+import errno
 import multiprocessing
 import os
 import signal
@@ -215,8 +216,7 @@ def _child_main(
     except TconformError as exc:
         outcome = ("error", (str(exc), exc.exit_code))
     except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        outcome = ("error", (f"{where}{exc.strerror or exc}", EXIT_USAGE))
+        outcome = ("error", (_os_error_line(what, exc), EXIT_USAGE))
     except MemoryError:
         outcome = ("error", ("out of memory", EXIT_USAGE))
     except BaseException as exc:  # anything else, never a traceback: one line
@@ -233,6 +233,24 @@ def _child_main(
     send.close()
     # A normal exit, so that multiprocessing's finalizers release what the check held; a thread
     # the user's code left running only delays it (the parent ends it after a grace period).
+
+
+def _os_error_line(what: str, exc: OSError) -> str:
+    """An OSError's one line; where the user's code closed a standard stream of the check's
+    process (whose progress and results go through them), which one."""
+    closed = [name for fd, name in enumerate(("stdin", "stdout", "stderr")) if not _is_open(fd)]
+    if exc.errno == errno.EBADF and closed:
+        return f"{what}: its code closed the check's {', '.join(closed)} ({exc.strerror})"
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def _exit_with_parent(parent_pid: int) -> None:

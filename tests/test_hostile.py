@@ -63,6 +63,11 @@ def exits_0():
 def os_exit_0():
     os._exit(0)
 
+def closes_streams():  # the check's progress and results go through them
+    os.close(1)
+    os.close(2)
+    return good()
+
 def generator_exit():
     raise GeneratorExit
 
@@ -331,6 +336,12 @@ CORPUS = [
     # --- user code that ends the check's process: one line, never exit 0 --------------------
     Hostile("factory-sys-exit", ("check", T("exits_0")), "called sys.exit(0)", subprocess=True),
     Hostile("factory-os-exit", ("check", T("os_exit_0")), "exited with status 0", subprocess=True),
+    Hostile(
+        "factory-closes-streams",
+        ("check", T("closes_streams")),
+        "its code closed the check's stdout, stderr",
+        subprocess=True,
+    ),
     Hostile("factory-generator-exit", ("check", T("generator_exit")), "GeneratorExit"),
     Hostile("factory-async", ("check", T("async_factory")), "is async", subprocess=True),
     Hostile("factory-segfault", ("check", T("segfault")), "SIGSEGV", subprocess=True),
