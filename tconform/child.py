@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import psutil
+
 from tconform.errors import (
     EXIT_USAGE,
     TconformError,
@@ -162,7 +164,9 @@ def _quiet_resource_tracker() -> None:
 
 def _stop(process) -> None:
     """The child ended: asked to stop (SIGTERM: it unwinds), then killed if it does not; and
-    whatever is left of its process group (what the user's code forked) with it."""
+    whatever is left of its process group (what the user's code forked) with it, and of what
+    it had started that left the group (a new session, `setsid`)."""
+    started = _descendants(process.pid) if process.is_alive() else []
     if process.is_alive():
         process.terminate()
         process.join(GRACE_SECONDS)
@@ -172,6 +176,16 @@ def _stop(process) -> None:
     if process.pid is not None and process.pid != os.getpgid(0):
         with contextlib.suppress(OSError):  # no group left (or none made): nothing to end
             os.killpg(process.pid, signal.SIGKILL)
+    for left in started:
+        with contextlib.suppress(psutil.Error):  # gone, or its pid now another's: not ours
+            left.kill()
+
+
+def _descendants(pid: int | None) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def _raise_terminated(signum, frame) -> None:

@@ -102,6 +102,14 @@ def sleeps():
     import time
     time.sleep(120)
 
+def escapes_and_sleeps():  # starts a process in a session of its own, out of the check's group
+    import subprocess, time
+    escapee = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                               start_new_session=True)
+    with open("escapee.pid", "w") as f:
+        f.write(str(escapee.pid))
+    time.sleep(120)
+
 class ExitsInForward(nn.Module):
     def forward(self, x):
         os._exit(0)
@@ -676,6 +684,23 @@ def test_a_signal_during_check_writes_the_report_and_ends_its_process(ws, signal
     _gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive  # the check's process ended with the command
     assert_unchanged(ws["user"], before)
+
+
+def test_what_the_users_code_started_in_a_session_of_its_own_ends_with_the_check(ws):
+    process = _start(["check", T("escapes_and_sleeps"), "-q"])
+    _wait_for_child(process)
+    pid_file = ws["user"] / "escapee.pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the factory never started its process"
+        time.sleep(0.2)
+    escapee = psutil.Process(int(pid_file.read_text()))
+    assert os.getsid(escapee.pid) != os.getsid(process.pid)  # it did escape the group
+    os.killpg(process.pid, signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == EXIT_TERMINATED
+    _gone, alive = psutil.wait_procs([escapee], timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_a_signal_during_bench_writes_its_reports(ws):
