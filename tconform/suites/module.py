@@ -312,6 +312,15 @@ class ModuleSuite(Suite):
         device = module_device(self.module)
         own = {"dtype": module_dtype(self.module), "device_id": device.index or 0}
         names = dict.fromkeys(r.name for r in requested if r.consumes == "module")
+        covered = {device.type, *(r.ep for r in requested if r.name not in names)}
+        missing = sorted({r.ep for r in requested} - covered)
+        if names and missing:  # nothing would run on a provider asked for: its pass unearned
+            raise UsageError(
+                f"--ep {','.join(missing)}: no runtime asked for runs there: the module is on "
+                f"{device.type}, where {', '.join(names)} run it (as you do); ask for --ep "
+                f"{device.type}, move the module in the factory, or add an ONNX runtime "
+                "(--runtime onnxruntime)"
+            )
         return [make_runtime(name, device.type, **own) for name in names]
 
     def row(self, case: ModuleCase) -> Result:
