@@ -129,12 +129,28 @@ def require_own_export_folder(folder: Path) -> None:
             "check --out needs a folder of its own",
             folder,
         )
+    _require_only_own_files(folder, (MATRIX,))
+    matrix = folder / MATRIX
+    if matrix.is_symlink() or (matrix.exists() and not matrix.is_dir()):
+        raise Refused(f"{matrix}: not a folder tconform check made; choose another --out", folder)
+    for cell in sorted(matrix.iterdir()) if matrix.is_dir() else ():
+        if cell.is_symlink() or not cell.is_dir():
+            raise Refused(
+                f"{cell}: not a matrix cell's folder tconform check made; choose another --out",
+                folder,
+            )
+        _require_only_own_files(cell)
+
+
+def _require_only_own_files(folder: Path, folders: tuple[str, ...] = ()) -> None:
+    """`folder` holds nothing but the files check wrote there as it wrote them (its record
+    says their hashes), the `folders` named, and locks."""
     recorded = _recorded(folder)
     if folder.is_dir():
         others = sorted(  # a lock beside a folder inside it (.NAME.lock) is tconform's too
             p.name
             for p in folder.iterdir()
-            if p.name not in (*OWN_FILES, OWN_RECORD, MATRIX)
+            if p.name not in (*OWN_FILES, OWN_RECORD, *folders)
             and not (p.name.startswith(".") and p.name.endswith(".lock"))
         )
         if others:

@@ -505,6 +505,10 @@ class ModuleSuite(Suite):
             return ran, "; ".join(w for w in (why, fixed) if w)
         raise failed
 
+    def _reason(self, exc: UsageError) -> str:
+        """An export's error without the model's name and its log's path."""
+        return str(exc).split(" (full log:")[0].removeprefix(f"{self.where}: ")
+
     def _export_with(self, module, inputs, path, cell: Cell, axes, progress) -> tuple[str, str]:
         names = self.output_names
         if cell.exporter != AUTO:
@@ -518,12 +522,14 @@ class ModuleSuite(Suite):
         except EndedByUserCode:
             raise  # the module ended itself: no exporter's limit for TorchScript to get round
         except UsageError as exc:
-            failed = str(exc).split(" (full log:")[0].removeprefix(f"{self.where}: ")
+            failed = self._reason(exc)
         progress(f"{self.where}: dynamo failed; exporting with torchscript (auto)")
         opset = min(cell.opset, 20)
         try:
             export_module(module, inputs, names, path, "torchscript", opset, axes, self.where)
         except UsageError as exc:  # both failed: each one's reason, or dynamo's is lost
+            if self._reason(exc) == failed:
+                raise  # not the exporters' reason (a folder it cannot write): said once
             raise UsageError(f"{exc}; before it, {failed}") from None
         return (
             "torchscript",

@@ -216,6 +216,20 @@ def test_check_replaces_only_its_own_export(cli, user_package, tmp_path):
         )
 
 
+def test_a_matrix_cell_holding_a_users_file_is_refused_before_the_factory_runs(
+    cli, user_package, tmp_path
+):
+    own = tmp_path / "own"
+    args = ("--out", str(own), "--matrix", "--dtype", "float32", "--no-shapes", "-q")
+    assert cli("check", f"{user_package}:good", *args)[0] == 0
+    cell = next((own / "matrix").iterdir())
+    (cell / "notes.txt").write_text("mine")
+    # a factory that does not exist: refused before its import would say so
+    code, out, err = cli("check", f"{user_package}:no_such_factory", *args)
+    _one_line_exit_2(code, out, err, f"{cell}: holds 'notes.txt'", "did not write")
+    assert (cell / "notes.txt").read_text() == "mine"
+
+
 def test_a_second_check_into_the_same_folder_waits_for_the_first(cli, user_package, tmp_path):
     """The export folder is locked while a check exports into it and runs what it exported:
     a second run (here the lock held by the test) waits, and gives up with exit 2 after
