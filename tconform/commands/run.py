@@ -11,6 +11,7 @@ without click's parser, so that nothing placed before `--json FILE` can hide it.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -32,6 +33,7 @@ from tconform.errors import (
     one_line,
 )
 from tconform.files import resolved
+from tconform.report.formats import is_own_report
 from tconform.results import nothing_checked
 
 RUN_REPORT = "tconform.report:RunReport"
@@ -93,7 +95,13 @@ def run_and_report(
             report.error = {"message": lost, "exit_code": report.exit_code or EXIT_USAGE}
         global reports_written
         reports_written = True  # even if writing fails: what it could not write stays unwritten
-        write_reports(report, reports)
+        failed = write_reports(report, reports)
+        if failed and report.error is None:  # the others say so, and the exit too
+            report.error = {"message": "; ".join(failed.values()), "exit_code": EXIT_USAGE}
+            write_reports(report, {f: p for f, p in reports.items() if f not in failed})
+        elif failed:  # the run's own error stays the last line
+            for line in failed.values():
+                click.echo(f"tconform: error: {one_line(line)}", err=True)
     if interrupted is not None:
         raise interrupted  # the CLI's one line and exit code for a signal
     if report.error is not None:
@@ -136,7 +144,7 @@ def _refuse_foreign_reports(report, reports: dict[str, Path | None]) -> None:
     """A report path that holds anything but this kind's own report is refused (and left out
     of the reports written)."""
     for fmt, path in list(reports.items()):
-        if path is not None and path.exists() and not _is_own_report(report, fmt, path):
+        if path is not None and os.path.lexists(path) and not is_own_report(report, fmt, path):
             reports[fmt] = None
             raise click.UsageError(
                 f"{path}: exists and is not a {fmt} report tconform wrote; tconform "
@@ -314,18 +322,9 @@ def _replaceable(path: Path, report: object, fmt: str, named: list[Path]) -> boo
     """A new file, or a report of its kind that tconform wrote and that no other argument names
     and that lies in no folder an argument names (there it may be a file a command keeps, such
     as check's own check.json, which only the command itself can tell)."""
-    if not path.exists():
+    if not os.path.lexists(path):
         return True  # ReportPath has refused one inside a golden or artifacts folder
     target = resolved(path)
     mentions = sum(other == target for other in named)
     inside_a_folder = any(other.is_dir() and target.is_relative_to(other) for other in named)
-    return mentions == 1 and not inside_a_folder and _is_own_report(report, fmt, path)
-
-
-def _is_own_report(report: object, fmt: str, path: Path) -> bool:
-    """Whether `path` is a regular file holding a report in format `fmt` of `report`'s kind that
-    tconform wrote, so that replacing it loses nothing."""
-    from tconform.report.formats import writer
-
-    is_own = getattr(writer(report, fmt), "is_own", None)
-    return path.is_file() and is_own is not None and bool(is_own(path))
+    return mentions == 1 and not inside_a_folder and is_own_report(report, fmt, path)

@@ -15,6 +15,7 @@ Importing this module is cheap (nothing beyond the standard library).
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +65,32 @@ def writer(report: object, fmt: str) -> Any:
     return getattr(found, name) if name else found
 
 
-def write_reports(report: object, paths: dict[str, Path | None]) -> None:
-    """Every requested report file, format by format (paths were checked before the run)."""
+def write_reports(report: object, paths: dict[str, Path | None]) -> dict[str, str]:
+    """Every requested report file, format by format; returns the one line of each that could
+    not be written (format -> line), so that one that fails does not stop the others. The paths
+    were checked before the run, and each is checked again as it is written: one that came to
+    hold anything else meanwhile (a user's file, a symbolic link) is left as it is."""
+    from tconform.errors import UsageError
+
+    failed = {}
     for fmt, path in paths.items():
-        if path is not None:
+        if path is None:
+            continue
+        if os.path.lexists(path) and not is_own_report(report, fmt, path):
+            failed[fmt] = (
+                f"{path}: appeared during the run and is not a {fmt} report tconform wrote; "
+                "left as it is (name a new file)"
+            )
+            continue
+        try:
             writer(report, fmt).write(path, report)
+        except UsageError as exc:  # a full disk, a folder it cannot write
+            failed[fmt] = str(exc)
+    return failed
+
+
+def is_own_report(report: object, fmt: str, path: Path) -> bool:
+    """Whether `path` is a regular file (not a symbolic link) holding a report in format `fmt`
+    of `report`'s kind that tconform wrote, so that replacing it loses nothing."""
+    is_own = getattr(writer(report, fmt), "is_own", None)
+    return path.is_file() and not path.is_symlink() and is_own is not None and bool(is_own(path))
