@@ -360,7 +360,10 @@ def judge_call(
     inputs_of = calls[(guest, c.call)] if guest else c
     judged = replace(c, outputs=calls[(regions.judged_by(c.path), c.call)].outputs)
     region = regions.nodes.get((c.path, c.call), [])
-    b = _judged(judged, inputs_of, region, regions, values, tol, keep)
+    # Calls that share one region: their tensors pair only where the values of every call
+    # pair them all (never one call's with another's by order or by shape alone)
+    shared = [calls[(c.path, n)] for n in range(c.calls)] if c.path in regions.shared else None
+    b = _judged(judged, inputs_of, region, regions, values, tol, keep, shared)
     b.ops, b.own_ops = graph.op_types(region), graph.op_types(region, c.path)
     b.fused_from = guest
     b.absorbed = regions.absorbed.get(c.path, "")
@@ -404,11 +407,17 @@ def _whole_module(c: Call, graph: Graph, values, tol, keep) -> Boundary:
     return b
 
 
-def _judged(c: Call, inputs_of: Call, region, regions: Regions, values, tol, keep) -> Boundary:
+def _judged(
+    c: Call, inputs_of: Call, region, regions: Regions, values, tol, keep, shared=None
+) -> Boundary:
     key = (c.path, c.call)
-    out_pairs, out_why = pair_tensors(c.outputs, regions.leaving.get(key, []), values)
-    entering = regions.entering.get(key, [])
-    in_pairs, _ = pair_tensors(inputs_of.inputs, entering, values, by_size=True)
+    leaving, entering = regions.leaving.get(key, []), regions.entering.get(key, [])
+    if shared is None:
+        out_pairs, out_why = pair_tensors(c.outputs, leaving, values)
+        in_pairs, _ = pair_tensors(inputs_of.inputs, entering, values, by_size=True)
+    else:
+        out_pairs, out_why = _pair_call(c.call, [s.outputs for s in shared], leaving, values)
+        in_pairs, _ = _pair_call(c.call, [s.inputs for s in shared], entering, values)
     outputs = [
         compare_boundary(f"{c.path} <- {p.onnx}", values[p.onnx], c.outputs[k], tol, keep=keep)
         for k, p in sorted(out_pairs.items())
@@ -443,6 +452,19 @@ def _judged(c: Call, inputs_of: Call, region, regions: Regions, values, tol, kee
         reshaped_inputs=sorted(k for k, p in in_pairs.items() if p.reshaped),
         reason="; ".join(dict.fromkeys(out_why.values())),
         region=region,
+    )
+
+
+def _pair_call(call: int, every_call: list[list[np.ndarray]], candidates: list[str], values):
+    """Call `call`'s tensors (of `every_call`, the tensors of each call of one module) paired
+    with `candidates`, the tensors of the region all the calls share, all calls' at once: a
+    tensor pairs only where every call's tensor of its shape has one of its own."""
+    start = sum(len(tensors) for tensors in every_call[:call])
+    pairs, why = pair_tensors([t for tensors in every_call for t in tensors], candidates, values)
+    mine = range(start, start + len(every_call[call]))
+    return (
+        {k - start: p for k, p in pairs.items() if k in mine},
+        {k - start: w for k, w in why.items() if k in mine},
     )
 
 

@@ -11,8 +11,10 @@ neighbours.
 
 Calls. A module called twice has one scope for both calls in dynamo's record; its nodes split
 into one region per call by connectivity (nodes joined by a tensor one makes and another reads,
-or by an input both read). Where that does not give one region per call, the calls share one
-region and their tensors pair in execution order.
+or by an input both read), or, for calls one after another that the graph joins (a layer applied
+again and again), into runs of the same ops in graph order. Where neither gives one region per
+call, the calls share one region, and a call's tensors pair only with what the values prove
+(tconform.localise.judge).
 """
 
 from __future__ import annotations
@@ -200,7 +202,28 @@ class Graph:
             if sorted(by_call) == list(range(calls)):
                 return [by_call[c] for c in range(calls)]
         parts = self._components(region)
-        return parts if len(parts) == calls else None
+        return parts if len(parts) == calls else self._chained(region, calls)
+
+    def _chained(self, region: list[int], calls: int) -> list[list[int]] | None:
+        """Calls one after another that the graph joins, each reading what the one before made
+        (a layer applied again and again, its residual inside it): the region, in graph order,
+        cut into `calls` runs of the same op types, each reading, of the region's tensors, only
+        its own and the run's before; None where it does not cut so."""
+        if len(region) % calls:
+            return None
+        size = len(region) // calls
+        runs = [region[k * size : (k + 1) * size] for k in range(calls)]
+        nodes = self.model.graph.node
+        kinds = [[nodes[i].op_type for i in run] for run in runs]
+        if any(k != kinds[0] for k in kinds[1:]):
+            return None
+        run_of = {i: k for k, run in enumerate(runs) for i in run}
+        for k, run in enumerate(runs):
+            for i in run:
+                made = (self.producer.get(name) for name in nodes[i].input if name)
+                if any(m in run_of and run_of[m] not in (k, k - 1) for m in made):
+                    return None
+        return runs
 
     def _components(self, region: list[int]) -> list[list[int]]:
         """The region's nodes in groups joined by a tensor one makes and another reads, or by a

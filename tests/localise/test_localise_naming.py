@@ -283,3 +283,67 @@ def test_a_fusion_that_observing_breaks_is_localised_by_isolation(tmp_path):
     assert loc.first.finding == "runtime"  # a plain float32 evaluation of its nodes passes
     norm = next(b for b in loc.boundaries if b.path == "block.norm")
     assert norm.isolated_status == "pass"  # the LayerNorm alone computes right
+
+
+# --- one module called again and again: its calls' tensors are never another call's -----------
+
+
+class Step(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((3,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + x * self.weight
+
+
+class Repeated(nn.Module):
+    """head(step(step(step(x)))): one module applied three times, its residual inside it (an
+    ALBERT layer), so that the graph joins its calls into one run of nodes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = Step()
+        self.head = Affine(2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(3):
+            x = self.step(x)
+        return self.head(x)
+
+
+def _repeated(path, head_scale=2.0, shared_cast=False):
+    """Repeated's graph; `shared_cast`: the step's weight cast once for all three calls (in the
+    step's scope), so that its nodes no longer cut into three like runs."""
+    weight = "w" if shared_cast else "step.weight"
+    nodes = [scoped_node("Cast", ["step.weight"], ["w"], ["step"], to=TensorProto.FLOAT)]
+    nodes = nodes if shared_cast else []
+    for k in range(3):
+        nodes += [
+            scoped_node("Mul", [f"h{k}" if k else "x", weight], [f"m{k}"], ["step"]),
+            scoped_node("Add", [f"h{k}" if k else "x", f"m{k}"], [f"h{k + 1}"], ["step"]),
+        ]
+    nodes += [
+        scoped_node("Mul", ["h3", "head.weight"], ["p"], ["head"]),
+        scoped_node("Add", ["p", "one"], ["y"], ["head"]),
+    ]
+    weights = {
+        "step.weight": np.full(3, 0.5, np.float32),
+        "head.weight": np.full(3, head_scale, np.float32),
+        "one": np.array(1.0, np.float32),
+    }
+    return save_model(path, nodes, {"x": (TensorProto.FLOAT, [2, 3])}, {"y": [2, 3]}, weights)
+
+
+@pytest.mark.parametrize("shared_cast", [False, True], ids=["cut-into-calls", "one-region"])
+def test_a_module_called_again_and_again_is_never_named_for_a_later_fault(tmp_path, shared_cast):
+    path = _repeated(tmp_path / "m.onnx", head_scale=2.02, shared_cast=shared_cast)
+    loc = _localise(Repeated(), path, {"x": _x()})
+    assert loc.first is not None and loc.first.label == "head", render(loc)
+    statuses = {b.label: b.status for b in loc.boundaries if b.path == "step"}
+    expected = "unmatched" if shared_cast else "pass"  # never a call's output paired with another's
+    assert statuses == {"step#1": expected, "step#2": expected, "step#3": expected}, render(loc)
+    clean = _localise(
+        Repeated(), _repeated(tmp_path / "c.onnx", shared_cast=shared_cast), {"x": _x()}
+    )
+    assert not _failing(clean) and clean.first is None, render(clean)
