@@ -29,6 +29,10 @@ def is_float_dtype(dtype: np.dtype) -> bool:
 # The RMS of the outputs the rows of TOLERANCES were measured on: the tiny preset's outputs are
 # O(1) (RMS 0.4 to 4; probabilities 0.05). A row's atol stands for that scale.
 ROW_OUTPUT_RMS = 1.0
+# An output up to this many times that scale keeps the row's atol; beyond it the atol grows with
+# the output, since the rounding of the values flowing into it does (a row held to an output of
+# RMS 6e4 asks float32 for 2e-10 of its size, which torch's own float32 run misses too).
+GROWN_ABOVE = 10.0
 
 
 @dataclass(frozen=True)
@@ -39,9 +43,9 @@ class Tolerance:
     too wide for an element-wise bound alone to catch much: docs/tolerances.md).
 
     atol_rms: the output RMS the atol was set for (the rows': ROW_OUTPUT_RMS). An output of a
-    smaller RMS is held to an atol shrunk in proportion (never grown): an atol above an
-    output's values would pass any error in them. None: the atol is taken as given (one a
-    user set)."""
+    smaller RMS is held to an atol shrunk in proportion: an atol above an output's values
+    would pass any error in them; one of an RMS over GROWN_ABOVE times it, to an atol grown in
+    proportion beyond that. None: the atol is taken as given (one a user set)."""
 
     atol: float
     rtol: float
@@ -55,7 +59,8 @@ class Tolerance:
         no exactness trap."""
         if self.atol_rms is None or not rms:
             return self.atol
-        return self.atol * min(1.0, rms / self.atol_rms)
+        scale = rms / self.atol_rms
+        return self.atol * (scale if scale < 1 else max(1.0, scale / GROWN_ABOVE))
 
 
 def _row(atol: float, rtol: float, why: str, min_sqnr_db: float | None = None) -> Tolerance:
@@ -501,6 +506,12 @@ def _atol_note(name: str, tol: Tolerance, atol: float, rms: float | None) -> str
         return (
             f"{name}: atol scaled to the output's RMS, far below {tol.atol_rms:g} (the scale "
             f"the atol {tol.atol:g} was set for; docs/tolerances.md)"
+        )
+    if tol.atol_rms is not None and atol > tol.atol:
+        return (
+            f"{name}: atol grown to {atol:.2g} with the output's RMS {rms:.2g}, over "
+            f"{GROWN_ABOVE:g} times the scale the atol {tol.atol:g} was set for (float32 rounds "
+            "in proportion to the values; docs/tolerances.md)"
         )
     if tol.atol_rms is None and rms and atol >= rms:
         return (

@@ -105,8 +105,30 @@ def test_a_rows_atol_scales_down_to_an_output_far_below_it():
     assert "atol scaled to the output's RMS" in caught.note
     clean = golden + 1e-7 * golden  # float32-sized rounding of the same output passes
     assert compare_output("y", clean, golden, row).status == "pass"
-    big = compare_output("y", golden * 1e7, golden * 1e7, row)
+    within = golden * 5 / np.sqrt(np.mean(golden**2))  # RMS 5: the row's atol as it is
+    big = compare_output("y", within, within, row)
     assert big.atol == row.atol and big.atol_scaled_from is None and big.note == ""
+
+
+def test_a_rows_atol_grows_with_an_output_far_above_its_scale():
+    """An output of RMS 6e4 (logits scaled up) held to the row's 1e-5 would ask float32 for
+    2e-10 of its size, which its own rounding misses (torch's float32 run fails it): beyond ten
+    times the rows' scale the atol grows in proportion, and a 1 % error still fails."""
+    from tconform.compare import GROWN_ABOVE, tolerance_for
+
+    row = tolerance_for("float32", "model")
+    rng = np.random.default_rng(0)
+    golden = rng.standard_normal(200) * 6e4
+    rounded = golden + rng.standard_normal(200) * 6e4 * 2e-7  # float32-sized rounding
+    grown = compare_output("y", rounded, golden, row)
+    assert grown.status == "pass" and grown.atol == pytest.approx(
+        row.atol * grown.golden_rms / GROWN_ABOVE
+    )
+    assert "atol grown to" in grown.note
+    assert compare_output("y", golden * 1.01, golden, row).status == "fail"
+    assert compare_output("y", rounded, golden, Tolerance(row.atol, row.rtol, "set")).status == (
+        "fail"  # an atol the user set is taken as given
+    )
 
 
 def test_an_all_zero_golden_keeps_the_atol_as_given():
@@ -146,11 +168,12 @@ def test_a_comparison_in_chunks_gives_the_figures_of_one_pass(monkeypatch):
             assert chunked[key] == value, key
 
 
-def test_a_golden_near_float64s_maximum_has_its_rms_and_scales_nothing():
-    from tconform.compare import tolerance_for
+def test_a_golden_near_float64s_maximum_has_its_rms_and_a_finite_atol():
+    from tconform.compare import GROWN_ABOVE, tolerance_for
 
     golden = np.array([1e200, -1e200, 0.0, 3.0])
     result = compare_output("y", golden.copy(), golden, tolerance_for("float32", "model"))
-    assert result.status == "pass" and result.atol == 1e-5
     assert result.golden_rms == pytest.approx(1e200 / np.sqrt(2))
+    assert result.status == "pass" and np.isfinite(result.atol)
+    assert result.atol == pytest.approx(1e-5 * result.golden_rms / GROWN_ABOVE)
     json.dumps(result.to_dict(), allow_nan=False)

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from tconform.compare import OutputComparison, Tolerance
+from tconform.compare import GROWN_ABOVE, OutputComparison, Tolerance
 from tconform.execution import Subject, open_subject
 from tconform.files import atomic_write_bytes
 from tconform.folders import BUNDLE_MARKER, BUNDLE_TOOL, replace_whole
@@ -289,8 +289,8 @@ def _readme(
     cumulative = boundary.worst
     model = about.get("model") or {}
     scaled = (
-        f" times an output's RMS over {tol.atol_rms:g} where that is below 1 (each output's: "
-        "bundle.json, atol_by_output)"
+        f" scaled with an output's RMS below {tol.atol_rms:g} and above {GROWN_ABOVE:g} times "
+        f"{tol.atol_rms:g} (each output's: bundle.json, atol_by_output)"
         if tol.atol_rms is not None
         else ""
     )
