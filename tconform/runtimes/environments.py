@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,6 +118,8 @@ def interpreter(text: str, spec: RuntimeSpec) -> Path:
 
 # Run in the interpreter: its Python version and, per module asked for, the distributions that
 # provide it with their exact versions (read from the installed metadata; nothing is imported).
+# How long an interpreter may take to say what it holds (importing a runtime can take seconds)
+PROBE_SECONDS = 120.0
 _PROBE = """
 import json, platform, sys
 from importlib import metadata
@@ -134,18 +137,33 @@ print(json.dumps({"python": platform.python_version(), "modules": found}))
 
 def probe(python: Path, modules: tuple[str, ...]) -> tuple[str, dict[str, dict[str, str]]]:
     """(Python version, {module: {distribution: version}}) of what `python` holds of
-    `modules` (a module it lacks is absent)."""
+    `modules` (a module it lacks is absent). An interpreter that does not answer within
+    PROBE_SECONDS, or TCONFORM_WORKER_TIMEOUT where that is shorter, is ended with all it
+    started (a process group of its own)."""
+    timeout = min(PROBE_SECONDS, float(value("TCONFORM_WORKER_TIMEOUT")))
+    command = [str(python), "-E", "-c", _PROBE, json.dumps(list(modules))]
     try:
-        done = subprocess.run(
-            [str(python), "-E", "-c", _PROBE, json.dumps(list(modules))],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        found = json.loads(done.stdout)
-    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+    except OSError as exc:
         raise UsageError(f"{python}: could not be asked what it holds: {exc}") from None
-    return str(found["python"]), found["modules"]
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise UsageError(
+            f"{python}: did not say what it holds within {timeout:g} s (TCONFORM_WORKER_TIMEOUT "
+            "sets a shorter wait)"
+        ) from None
+    try:
+        found = json.loads(out)
+        return str(found["python"]), found["modules"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise UsageError(f"{python}: could not be asked what it holds: {exc}") from None
 
 
 def _versions(modules: dict[str, dict[str, str]]) -> dict[str, str]:

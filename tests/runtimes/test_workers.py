@@ -198,3 +198,24 @@ def test_a_bad_worker_setting_is_one_line(cli, workspace, tmp_path, monkeypatch)
         "--no-export", "--no-doc", "--case", "norm", "--runtime", "torch==2.13.0",
     )  # fmt: skip
     assert code == 2 and "torch runs in tconform's own process" in err
+
+
+def test_an_interpreter_that_never_answers_is_ended_with_what_it_started(tmp_path, monkeypatch):
+    """Asked what it holds (tconform.runtimes.environments.probe), an interpreter that hangs
+    is given TCONFORM_WORKER_TIMEOUT where that is shorter, then ended with its children."""
+    import psutil
+
+    from tconform.errors import UsageError
+    from tconform.runtimes.environments import probe
+
+    sleeper = tmp_path / "sleeper"
+    sleeper.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/pid\nsleep 300\n")
+    sleeper.chmod(0o755)
+    monkeypatch.setenv("TCONFORM_WORKER_TIMEOUT", "2")
+    with pytest.raises(UsageError, match=r"sleeper: did not say what it holds within 2 s"):
+        probe(sleeper, ("onnxruntime",))
+    shell = int((tmp_path / "pid").read_text())
+    assert not psutil.pid_exists(shell) or psutil.Process(shell).status() == psutil.STATUS_ZOMBIE
+    assert not [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]
+    ]
