@@ -63,6 +63,13 @@ def exits_0():
 def os_exit_0():
     os._exit(0)
 
+class Complex(nn.Module):
+    def forward(self, x):
+        return torch.complex(x, x)
+
+def complex_output():
+    return Complex(), torch.randn(2, 4)
+
 def closes_streams():  # the check's progress and results go through them
     os.close(1)
     os.close(2)
@@ -344,6 +351,9 @@ CORPUS = [
     # --- user code that ends the check's process: one line, never exit 0 --------------------
     Hostile("factory-sys-exit", ("check", T("exits_0")), "called sys.exit(0)", subprocess=True),
     Hostile("factory-os-exit", ("check", T("os_exit_0")), "exited with status 0", subprocess=True),
+    Hostile(  # neither ONNX nor the comparator takes one: a usage error, not a FAIL row
+        "complex-output", ("check", T("complex_output")), "output 'output' is a complex64"
+    ),
     Hostile(
         "factory-closes-streams",
         ("check", T("closes_streams")),

@@ -103,12 +103,7 @@ def as_inputs(module: nn.Module, example_inputs: object, origin: str) -> ModuleI
             raise UsageError(
                 f"{origin}: input {name!r} is a {type(value).__name__}, not a torch.Tensor"
             )
-        if value.is_complex() or value.is_quantized or value.layout != torch.strided:
-            raise UsageError(
-                f"{origin}: input {name!r} is a {str(value.dtype).removeprefix('torch.')} "
-                f"{str(value.layout).removeprefix('torch.')} tensor; tconform checks dense "
-                "tensors of bool, integer or floating-point numbers"
-            )
+        require_dense(value, f"{origin}: input {name!r}")
     known = _forward_parameters(module)
     takes_any = any(
         p.kind == p.VAR_KEYWORD for p in inspect.signature(module.forward).parameters.values()
@@ -316,3 +311,14 @@ def _declared_axes(target: str, declared: object) -> dict[str, dict[int, str]]:
             raise UsageError(f"{shape}; {name!r}: axes are integers, names text")
         axes[name] = dict(found)
     return axes
+
+
+def require_dense(value: torch.Tensor, what: str) -> None:
+    """A module's input or output that tconform can compare and ONNX can carry: a dense tensor
+    of bool, integer or floating-point numbers (never complex, quantised or sparse)."""
+    if value.is_complex() or value.is_quantized or value.layout != torch.strided:
+        raise UsageError(
+            f"{what} is a {str(value.dtype).removeprefix('torch.')} "
+            f"{str(value.layout).removeprefix('torch.')} tensor; tconform checks dense "
+            "tensors of bool, integer or floating-point numbers"
+        )

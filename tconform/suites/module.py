@@ -56,7 +56,7 @@ from tconform.module_check.float64_copy import (
     module_device,
     run_module,
 )
-from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic
+from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic, require_dense
 from tconform.module_check.precision_plan import PrecisionPlan, make_plan
 from tconform.module_check.shapes import (
     BATCH,
@@ -163,6 +163,8 @@ def run_eagerly(module: nn.Module, inputs: ModuleInputs, name: str):
     outputs = flatten_outputs(returned)
     if not outputs:
         raise UsageError(f"{name}: the module returns no tensor")
+    for output, value in outputs:
+        require_dense(value, f"{name}: output {output!r}")
     return outputs
 
 
