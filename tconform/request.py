@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tconform.errors import UsageError
+
 if TYPE_CHECKING:
     from tconform.runtimes import RuntimeOptions
 
@@ -61,6 +63,12 @@ class Tolerances:
     atol: float | None = None
     rtol: float | None = None
     per_output: tuple[tuple[str, tuple[float, float]], ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [name for name, _ in self.per_output]
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice is not None:  # which one holds is no one's guess
+            raise UsageError(f"--tolerance {twice}=...: given more than once for that output")
 
     @property
     def given(self) -> bool:

@@ -67,6 +67,9 @@ class Complex(nn.Module):
     def forward(self, x):
         return torch.complex(x, x)
 
+def axis_out_of_range():  # a factory's dynamic axes, checked as --dynamic's are
+    return nn.Linear(4, 3), torch.randn(2, 4), {"input": {-7: "batch"}}
+
 def complex_output():
     return Complex(), torch.randn(2, 4)
 
@@ -242,6 +245,14 @@ CORPUS = [
     Hostile("tolerance-nan", ("check", T(), "--tolerance", "output=nan,nan"), "--tolerance"),
     Hostile("tolerance-neg-inf", ("check", T(), "--tolerance", "output=1e-4,-inf"), "--tolerance"),
     Hostile("tolerance-one-value", ("check", T(), "--tolerance", "output=1e-4"), "OUTPUT=ATOL"),
+    Hostile(
+        "tolerance-twice",
+        ("check", T(), "--tolerance", "output=1,1", "--tolerance", "output=0,0"),
+        "given more than once",
+    ),
+    Hostile("dynamic-arabic-indic", ("check", T(), "--dynamic", "input=٠"), "not an axis index"),
+    Hostile("factory-axis-out-of-range", ("check", T("axis_out_of_range")), "axis -7 out of range"),
+    Hostile("report-missing-value", ("verify", "--markdown", "--no-torch"), "looks like an option"),
     # --- files: refused before they are opened ----------------------------------------------
     Hostile("model-fifo", ("check", T(), "--model", "{fifo}"), "not a regular file"),
     Hostile("model-dev-zero", ("check", T(), "--model", "/dev/zero"), "not a regular file"),

@@ -171,6 +171,13 @@ class ReportPath(click.ParamType):
         return path
 
     def _check(self, path: Path, param, ctx) -> None:
+        if str(path).startswith("-"):  # `--json --no-torch`: the option's value went missing
+            self.fail(
+                f"{shown(path)}: looks like an option, not a file (a file of that name: "
+                f"./{shown(path)})",
+                param,
+                ctx,
+            )
         if self.suffix and path.suffix.lower() != self.suffix:
             self.fail(f"{shown(path)}: the file must end in {self.suffix}", param, ctx)
         if path.is_symlink():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,10 +214,9 @@ def parse_dynamic(
         rank = named[name].dim()
         for item in axes.split(","):
             index, colon, label = item.strip().partition(":")
-            try:
-                axis = int(index)
-            except ValueError:
-                raise UsageError(f"--dynamic {spec!r}: {index!r} is not an axis index") from None
+            if not re.fullmatch(r"-?[0-9]{1,9}", index.strip()):  # int() takes any script's digits
+                raise UsageError(f"--dynamic {spec!r}: {index!r} is not an axis index")
+            axis = int(index)
             if not -rank <= axis < rank:
                 raise UsageError(
                     f"--dynamic {spec!r}: axis {axis} out of range for {name} (rank {rank})"

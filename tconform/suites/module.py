@@ -202,9 +202,17 @@ class ModuleSuite(Suite):
             read = [subject.model or self.export_dir, *([subject.inputs] if subject.inputs else [])]
             require_repro_folder(request.localise.repro, read)
         given = {**(declared or {}), **parse_dynamic(subject.dynamic, self.inputs)}
-        for input_name in given:
-            if input_name not in self.inputs.names:
+        named = self.inputs.named()
+        for input_name, axes in given.items():
+            if input_name not in named:
                 raise UsageError(f"dynamic axes: the module has no input {input_name!r}")
+            rank = named[input_name].dim()
+            for axis in axes:  # the factory's as --dynamic's: within the input's rank
+                if not -rank <= axis < rank:
+                    raise UsageError(
+                        f"dynamic axes: axis {axis} out of range for {input_name} (rank {rank})"
+                    )
+            given[input_name] = {axis % rank: label for axis, label in axes.items()}
         self.declared = given
         self.axes = infer_axes(self.inputs, given) if subject.shapes else given
         if subject.shapes and given and input_axis_size(self.inputs, self.axes, BATCH) is None:
