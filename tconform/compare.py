@@ -423,7 +423,8 @@ class _Tally:
             diff = np.where(finite, a - g, 0.0)
         err = np.abs(diff)
         magnitude = np.abs(np.where(finite, g, 0.0))
-        allowed = self.atol + self.rtol * magnitude
+        with np.errstate(over="ignore"):  # tolerances near float64's maximum: inf allows all
+            allowed = self.atol + self.rtol * magnitude
         bad = (finite & (err > allowed)) | bad_nonfinite
         # The share of its allowance each element used; with none allowed (atol = rtol = 0, an
         # exactness check) an exact element used none and any error an unbounded share.

@@ -177,3 +177,13 @@ def test_a_golden_near_float64s_maximum_has_its_rms_and_a_finite_atol():
     assert result.status == "pass" and np.isfinite(result.atol)
     assert result.atol == pytest.approx(1e-5 * result.golden_rms / GROWN_ABOVE)
     json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_tolerances_near_float64s_maximum_pass_without_a_warning():
+    import warnings
+
+    golden = np.random.default_rng(0).standard_normal(10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # numpy's overflow in atol + rtol*|g|
+        result = compare_output("y", golden, golden, Tolerance(1e308, 1e308, "set by the user"))
+    assert result.status == "pass"

@@ -73,8 +73,9 @@ def build(report: RunReport) -> str:
 def _md(text: str) -> str:
     """A name or message as markdown text on its line: control characters escaped (a newline
     would start a row of its own, an escape sequence recolour a terminal that shows the file)
-    and `|` escaped (it would split a table's cell)."""
-    return one_line(text).replace("|", "\\|")
+    and `|` escaped (it would split a table's cell), and `<` and `>` (a name such as
+    `</details>` from a merged report would be markup where markdown renders HTML)."""
+    return one_line(text).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _where(r: Result, matrix: bool) -> str:

@@ -77,7 +77,7 @@ def parse_eps(spec: str) -> list[str]:
                 f"unknown execution provider {n!r}; tconform supports {', '.join(PROVIDERS)} "
                 f"(this ONNX Runtime offers {', '.join(available_eps()) or 'none'}) or 'all'"
             )
-    return names
+    return list(dict.fromkeys(names))  # `cpu,cpu` is cpu once, not every row twice
 
 
 def parse_provider_options(items: list[str] | tuple[str, ...]) -> dict[str, str]:

@@ -217,6 +217,12 @@ def test_cpu_never_reports_tf32():
     assert "use_tf32" not in runtime.settings()["provider_options"]
 
 
+def test_a_provider_named_twice_is_asked_for_once():
+    from tconform.runtimes.providers import parse_eps
+
+    assert parse_eps("cpu, CPU,cuda,cpu") == ["cpu", "cuda"]
+
+
 def test_parse_provider_options():
     parsed = parse_provider_options(["use_tf32=0", " device_id = 1 ", "a=b=c", "use_tf32=1"])
     assert parsed == {"use_tf32": "1", "device_id": "1", "a": "b=c"}
