@@ -63,6 +63,35 @@ def test_a_module_that_rejects_a_batch_of_one_has_no_batch_consistency_row(tmp_p
     assert "batch-1: not checked" in notes and "batch-consistency: not checked" in notes
 
 
+def test_a_module_that_mixes_its_batch_by_design_is_not_failed_for_batch_consistency(tmp_path):
+    """z - z.mean(0) is another value for a row alone, in the float64 copy too: that output's
+    batch consistency is noted and not judged (a healthy module failed it), while a module
+    whose rows stand alone keeps the row."""
+    import torch
+
+    import tconform
+
+    class Centred(torch.nn.Linear):
+        def forward(self, x):
+            z = super().forward(x)
+            return z - z.mean(0, keepdim=True)
+
+    torch.manual_seed(0)
+    report = tconform.check(
+        Centred(8, 8), (torch.randn(2, 8),), runtimes=("onnxruntime",), out_dir=tmp_path / "out"
+    )
+    results = {r.input_set: r for r in report.results}
+    assert report.exit_code == 0, [(r.input_set, r.status, r.message) for r in report.results]
+    assert results["batch-consistency"].status == "skip"
+    assert "mixes the rows of its batch" in " ".join(results["example"].notes)
+    plain = tconform.check(
+        torch.nn.Linear(8, 8), (torch.randn(2, 8),), runtimes=("onnxruntime",),
+        out_dir=tmp_path / "plain",
+    )  # fmt: skip
+    (row,) = [r for r in plain.results if r.input_set == "batch-consistency"]
+    assert row.status == "pass" and row.outputs
+
+
 CRASHES_IN_TORCH = """
 import ctypes
 
