@@ -267,6 +267,17 @@ class ModuleSuite(Suite):
     def _add_shapes(self, progress: Progress) -> None:
         """The shapes the example never had, where the module runs at them, and the batch
         consistency of the larger batch."""
+        others = [
+            f"{name} axis {axis} ({label})"
+            for name, found in self.axes.items()
+            for axis, label in found.items()
+            if label not in (BATCH, SEQUENCE)
+        ]
+        if others:  # free in the export, yet no input set has another size there
+            self.notes.append(
+                f"{', '.join(others)}: free in the export, not checked at another size (the "
+                f"shapes vary the axes named {BATCH!r} and {SEQUENCE!r}; name one so to vary it)"
+            )
         size = _nbytes(self.inputs)
         refused: set[str] = set()  # the shapes the module itself rejects
         for variant in variants(self.inputs, self.axes):

@@ -385,3 +385,5 @@ def test_axes_given_without_a_batch_say_the_batch_was_not_checked(cli, tmp_path,
     )  # fmt: skip
     assert code == 0, out + err
     assert "batch-N, batch-consistency: not checked: the axes given" in out, out + err
+    # and the free axis it names is said to be checked at no other size
+    assert "input axis 1 (width): free in the export, not checked at another size" in out
