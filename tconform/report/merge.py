@@ -25,7 +25,7 @@ from tconform.errors import (
 from tconform.files import read_json_object
 from tconform.report import RunReport
 from tconform.results import Result
-from tconform.units import digest, documents_unit, result_unit, unchecked_models
+from tconform.units import SEPARATOR, digest, documents_unit, result_unit, unchecked_models
 
 # The exit codes a run that stopped early records (README, "Exit codes").
 ERROR_EXIT_CODES = (
@@ -118,6 +118,16 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
         ):
             raise UsageError(
                 f"{path}: result {n} is not a verify result (a pass that compared no output)"
+            )
+    for n, r in enumerate(results):  # a unit's id names its case, cell and input set
+        unit = result_unit(r)
+        if unit != documents and not (
+            unit.startswith(f"{r.case}{SEPARATOR}{r.cell}{SEPARATOR}")
+            and unit.endswith(f"{SEPARATOR}{r.input_set}")
+        ):
+            raise UsageError(
+                f"{path}: result {n} is not a verify result (its case, cell or input set is not "
+                "its unit's)"
             )
     held = {result_unit(r) for r in results}
     stray = sorted(held - set(declared))

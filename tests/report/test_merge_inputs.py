@@ -52,6 +52,7 @@ def _shard(**changes) -> dict:
                      "units": {"ids": [unit], "total": 1, "sha256": digest([unit]),
                                "shard": "1/1"}},
         "results": [{"case": "norm", "component": "norm", "runtime": "onnxruntime", "ep": "cpu",
+                     "cell": "dynamo-opset18-float32-all",
                      "ep_actual": ["CPUExecutionProvider"], "input_set": "test_data_set_0",
                      "status": "pass", "unit": unit, "outputs": [COMPARED]}],
     }  # fmt: skip
@@ -80,6 +81,20 @@ def test_malformed_shards_are_one_line_errors(tmp_path, changes, says):
     assert merge([path]).results[0].status == "pass"  # the well-formed one merges
     path.write_text(json.dumps(_shard(**changes)))
     with pytest.raises(UsageError, match=says):
+        merge([path])
+
+
+@pytest.mark.parametrize(
+    ("field", "forged"),
+    [("case", "../../pwn"), ("input_set", "</testcase>"), ("cell", "dynamo-opset20-float16-all")],
+)
+def test_a_result_whose_names_are_not_its_units_is_refused(tmp_path, field, forged):
+    """A result is merged under the names of its unit, never others a report puts beside it."""
+    report = _shard()
+    report["results"][0][field] = forged
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(report))
+    with pytest.raises(UsageError, match="its case, cell or input set is not its unit's"):
         merge([path])
 
 
