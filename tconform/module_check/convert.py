@@ -61,33 +61,62 @@ def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> t
 # What convert_float_to_float16 clamps a weight to (its min_positive_val and max_finite_val)
 FLOAT16_SMALLEST, FLOAT16_LARGEST = 5.96e-08, 65504.0
 CLAMPED_SHARE = 0.01  # of a weight's nonzero values: a few by chance are rounding, not a change
+FLOAT16_NORMAL = 6.103515625e-05  # float16's smallest normal: below it each halving loses a bit
+COARSE = 0.01  # a subnormal that moves by more than this share of itself is changed, not rounded
 
 
 def clamped_weights(model: onnx.ModelProto, keep: Sequence[str] = ()) -> str:
-    """Which float32 weights the float16 converter will clamp (a magnitude below float16's
-    smallest is raised to 5.96e-8, one above its largest lowered to 65504), where that is more
-    than a few values by chance: those are other weights, not rounded ones, and no tolerance
-    row of float16 covers them. '' where none."""
+    """Which float32 weights and constants the float16 conversion changes beyond rounding
+    (where more than a few values by chance): a magnitude below float16's smallest raised to
+    5.96e-8 or one above its largest lowered to 65504 (the converter clamps them), and one
+    among float16's subnormals (below 6.1e-5) that keeps so few bits that it moves by over 1 %.
+    No float16 tolerance row covers either. '' where none."""
     kept = set(keep)
     read = {name for n in model.graph.node if n.name not in kept for name in n.input}
-    found = []
-    for init in model.graph.initializer:
-        if init.data_type != onnx.TensorProto.FLOAT or init.name not in read:
+    weights = [(init.name, init) for init in model.graph.initializer if init.name in read] + [
+        (n.output[0], a.t)
+        for n in model.graph.node
+        if n.op_type == "Constant" and n.name not in kept
+        for a in n.attribute
+        if a.name == "value"
+    ]
+    clamped, coarse = [], []
+    for name, tensor in weights:
+        if tensor.data_type != onnx.TensorProto.FLOAT:
             continue
-        magnitude = np.abs(numpy_helper.to_array(init))
-        nonzero = int(np.count_nonzero(magnitude))
-        clamped = int(((magnitude > 0) & (magnitude < FLOAT16_SMALLEST)).sum())
-        clamped += int((magnitude > FLOAT16_LARGEST).sum())
-        if clamped and clamped >= CLAMPED_SHARE * nonzero:
-            found.append(f"{init.name} ({clamped} of {nonzero})")
-    if not found:
+        magnitude = np.abs(numpy_helper.to_array(tensor)).astype(np.float32)
+        nonzero = max(1, int(np.count_nonzero(magnitude)))
+        beyond = int(((magnitude > 0) & (magnitude < FLOAT16_SMALLEST)).sum())
+        beyond += int((magnitude > FLOAT16_LARGEST).sum())
+        subnormal = magnitude[(magnitude >= FLOAT16_SMALLEST) & (magnitude < FLOAT16_NORMAL)]
+        with np.errstate(over="ignore"):
+            moved = np.abs(subnormal.astype(np.float16).astype(np.float32) - subnormal)
+        off = int((moved > COARSE * subnormal).sum())
+        if beyond and beyond >= CLAMPED_SHARE * nonzero:
+            clamped.append(f"{name} ({beyond} of {nonzero})")
+        if off and off >= CLAMPED_SHARE * nonzero:
+            coarse.append(f"{name} ({off} of {nonzero})")
+    said = []
+    if clamped:
+        said.append(
+            f"weights beyond float16's range were clamped to +-{FLOAT16_SMALLEST:g} or "
+            f"+-{FLOAT16_LARGEST:g} (values changed, not rounded): {_listed(clamped)}"
+        )
+    if coarse:
+        said.append(
+            f"weights below float16's normal range ({FLOAT16_NORMAL:.2g}) keep few bits and "
+            f"moved by over {COARSE:.0%}: {_listed(coarse)}"
+        )
+    if not said:
         return ""
     return (
-        f"float16 conversion: weights beyond float16's range were clamped to +-{FLOAT16_SMALLEST:g}"
-        f" or +-{FLOAT16_LARGEST:g} (values changed, not rounded): {', '.join(found[:5])}"
-        + (f" and {len(found) - 5} more" if len(found) > 5 else "")
-        + "; --dtype float16-planned keeps the modules float16 cannot hold in float32"
+        f"float16 conversion: {'; '.join(said)}; --dtype float16-planned keeps the modules "
+        "float16 cannot hold in float32"
     )
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def _float16(model: onnx.ModelProto, keep: Sequence[str]) -> onnx.ModelProto:
