@@ -62,7 +62,8 @@ def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> t
 FLOAT16_SMALLEST, FLOAT16_LARGEST = 5.96e-08, 65504.0
 CLAMPED_SHARE = 0.01  # of a weight's nonzero values: a few by chance are rounding, not a change
 FLOAT16_NORMAL = 6.103515625e-05  # float16's smallest normal: below it each halving loses a bit
-COARSE = 0.01  # a subnormal that moves by more than this share of itself is changed, not rounded
+COARSE = 0.05  # a subnormal that moves by more than this share of itself is changed, not rounded
+# (an RMSNorm epsilon of 1e-6 moves 1.3 %, which changes nothing; 1e-7 moves 19 %)
 
 
 def clamped_weights(model: onnx.ModelProto, keep: Sequence[str] = ()) -> str:
