@@ -170,6 +170,11 @@ def as_float64(model: onnx.ModelProto) -> onnx.ModelProto:
     for node in graph.node:
         if node.domain not in ("", "ai.onnx"):
             raise NotEvaluable(f"operator {node.op_type} of domain {node.domain}")
+        if node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
+            # its default is a float32 zero (`x.new_zeros(...)` exports so): widened too
+            zero = numpy_helper.from_array(np.zeros(1, np.float64))
+            node.attribute.append(onnx.helper.make_attribute("value", zero))
+            continue
         for attribute in node.attribute:
             if attribute.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
                 raise NotEvaluable(f"{node.op_type} holds a subgraph")

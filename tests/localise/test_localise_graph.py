@@ -147,3 +147,29 @@ def test_pairing_by_size_takes_no_integer_tensor():
     values["x"] = np.ones((2, 3, 2), np.float32)  # the float tensor itself is still paired
     pairs, _ = pair_tensors(reference, ["x_quantized", "x", "x_scale"], values, by_size=True)
     assert pairs[0].onnx == "x" and pairs[0].reshaped
+
+
+def test_the_float64_copy_of_a_graph_widens_constant_of_shape_s_default_zero():
+    """ConstantOfShape without a value makes float32 zeros (`x.new_zeros(...)` exports so): left
+    so, the float64 cross-check of a clean LSTM cell broke on Add(float32, float64) and a
+    rounding-sized failure went unexplained."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    from tconform.localise.crosscheck import as_float64
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("ConstantOfShape", ["s"], ["z"]),
+        helper.make_node("Add", ["x", "z"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "zeros",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    wide = as_float64(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    x = np.arange(6, dtype=np.float64).reshape(2, 3) / 7
+    (y,) = ReferenceEvaluator(wide).run(None, {"x": x})
+    assert y.dtype == np.float64 and np.array_equal(y, x)
