@@ -70,7 +70,8 @@ def clamped_weights(model: onnx.ModelProto, keep: Sequence[str] = ()) -> str:
     """Which float32 weights and constants the float16 conversion changes beyond rounding
     (where more than a few values by chance): a magnitude below float16's smallest raised to
     5.96e-8 or one above its largest lowered to 65504 (the converter clamps them), and one
-    among float16's subnormals (below 6.1e-5) that keeps so few bits that it moves by over 1 %.
+    among float16's subnormals (below 6.1e-5) that keeps so few bits that it moves by over
+    COARSE of itself.
     No float16 tolerance row covers either. '' where none."""
     kept = set(keep)
     read = {name for n in model.graph.node if n.name not in kept for name in n.input}

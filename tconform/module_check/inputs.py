@@ -217,10 +217,7 @@ def parse_dynamic(
             if not re.fullmatch(r"-?[0-9]{1,9}", index.strip()):  # int() takes any script's digits
                 raise UsageError(f"--dynamic {spec!r}: {index!r} is not an axis index")
             axis = int(index)
-            if not -rank <= axis < rank:
-                raise UsageError(
-                    f"--dynamic {spec!r}: axis {axis} out of range for {name} (rank {rank})"
-                )
+            require_axis(axis, name, rank, f"--dynamic {spec!r}")
             if colon and not label.strip():
                 raise UsageError(f"--dynamic {spec!r}: no name after '{index}:'")
             axis %= rank
@@ -322,3 +319,9 @@ def require_dense(value: torch.Tensor, what: str) -> None:
             f"{str(value.layout).removeprefix('torch.')} tensor; tconform checks dense "
             "tensors of bool, integer or floating-point numbers"
         )
+
+
+def require_axis(axis: int, name: str, rank: int, what: str) -> None:
+    """An axis of input `name` (of rank `rank`), counted from either end, as `what` gives it."""
+    if not -rank <= axis < rank:
+        raise UsageError(f"{what}: axis {axis} out of range for {name} (rank {rank})")

@@ -56,7 +56,13 @@ from tconform.module_check.float64_copy import (
     module_device,
     run_module,
 )
-from tconform.module_check.inputs import ModuleInputs, as_inputs, parse_dynamic, require_dense
+from tconform.module_check.inputs import (
+    ModuleInputs,
+    as_inputs,
+    parse_dynamic,
+    require_axis,
+    require_dense,
+)
 from tconform.module_check.precision_plan import PrecisionPlan, make_plan
 from tconform.module_check.shapes import (
     BATCH,
@@ -208,10 +214,7 @@ class ModuleSuite(Suite):
                 raise UsageError(f"dynamic axes: the module has no input {input_name!r}")
             rank = named[input_name].dim()
             for axis in axes:  # the factory's as --dynamic's: within the input's rank
-                if not -rank <= axis < rank:
-                    raise UsageError(
-                        f"dynamic axes: axis {axis} out of range for {input_name} (rank {rank})"
-                    )
+                require_axis(axis, input_name, rank, "dynamic axes")
             given[input_name] = {axis % rank: label for axis, label in axes.items()}
         self.declared = given
         self.axes = infer_axes(self.inputs, given) if subject.shapes else given
