@@ -7,13 +7,17 @@ Usage (scripts/gpu_check.sh sets up onnxruntime-gpu first, then calls this):
     python scripts/gpu_matrix.py --out gpu-run [--eps cpu,cuda] [--case NAME ...]
         [--golden DIR] [--allow-missing-ep] [--device-id N] [--no-bench] [--no-tests]
         [--bench-only] [--bench-shape BxS ...] [--bench-engine NAME ...] [--bench-seconds S]
-        [--generate-tokens N] [--tconform "CMD ..."]
+        [--generate-tokens N] [--only STEP ...] [--limit STEP=SECONDS ...] [--timed-first]
+        [--tconform "CMD ..."]
 
 Each step is one command in its own process. By default a tconform process calls
 `onnxruntime.preload_dlls()` before tconform starts, so the CUDA and cuDNN libraries that pip
 installed beside PyTorch (the nvidia-* packages) are found. The steps of one chain run in order;
 the chains run side by side (a GPU machine has the cores, and none of them is timed); the bench
-steps run last, alone, since they are. The output folder receives one JSON report per step
+steps run last, alone, since they are (first with --timed-first: on a short lease the timed
+targets come before the rest). `--only` keeps the named steps; `--limit STEP=SECONDS` ends a step
+that outruns its seconds as the lease's limit would (SIGTERM: it writes its reports). The output
+folder receives one JSON report per step
 (JUnit and markdown for verify), the log of every step, environment.json, and summary.md.
 Exit status: the worst exit code of the steps (0 all passed, 1 a conformance failure, 2 a usage
 or environment error, 3 a provider could not run).
@@ -22,6 +26,7 @@ or environment error, 3 a provider could not run).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 import signal
@@ -49,6 +54,9 @@ PRELOADED_PYTEST = [
     "-c",
     "import sys; " + PRELOAD + "import pytest; sys.exit(pytest.main(sys.argv[1:]))",
 ]
+# The gpu-marked tests side by side where pytest-xdist is installed (their fixtures export and
+# check a model each; one after another they outlast a short lease).
+PYTEST_WORKERS = ["-n", "4"] if importlib.util.find_spec("xdist") else []
 # Zoo models (tests/zoo/models.py) that `tconform check` runs on the GPU: an encoder with
 # keyword inputs, two decoders, a vision transformer and a CNN (cuDNN's convolutions).
 ZOO = ("bert", "gpt2", "llama", "vit", "resnet")
@@ -59,6 +67,7 @@ BENCH_SHAPES = ("1x32", "8x128", "64x128")
 # row beside it on the GPU) against torch eager on the GPU.
 BENCH_ENGINES = ("onnxruntime", "onnxruntime-sdpa", "onnxruntime-fp16", "torch")
 TIMED = "timed"  # the chain of the benches: run alone, after every other chain
+STOP_GRACE_S = 15  # after a step's limit: seconds between SIGTERM (reports written) and SIGKILL
 
 
 @dataclass
@@ -72,6 +81,7 @@ class Step:
     report: str | None = None
     chain: str = ""
     program: bool = False  # `args` is a command of its own, not tconform's arguments
+    limit_s: float | None = None  # ended (SIGTERM) after this many seconds
     exit_code: int | None = None
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # runtime -> status -> n
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # runtime -> ep -> nodes
@@ -146,11 +156,15 @@ def plan(
             )
             for model in ZOO
         ]
+    if gpu_eps:
+        # A runtime out of process (`--runtime NAME@PYTHON`, docs/versions.md): its worker
+        # imports no torch, so it loads the CUDA libraries itself (providers.unavailable_reason).
+        steps.append(verify("worker", "--runtime", f"onnxruntime@{sys.executable}", "--no-doc"))
     if with_tests and gpu_eps:
         steps.append(
             Step(
                 "pytest-gpu",
-                [*PRELOADED_PYTEST, "-q", "-m", "gpu", "tests"],
+                [*PRELOADED_PYTEST, "-q", *PYTEST_WORKERS, "-m", "gpu", "tests"],
                 chain="pytest",
                 program=True,
             )
@@ -276,10 +290,36 @@ def run_chain(steps: list[Step], tconform: list[str], out: Path) -> None:
         with open(out / f"{step.name}.log", "w") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
             RUNNING.add(process)
-            step.exit_code = process.wait()
+            step.exit_code = _wait(process, step.limit_s)
             RUNNING.discard(process)
         read_report(step, out)
         print(f"   {step.name}: exit {step.exit_code}", flush=True)
+
+
+def _wait(process: subprocess.Popen, limit_s: float | None) -> int:
+    """The step's exit code; past `limit_s`, SIGTERM (its reports are written), then SIGKILL."""
+    try:
+        return process.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        print(f"   limit of {limit_s:g} s reached: stopped", flush=True)
+        process.terminate()
+        try:
+            return process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+
+
+def step_limits(items: list[str]) -> dict[str, float]:
+    """--limit STEP=SECONDS items as a dict; a malformed one ends the script (exit 2)."""
+    limits = {}
+    for item in items:
+        name, _, seconds = item.partition("=")
+        try:
+            limits[name] = float(seconds)
+        except ValueError:
+            sys.exit(f"gpu_matrix: --limit {item!r}: expected STEP=SECONDS")
+    return limits
 
 
 def pass_on_sigterm(signum, frame) -> None:
@@ -307,6 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--bench-seconds", type=float, default=1.0, help="seconds per row [1]")
     parser.add_argument("--generate-tokens", type=int, default=64, help="tokens decoded [64]")
+    parser.add_argument("--only", action="append", help="run only this step (repeat)")
+    parser.add_argument(
+        "--limit", action="append", default=[], help="STEP=SECONDS: stop a step after (repeat)"
+    )
+    parser.add_argument(
+        "--timed-first", action="store_true", help="the bench steps before the others"
+    )
     parser.add_argument(
         "--tconform", help="command that runs tconform (default: preload CUDA DLLs, then tconform)"
     )
@@ -335,14 +382,25 @@ def main(argv: list[str] | None = None) -> int:
             options.bench_only,
         ),
     )
+    known = {step.name for step in steps}
+    limits = step_limits(options.limit)
+    unknown = sorted({*(options.only or ()), *limits} - known)
+    if unknown:
+        sys.exit(f"gpu_matrix: no step named {', '.join(unknown)} (steps: {', '.join(known)})")
+    steps = [step for step in steps if not options.only or step.name in options.only]
+    for step in steps:
+        step.limit_s = limits.get(step.name)
     signal.signal(signal.SIGTERM, pass_on_sigterm)
     chains: dict[str, list[Step]] = defaultdict(list)
     for step in steps:
         chains[step.chain].append(step)
     timed = chains.pop(TIMED, [])
+    if options.timed_first:
+        run_chain(timed, tconform, out)
     with ThreadPoolExecutor(max_workers=len(chains) or 1) as pool:
         list(pool.map(lambda chain: run_chain(chain, tconform, out), chains.values()))
-    run_chain(timed, tconform, out)
+    if not options.timed_first:
+        run_chain(timed, tconform, out)
     (out / "summary.md").write_text(summary(env, steps))
     print((out / "summary.md").read_text())
     return max(step.exit_code or 0 for step in steps)

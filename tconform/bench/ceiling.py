@@ -40,10 +40,12 @@ from tconform.export import QUANTIZERS
 from tconform.models import derived_file
 from tconform.module_check.convert import convert
 from tconform.runtimes import Runtime
+from tconform.runtimes.providers import DEVICE_TYPES
 from tconform.versions import cpu_name
 
 GEMM_SIZE = 2048  # large enough to be compute-bound, small enough to time in ~0.1 s on 2 cores
 COPY_BYTES = 256 * 2**20  # far beyond any last-level cache
+DEVICE_COPY_BYTES = 2**30  # a GPU copies 256 MiB in ~0.1 ms, near the launch and sync overhead
 PROBE_RUNS = 15  # the best of up to this many runs estimates a ceiling; medians include noise
 PROBE_SECONDS = 3.0  # ... or of the runs that fit in this budget (at least 3): a slow probe
 MIN_PROBE_RUNS = 3
@@ -231,6 +233,24 @@ def copy_bandwidth_gbs(nbytes: int | None = None) -> float:
     source = np.ones(nbytes // 4, dtype=np.float32)
     target = np.empty_like(source)
     return best_rate(lambda: np.copyto(target, source), 2 * nbytes, warmup=1)
+
+
+def device_copy_bandwidth_gbs(ep: str, device_id: int = 0) -> float | None:
+    """The copy bandwidth of provider `ep`'s own memory (a GPU's), through torch, counting bytes
+    read plus bytes written; None where this torch sees no such device."""
+    device_type = DEVICE_TYPES[ep]
+    backend = getattr(torch, device_type, None)
+    if backend is None or not backend.is_available():
+        return None
+    device = torch.device(device_type, device_id)
+    source = torch.ones(DEVICE_COPY_BYTES // 4, device=device)
+    target = torch.empty_like(source)
+
+    def copy() -> None:
+        target.copy_(source)
+        backend.synchronize(device)
+
+    return best_rate(copy, 2 * DEVICE_COPY_BYTES, warmup=1)
 
 
 def measure_ceiling(

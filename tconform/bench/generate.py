@@ -11,11 +11,11 @@ Per engine the report gives the encoder latency, per-token p50/p90 with and with
 tokens/s, the cache's bytes after N tokens, the per-token time at each prefix length (plotted),
 the cached step's ratio to torch eager's own cached step, and the memory floor per token: the
 weight bytes the engine's own decoder step reads (its file's initializers or its module's
-tensors, one embedding row) over the measured copy bandwidth (tconform.bench.ceiling), and
-the cached step's multiple of it. Each engine is also judged: fed the float64 oracle's greedy
-tokens (teacher forcing, untimed), its step log-probabilities against the oracle's under the
-generation tolerance of the precision it computes in (`verified`), with the share of steps
-whose top token is the oracle's.
+tensors, one embedding row) over the measured copy bandwidth of the memory it reads them from
+(the host's, or a GPU's own: tconform.bench.ceiling), and the cached step's multiple of it.
+Each engine is also judged: fed the float64 oracle's greedy tokens (teacher forcing, untimed),
+its step log-probabilities against the oracle's under the generation tolerance of the precision
+it computes in (`verified`), with the share of steps whose top token is the oracle's.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name
+from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name, device_copy_bandwidth_gbs
 from tconform.bench.engines import engine_runtime, engine_variant, weight_counter
 from tconform.bench.report import BenchReport, ending, is_own_json, is_own_markdown
 from tconform.bench.timing import round_sig, timed_runs
@@ -189,7 +189,7 @@ def _decode_row(engine, runtime, sessions, cfg, settings, feeds, ep: str) -> dic
         row["no_cache_by_prefix_ms"][last] / row["cached_by_prefix_ms"][last]
     )
     count = weight_counter(sessions[STEP.name])
-    if ep == "cpu" and count is not None:
+    if count is not None:
         row["step_weight_bytes"] = count(settings.batch)
     return row
 
@@ -263,6 +263,11 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
     oracle = generate(oracle_stepper, src_ids, src_keep, greedy, Strategy("greedy"))
     float32_bytes = decoder_step_weight_bytes(cfg)
     bandwidth = copy_bandwidth_gbs()
+    # A device's rows stream their weights from its own memory: their floor is its bandwidth.
+    device_id = int(settings.runtime_settings.get("device_id", 0))
+    bandwidths = {"cpu": bandwidth}
+    for ep in dict.fromkeys(ep for _, ep in engines if ep != "cpu"):
+        bandwidths[ep] = device_copy_bandwidth_gbs(ep, device_id)
     rows, unavailable, skipped, crashed = [], [], [], []
     report.update(
         {
@@ -278,6 +283,9 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
             "cpu": cpu_name(),
             "step_weight_bytes": float32_bytes,
             "copy_bandwidth_gbs": round_sig(bandwidth),
+            "device_copy_bandwidth_gbs": {
+                ep: round_sig(gbs) for ep, gbs in bandwidths.items() if ep != "cpu" and gbs
+            },
             "memory_floor_ms": round_sig(float32_bytes / (bandwidth * 1e6)),
             "rows": rows,
             "unavailable": unavailable,  # providers that cannot run (exit 3)
@@ -327,8 +335,8 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
             except WorkerCrashed as exc:  # its worker died decoding: a verdict, the run goes on
                 crashed.append({"engine": engine.name, "ep": ep, "reason": str(exc)})
                 continue
-        if "step_weight_bytes" in row:
-            row["memory_floor_ms"] = round_sig(row["step_weight_bytes"] / (bandwidth * 1e6))
+        if "step_weight_bytes" in row and bandwidths[ep]:
+            row["memory_floor_ms"] = round_sig(row["step_weight_bytes"] / (bandwidths[ep] * 1e6))
             row["floor_ratio"] = round_sig(row["cached_p50_ms"] / row["memory_floor_ms"])
         rows.append(row)
     _relate(report)
@@ -390,6 +398,10 @@ def table(report: dict) -> str:
         f"{report['copy_bandwidth_gbs']} GB/s copy bandwidth ({report['cpu']}); each row's "
         "floor is its own step's weight bytes"
     )
+    lines += [
+        f"{ep} rows: floor at the device's own copy bandwidth, {gbs} GB/s (torch)"
+        for ep, gbs in report.get("device_copy_bandwidth_gbs", {}).items()
+    ]
     fastest = report.get("fastest_verified")
     if fastest:
         text = (

@@ -153,6 +153,16 @@ def _probe_model() -> bytes:
     return model.SerializeToString()
 
 
+def _load_device_libraries() -> None:
+    """Let ONNX Runtime find the CUDA and cuDNN libraries pip installed (the nvidia-* packages)
+    in a process without torch, a runtime's worker (docs/versions.md): importing torch loads
+    them in tconform's own process. Never where torch is loaded: its own copies come first, and
+    a second cuDNN of another version breaks torch (docs/cuda.md)."""
+    if "torch" not in sys.modules and hasattr(ort, "preload_dlls"):  # ONNX Runtime >= 1.21
+        with contextlib.redirect_stdout(sys.stderr):  # its warnings are print()s
+            ort.preload_dlls()
+
+
 @functools.cache
 def unavailable_reason(ep: str) -> str | None:
     """None when provider `ep` really runs here; otherwise ONNX Runtime's own reason.
@@ -165,6 +175,7 @@ def unavailable_reason(ep: str) -> str | None:
         return f"this ONNX Runtime build ({ort.get_device()}) has no {provider}"
     if provider == "CPUExecutionProvider":
         return None
+    _load_device_libraries()
     with captured_stderr() as log:
         session = ort.InferenceSession(_probe_model(), providers=[provider, "CPUExecutionProvider"])
     if provider in session.get_providers():

@@ -79,7 +79,8 @@ def test_plan_covers_every_precision_sdpa_generation_check_tests_and_the_benches
     by_name = {s.name: s for s in steps}
     verifies = ["fp32", "tf32", "reduced", "sdpa", "generation"]
     checks = [f"check-{m}" for m in matrix.ZOO]
-    assert list(by_name) == [*verifies, *checks, "pytest-gpu", "bench", "bench-generate"]
+    assert list(by_name) == [*verifies, *checks, "worker", "pytest-gpu", "bench", "bench-generate"]
+    assert f"onnxruntime@{sys.executable}" in by_name["worker"].args  # a runtime out of process
     args = {name: step.args for name, step in by_name.items()}
     assert by_name["tf32"].chain == by_name["fp32"].chain  # TF32 reuses the float32 exports
     assert "--tf32" in args["tf32"] and "--tf32" not in args["fp32"]
@@ -252,3 +253,24 @@ def test_a_sigterm_is_passed_on_and_the_summary_still_written(tmp_path):
     assert (out / "summary.md").exists()
     assert "terminated, reports written" in (out / "fp32.log").read_text()
     assert not (out / "tf32.log").exists()  # tf32 follows fp32 in its chain: never started
+
+
+def test_only_the_named_steps_run_and_a_limit_stops_one_that_outruns_it(tmp_path):
+    """A short lease runs a few steps (--only), each within its own seconds (--limit): past
+    them the step gets SIGTERM, writes its reports, and the matrix goes on to its summary."""
+    import time
+
+    fake = tmp_path / "slow_tconform.py"
+    fake.write_text(SLOW_TCONFORM)
+    out = tmp_path / "run"
+    args = ["--out", str(out), "--eps", "cpu", "--tconform", f"{sys.executable} {fake}"]
+    started = time.monotonic()
+    code = _load_matrix().main([*args, "--only", "fp32", "--limit", "fp32=1"])
+    assert code == 143 and time.monotonic() - started < 30  # not the fake's 60 s
+    assert "terminated, reports written" in (out / "fp32.log").read_text()
+    assert not (out / "tf32.log").exists() and not (out / "sdpa.log").exists()
+    assert "| fp32 | 143 |" in (out / "summary.md").read_text()
+    with pytest.raises(SystemExit, match="no step named bench"):  # no GPU: no bench step
+        _load_matrix().main([*args, "--only", "bench"])
+    with pytest.raises(SystemExit, match="expected STEP=SECONDS"):
+        _load_matrix().main([*args, "--limit", "fp32=soon"])
