@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from tconform.results import Status
 from tconform.runtimes import RUNTIMES, runtime_class
-from tconform.runtimes.specs import base_name
 
 EAGER = "torch"  # torch eager float32: the peer every ratio starts from
 
@@ -37,14 +36,15 @@ def best_variants(rows: list[dict]) -> list[dict]:
     fastest whose outputs passed (else the fastest, and the entry says it is not verified)."""
     # here, not at the top: a report of a run refused before it started (its options) is
     # written without the engines' imports (torch among them, seconds)
-    from tconform.bench.engines import BASELINE, GRAPH_VARIANTS
+    from tconform.bench.engines import BASELINE, IO_BINDING, engine_variant, io_bound
 
     passed = [r for r in rows if r.get("status") == Status.PASS]
     summary = []
     for key in dict.fromkeys(_key(r) for r in passed):
         of_key = {r["engine"]: r for r in passed if _key(r) == key}
-        # each graph variant, on the installed runtime or on a release of it (ENGINE==VERSION)
-        variants = [r for e, r in of_key.items() if base_name(e) in GRAPH_VARIANTS]
+        # each graph variant, on the installed runtime or on a release of it (ENGINE==VERSION),
+        # with its outputs copied to numpy or bound on the device (what a GPU deployment runs)
+        variants = [r for e, r in of_key.items() if engine_variant(e) is not None]
         if not variants:
             continue
         best = min([v for v in variants if _verified(v)] or variants, key=lambda r: r["p50_ms"])
@@ -64,9 +64,10 @@ def best_variants(rows: list[dict]) -> list[dict]:
             "p50_ms": best["p50_ms"],
             "peak_fraction": best.get("peak_fraction"),
         }
-        if BASELINE in of_key:
-            entry["plain_p50_ms"] = of_key[BASELINE]["p50_ms"]
-            entry["gain_over_plain"] = _kept(of_key[BASELINE]["p50_ms"] / best["p50_ms"])
+        plain = BASELINE + IO_BINDING if io_bound(best["engine"]) else BASELINE  # like for like
+        if plain in of_key:
+            entry["plain_p50_ms"] = of_key[plain]["p50_ms"]
+            entry["gain_over_plain"] = _kept(of_key[plain]["p50_ms"] / best["p50_ms"])
         if EAGER in of_key:
             entry["torch_p50_ms"] = of_key[EAGER]["p50_ms"]
             entry["vs_torch"] = _kept(best["p50_ms"] / of_key[EAGER]["p50_ms"])
