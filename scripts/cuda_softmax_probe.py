@@ -1,14 +1,16 @@
-"""Time one Softmax over the output head's vocabulary axis, as the base model's float16 graph
-runs it at 64x128, on ONNX Runtime's provider and in torch, in float16 and float32.
+"""Time one Softmax over the last axis of the shapes the base model's graph has at 64x128 (the
+output head's vocabulary, an attention's keys), on ONNX Runtime's provider and in torch, in
+float16 and float32.
 
-    python scripts/cuda_softmax_probe.py [--ep cuda] [--shape 64,128,37000] [--runs 20]
+    python scripts/cuda_softmax_probe.py [--ep cuda] [--shape 64,128,37000 ...] [--runs 20]
 
 Why (docs/cuda.md, run 4): bound on an H200, the float16 transformer at 64x128 spent half its
 kernel time in Softmax nodes, while its share of the float16 GEMM ceiling stopped at 53 %. A
 single Softmax over (batch, seq, vocabulary) reads and writes 2 x 0.6 GB in float16: at the
-device's copy bandwidth that is a fraction of a millisecond. Each row: median ms over `--runs`
-calls with inputs and outputs bound on the device, and the bandwidth that implies (bytes read
-plus written), beside torch.softmax on the same tensor.
+device's copy bandwidth that is a fraction of a millisecond (measured so: 0.53 ms), so the
+next suspect is the 18 attention softmaxes, each over (64, 8, 128, 128). Each row: median ms
+over `--runs` calls with inputs and outputs bound on the device, and the bandwidth that implies
+(bytes read plus written), beside torch.softmax on the same tensor.
 """
 
 # torch before onnxruntime: its CUDA libraries are the ones ONNX Runtime then finds
@@ -25,6 +27,7 @@ from onnx import TensorProto, helper
 
 from tconform.runtimes.providers import PROVIDERS
 
+SHAPES = ("64,128,37000", "64,8,128,128")  # the vocabulary softmax, an attention's
 ELEMENT = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}
 
 
@@ -71,20 +74,25 @@ def torch_ms(dtype: str, shape: tuple[int, ...], ep: str, runs: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ep", default="cuda")
-    parser.add_argument("--shape", default="64,128,37000")
+    parser.add_argument("--shape", action="append", help="comma-separated (repeat) [both above]")
     parser.add_argument("--runs", type=int, default=20)
     options = parser.parse_args()
-    shape = tuple(int(n) for n in options.shape.split(","))
-    elements = int(np.prod(shape))
-    print(f"onnxruntime {ort.__version__}, torch {torch.__version__}, shape {shape}, {options.ep}")
-    print(f"{'what':32s} {'ms':>8s} {'GB/s':>8s}")
-    for dtype in ("float16", "float32"):
-        moved = 2 * elements * np.dtype(dtype).itemsize  # read once, written once
-        rows = [(f"ort {op} {dtype}", ort_ms(op, dtype, shape, options.ep, options.runs))
-                for op in ("Softmax", "LogSoftmax")]  # fmt: skip
-        rows.append((f"torch.softmax {dtype}", torch_ms(dtype, shape, options.ep, options.runs)))
-        for what, ms in rows:
-            print(f"{what:32s} {ms:8.3f} {moved / ms / 1e6:8.1f}")
+    print(f"onnxruntime {ort.__version__}, torch {torch.__version__}, {options.ep}")
+    for text in options.shape or SHAPES:
+        shape = tuple(int(n) for n in text.split(","))
+        print(f"\n{'shape ' + text:32s} {'ms':>8s} {'GB/s':>8s}")
+        for dtype in ("float16", "float32"):
+            probe(shape, dtype, options)
+
+
+def probe(shape: tuple[int, ...], dtype: str, options: argparse.Namespace) -> None:
+    """One line per way of computing it: ms and the bandwidth it implies."""
+    moved = 2 * int(np.prod(shape)) * np.dtype(dtype).itemsize  # read once, written once
+    rows = [(f"ort {op} {dtype}", ort_ms(op, dtype, shape, options.ep, options.runs))
+            for op in ("Softmax", "LogSoftmax")]  # fmt: skip
+    rows.append((f"torch.softmax {dtype}", torch_ms(dtype, shape, options.ep, options.runs)))
+    for what, ms in rows:
+        print(f"{what:32s} {ms:8.3f} {moved / ms / 1e6:8.1f}")
 
 
 if __name__ == "__main__":
