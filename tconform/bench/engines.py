@@ -63,6 +63,9 @@ GRAPH_VARIANTS = {
     # (keep_io_types), or exported in bfloat16 (tconform.module_check.convert)
     "onnxruntime-fp16": GraphVariant(dtype="float16"),
     "onnxruntime-bf16": GraphVariant(dtype="bfloat16"),
+    # the sdpa export in float16: one ONNX Attention node per attention, where a GPU provider
+    # has fused kernels for it (the float16 plain graph spends half its GPU time in Softmax)
+    "onnxruntime-sdpa-fp16": GraphVariant(attention="sdpa", dtype="float16"),
     # onnxruntime.quantization.quantize_dynamic of the float32 export (tconform export --dtype
     # int8, a user's model's int8 cell): int8 weights, activations quantised per call
     "onnxruntime-int8": GraphVariant(dtype="int8"),
