@@ -44,6 +44,10 @@ from tconform.runtimes.providers import DEVICE_TYPES
 from tconform.versions import cpu_name
 
 GEMM_SIZE = 2048  # large enough to be compute-bound, small enough to time in ~0.1 s on 2 cores
+# On a GPU a 2048^3 float16 product takes ~0.06 ms, too short to fill the device or to time
+# well: on two H200s its rate was 311 and 258 TFLOP/s while the model's own stayed at 166-169
+# (docs/cuda.md, runs 4 and 6). 4096^3 is eight times the work.
+GEMM_SIZE_ON_DEVICE = 4096
 COPY_BYTES = 256 * 2**20  # far beyond any last-level cache
 DEVICE_COPY_BYTES = 2**30  # a GPU copies 256 MiB in ~0.1 ms, near the launch and sync overhead
 PROBE_RUNS = 15  # the best of up to this many runs estimates a ceiling; medians include noise
@@ -188,10 +192,12 @@ def _openvino_bf16(runtime_for: RuntimeFor, ep: str) -> float:
 
 def _onnx_probe(dtype: str) -> Callable[[RuntimeFor, str], tuple[float, int]]:
     """ONNX Runtime on the MatMul model of `dtype` (float32, or quantised to int8 or int4)."""
-    return lambda runtime_for, ep: (
-        onnx_gemm_gflops(runtime_for("onnxruntime", ep), dtype=dtype),
-        GEMM_SIZE,
-    )
+
+    def probe(runtime_for: RuntimeFor, ep: str) -> tuple[float, int]:
+        size = GEMM_SIZE_ON_DEVICE if ep in DEVICE_TYPES else GEMM_SIZE
+        return onnx_gemm_gflops(runtime_for("onnxruntime", ep), size, dtype), size
+
+    return probe
 
 
 PROBES = (

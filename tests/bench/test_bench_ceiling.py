@@ -69,3 +69,19 @@ def test_a_rows_share_is_of_its_own_precisions_ceiling():
     assert share_of_ceiling(10.0, "int4", block)[0] is None
     # a block without precisions (an older report): float32's is gemm_gflops
     assert share_of_ceiling(50.0, "float32", {"gemm_gflops": 100.0}) == (0.5, "")
+
+
+def test_a_gpu_probe_times_a_larger_product_than_a_cpu_probe(monkeypatch):
+    """A 2048^3 product is over in ~0.06 ms on a GPU, too short to fill it (docs/cuda.md)."""
+    sizes = {}
+
+    def gemm(runtime, size, dtype):
+        sizes[runtime] = size
+        return 1.0
+
+    monkeypatch.setattr(ceiling, "onnx_gemm_gflops", gemm)
+    probe = next(p for p in ceiling.PROBES if p.runtime == "onnxruntime" and "cuda" in p.eps)
+    for ep in ("cpu", "cuda"):
+        assert probe.measure(lambda name, ep: ep, ep) == (1.0, sizes[ep])
+    assert sizes == {"cpu": ceiling.GEMM_SIZE, "cuda": ceiling.GEMM_SIZE_ON_DEVICE}
+    assert ceiling.GEMM_SIZE_ON_DEVICE > ceiling.GEMM_SIZE
