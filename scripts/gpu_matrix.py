@@ -158,7 +158,7 @@ def plan(
         ]
     if gpu_eps:
         # A runtime out of process (`--runtime NAME@PYTHON`, docs/versions.md): its worker
-        # imports no torch, so it loads the CUDA libraries itself (providers.unavailable_reason).
+        # imports no torch, so it loads the CUDA libraries itself (providers.load_device_libraries).
         steps.append(verify("worker", "--runtime", f"onnxruntime@{sys.executable}", "--no-doc"))
     if with_tests and gpu_eps:
         steps.append(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import re
 import sys
@@ -153,13 +154,14 @@ def _probe_model() -> bytes:
     return model.SerializeToString()
 
 
-def _load_device_libraries() -> None:
-    """Let ONNX Runtime find the CUDA and cuDNN libraries pip installed (the nvidia-* packages)
-    in a process without torch, a runtime's worker (docs/versions.md): importing torch loads
-    them in tconform's own process. Never where torch is loaded: its own copies come first, and
-    a second cuDNN of another version breaks torch (docs/cuda.md)."""
+def load_device_libraries() -> None:
+    """In a runtime's worker (docs/versions.md), before its first session on a GPU: let ONNX
+    Runtime find the CUDA and cuDNN libraries pip installed (the nvidia-* packages), which
+    importing torch loads in tconform's own process. Never in a process that has or may later
+    load torch: its own copies must come first, and a second cuDNN of another version breaks
+    it (docs/cuda.md). What cannot be found is left to the provider's probe to report."""
     if "torch" not in sys.modules and hasattr(ort, "preload_dlls"):  # ONNX Runtime >= 1.21
-        with contextlib.redirect_stdout(sys.stderr):  # its warnings are print()s
+        with contextlib.redirect_stdout(io.StringIO()):  # print()s, one per library not found
             ort.preload_dlls()
 
 
@@ -175,7 +177,6 @@ def unavailable_reason(ep: str) -> str | None:
         return f"this ONNX Runtime build ({ort.get_device()}) has no {provider}"
     if provider == "CPUExecutionProvider":
         return None
-    _load_device_libraries()
     with captured_stderr() as log:
         session = ort.InferenceSession(_probe_model(), providers=[provider, "CPUExecutionProvider"])
     if provider in session.get_providers():
