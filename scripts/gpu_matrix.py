@@ -360,11 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
 
     out: Path = options.out
-    out.mkdir(parents=True, exist_ok=True)
     tconform = shlex.split(options.tconform) if options.tconform else PRELOADED_TCONFORM
-    env = environment()
-    (out / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
-
     steps = plan(
         out,
         options.eps,
@@ -390,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = [step for step in steps if not options.only or step.name in options.only]
     for step in steps:
         step.limit_s = limits.get(step.name)
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    (out / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
     signal.signal(signal.SIGTERM, pass_on_sigterm)
     chains: dict[str, list[Step]] = defaultdict(list)
     for step in steps:
