@@ -138,6 +138,19 @@ def test_a_bad_option_still_writes_every_report_with_its_error(cli, tmp_path):
     assert "--opset" in json.loads(paths["json"].read_text())["error"]["message"]
 
 
+def test_a_report_format_given_twice_is_refused_and_neither_file_written(cli, tmp_path):
+    """`--json A ... --json B` (a CI line extended by appending) would lose A without a word;
+    it is a usage error, the other formats still carry it, and neither JSON file is written."""
+    a, b, md = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "r.md"
+    for check in ("verify", "check"):
+        args = (check, "--json", str(a), "--markdown", str(md), f"--json={b}")
+        code, _, err = cli(*args, *(() if check == "verify" else ("examples.tiny_gpt:make",)))
+        assert code == 2 and one_line(err) and "--json given 2 times" in err, err
+        assert not a.exists() and not b.exists()
+        assert "--json given 2 times" in md.read_text()
+        md.unlink()
+
+
 def test_a_bad_options_report_never_replaces_what_tconform_did_not_write(cli, tmp_path):
     users = tmp_path / "notes.json"  # a user's own JSON
     users.write_text('{"mine": true}\n')

@@ -443,14 +443,23 @@ def artifacts_option(help: str):
 def report_options(*formats: str):
     """The report group: one option per format of tconform.report.formats.FORMATS (`--json`,
     `--junit`, `--markdown`, `--plot`), each a ReportPath checked before the run. The command
-    receives them as one `reports` parameter (format -> path or None); two naming one file is a
-    usage error."""
+    receives them as one `reports` parameter (format -> path or None); two naming one file, or
+    one given twice (a script that appends `--json B` to a line holding `--json A` would
+    silently lose A), is a usage error."""
     from tconform.report.formats import FORMATS
+
+    def once(fmt: str, given: tuple) -> object:
+        if len(given) > 1:
+            raise click.UsageError(
+                f"{FORMATS[fmt].flag} given {len(given)} times ({', '.join(map(str, given))}): "
+                "one file per format"
+            )
+        return given[0] if given else None
 
     def decorate(command):
         @functools.wraps(command)
         def with_reports(*args, **kwargs):
-            reports = {fmt: kwargs.pop(FORMATS[fmt].dest) for fmt in formats}
+            reports = {fmt: once(fmt, kwargs.pop(FORMATS[fmt].dest)) for fmt in formats}
             paths = [resolved(path) for path in reports.values() if path is not None]
             if len(set(paths)) < len(paths):
                 raise click.UsageError("two report options name the same file; give each its own")
@@ -460,7 +469,7 @@ def report_options(*formats: str):
         for fmt in reversed(formats):
             spec = FORMATS[fmt]
             with_reports = click.option(
-                spec.flag, spec.dest, type=ReportPath(spec.suffix), help=spec.help
+                spec.flag, spec.dest, type=ReportPath(spec.suffix), multiple=True, help=spec.help
             )(with_reports)
         return with_reports
 

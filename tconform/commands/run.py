@@ -262,8 +262,9 @@ def write_error_reports(
 def report_arguments(command: click.Command, args: list[str]) -> dict[str, str]:
     """The report options (tconform.report.formats) in `args`, read as click would read them but
     without its parser, so that an unknown option or a bad value before `--json FILE` does not
-    hide it: each known option takes its own number of values, anything else one token, and a
-    later `--json` wins over an earlier one, as in click."""
+    hide it: each known option takes its own number of values, anything else one token. A
+    format given twice is a usage error of its own (report_options), and neither file is
+    written: which one the user meant is not known."""
     from tconform.report.formats import FORMATS
 
     takes: dict[str, int] = {}
@@ -274,6 +275,7 @@ def report_arguments(command: click.Command, args: list[str]) -> dict[str, str]:
                 takes[opt] = count
     flags = {spec.flag: fmt for fmt, spec in FORMATS.items() if spec.flag in takes}
     found: dict[str, str] = {}
+    twice: set[str] = set()
     at = 0
     while at < len(args):
         token = args[at]
@@ -281,16 +283,20 @@ def report_arguments(command: click.Command, args: list[str]) -> dict[str, str]:
             break
         name, equals, value = token.partition("=")
         if token.startswith("--") and equals:
-            if name in flags:
-                found[flags[name]] = value
+            given = (name, value) if name in flags else None
             at += 1
         elif token in flags:
-            if at + 1 < len(args):
-                found[flags[token]] = args[at + 1]
+            given = (token, args[at + 1]) if at + 1 < len(args) else None
             at += 2
         else:
+            given = None
             at += 1 + takes.get(token, 0)
-    return found
+        if given is not None:
+            fmt = flags[given[0]]
+            if fmt in found:
+                twice.add(fmt)
+            found[fmt] = given[1]
+    return {fmt: path for fmt, path in found.items() if fmt not in twice}
 
 
 def _leaf_command(group: click.Group, argv: list[str]) -> tuple[click.Command | None, list]:
