@@ -1,6 +1,6 @@
-"""Time one Softmax over the last axis of the shapes the base model's graph has at 64x128 (the
-output head's vocabulary, an attention's keys), on ONNX Runtime's provider and in torch, in
-float16 and float32.
+"""Time Softmax (and LogSoftmax) over the last axis of the shapes the base model's graph has
+at 64x128 (the output head's vocabulary, an attention's keys), on ONNX Runtime's provider and in
+torch, in float16 and float32.
 
     python scripts/cuda_softmax_probe.py [--ep cuda] [--shape 64,128,37000 ...] [--runs 20]
 

@@ -14,7 +14,7 @@ Each step is one command in its own process. By default a tconform process calls
 `onnxruntime.preload_dlls()` before tconform starts, so the CUDA and cuDNN libraries that pip
 installed beside PyTorch (the nvidia-* packages) are found. The steps of one chain run in order;
 the chains run side by side (a GPU machine has the cores, and none of them is timed); the bench
-steps run last, alone, since they are (first with --timed-first: on a short lease the timed
+steps, which are timed, run alone: last, or first with --timed-first (on a short lease the timed
 targets come before the rest). `--only` keeps the named steps; `--limit STEP=SECONDS` ends a step
 that outruns its seconds as the lease's limit would (SIGTERM: it writes its reports). The output
 folder receives one JSON report per step
@@ -26,8 +26,11 @@ or environment error, 3 a provider could not run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import math
+import os
 import shlex
 import signal
 import subprocess
@@ -48,7 +51,8 @@ PRELOADED_TCONFORM = [
     "-c",
     "import sys; " + PRELOAD + "from tconform.cli import main; main(sys.argv[1:])",
 ]
-# pytest likewise: the gpu-marked tests open CUDA sessions in the pytest process itself.
+# pytest likewise: the gpu-marked tests open CUDA sessions in its processes (torch imported
+# first there too, by the tests' own imports, under xdist).
 PRELOADED_PYTEST = [
     sys.executable,
     "-c",
@@ -66,7 +70,7 @@ BENCH_SHAPES = ("1x32", "8x128", "64x128")
 # The bench's engines: ONNX Runtime's plain, sdpa and float16 graphs (each with an IO-binding
 # row beside it on the GPU) against torch eager on the GPU.
 BENCH_ENGINES = ("onnxruntime", "onnxruntime-sdpa", "onnxruntime-fp16", "torch")
-TIMED = "timed"  # the chain of the benches: run alone, after every other chain
+TIMED = "timed"  # the chain of the benches: run alone, before or after every other chain
 STOP_GRACE_S = 15  # after a step's limit: seconds between SIGTERM (reports written) and SIGKILL
 
 
@@ -288,7 +292,9 @@ def run_chain(steps: list[Step], tconform: list[str], out: Path) -> None:
         command = step.args if step.program else [*tconform, *step.args]
         print(f"== {step.name}: {shlex.join(command)}", flush=True)
         with open(out / f"{step.name}.log", "w") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
             RUNNING.add(process)
             step.exit_code = _wait(process, step.limit_s)
             RUNNING.discard(process)
@@ -296,36 +302,47 @@ def run_chain(steps: list[Step], tconform: list[str], out: Path) -> None:
         print(f"   {step.name}: exit {step.exit_code}", flush=True)
 
 
+def _signal(process: subprocess.Popen, signum: int) -> None:
+    """To the step's whole process group: pytest's xdist workers, tconform's export workers."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
+
+
 def _wait(process: subprocess.Popen, limit_s: float | None) -> int:
-    """The step's exit code; past `limit_s`, SIGTERM (its reports are written), then SIGKILL."""
+    """The step's exit code (128 + N for one ended by signal N, as a shell says); past
+    `limit_s`, SIGTERM (its reports are written), then SIGKILL."""
     try:
-        return process.wait(timeout=limit_s)
+        code = process.wait(timeout=limit_s)
     except subprocess.TimeoutExpired:
         print(f"   limit of {limit_s:g} s reached: stopped", flush=True)
-        process.terminate()
+        _signal(process, signal.SIGTERM)
         try:
-            return process.wait(timeout=STOP_GRACE_S)
+            code = process.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
-            process.kill()
-            return process.wait()
+            _signal(process, signal.SIGKILL)
+            code = process.wait()
+    return 128 - code if code < 0 else code
 
 
-def step_limits(items: list[str]) -> dict[str, float]:
-    """--limit STEP=SECONDS items as a dict; a malformed one ends the script (exit 2)."""
+def step_limits(items: list[str], parser: argparse.ArgumentParser) -> dict[str, float]:
+    """--limit STEP=SECONDS items as a dict; a malformed one is a usage error (exit 2)."""
     limits = {}
     for item in items:
-        name, _, seconds = item.partition("=")
+        name, _, text = item.partition("=")
         try:
-            limits[name] = float(seconds)
+            seconds = float(text)
         except ValueError:
-            sys.exit(f"gpu_matrix: --limit {item!r}: expected STEP=SECONDS")
+            seconds = math.nan
+        if not name or not 0 < seconds < math.inf:
+            parser.error(f"--limit {item!r}: expected STEP=SECONDS, SECONDS a positive number")
+        limits[name] = seconds
     return limits
 
 
-def pass_on_sigterm(signum, frame) -> None:
+def pass_on_signal(signum, frame) -> None:
     STOPPED.set()
     for process in list(RUNNING):
-        process.terminate()
+        _signal(process, signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -378,18 +395,23 @@ def main(argv: list[str] | None = None) -> int:
             options.bench_only,
         ),
     )
-    known = {step.name for step in steps}
-    limits = step_limits(options.limit)
-    unknown = sorted({*(options.only or ()), *limits} - known)
-    if unknown:
-        sys.exit(f"gpu_matrix: no step named {', '.join(unknown)} (steps: {', '.join(known)})")
-    steps = [step for step in steps if not options.only or step.name in options.only]
+    known = [step.name for step in steps]
+    only = options.only or known
+    if unknown := [name for name in only if name not in known]:
+        parser.error(f"--only: no step named {', '.join(unknown)} (steps: {', '.join(known)})")
+    steps = [step for step in steps if step.name in only]
+    limits = step_limits(options.limit, parser)
+    if outside := [name for name in limits if name not in only]:
+        parser.error(f"--limit: {', '.join(outside)} is not a step of this run ({', '.join(only)})")
     for step in steps:
         step.limit_s = limits.get(step.name)
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
     (out / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
-    signal.signal(signal.SIGTERM, pass_on_sigterm)
+    # Each step leads a process group of its own (so a limit reaches all of it): the lease's
+    # SIGTERM and a Ctrl-C are passed on to every running one.
+    signal.signal(signal.SIGTERM, pass_on_signal)
+    signal.signal(signal.SIGINT, pass_on_signal)
     chains: dict[str, list[Step]] = defaultdict(list)
     for step in steps:
         chains[step.chain].append(step)

@@ -243,12 +243,21 @@ def copy_bandwidth_gbs(nbytes: int | None = None) -> float:
 
 def device_copy_bandwidth_gbs(ep: str, device_id: int = 0) -> float | None:
     """The copy bandwidth of provider `ep`'s own memory (a GPU's), through torch, counting bytes
-    read plus bytes written; None where this torch sees no such device."""
-    device_type = DEVICE_TYPES[ep]
-    backend = getattr(torch, device_type, None)
+    read plus bytes written; None where this torch sees no such device or cannot fill it (the
+    rows then go without a floor; the run goes on)."""
+    device_type = DEVICE_TYPES.get(ep)
+    backend = getattr(torch, device_type, None) if device_type else None
     if backend is None or not backend.is_available():
         return None
-    device = torch.device(device_type, device_id)
+    try:
+        return _copy_rate(backend, torch.device(device_type, device_id))
+    except RuntimeError:  # no such device, out of its memory
+        return None
+    finally:
+        backend.empty_cache()  # the copies' GiBs back to the device, not kept for torch
+
+
+def _copy_rate(backend, device: torch.device) -> float:
     source = torch.ones(DEVICE_COPY_BYTES // 4, device=device)
     target = torch.empty_like(source)
 

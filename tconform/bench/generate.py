@@ -55,6 +55,7 @@ from tconform.registry import ENCODER, GENERATION_CASES, STEP, Shape
 from tconform.report.formats import Writer
 from tconform.results import Status
 from tconform.runtimes import label, make_runtime, runtime_class
+from tconform.runtimes.providers import DEVICE_TYPES
 from tconform.runtimes.specs import base_name
 from tconform.weights import DEFAULT_SEED, make_params
 
@@ -265,9 +266,10 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
     bandwidth = copy_bandwidth_gbs()
     # A device's rows stream their weights from its own memory: their floor is its bandwidth.
     device_id = int(settings.runtime_settings.get("device_id", 0))
-    bandwidths = {"cpu": bandwidth}
-    for ep in dict.fromkeys(ep for _, ep in engines if ep != "cpu"):
-        bandwidths[ep] = device_copy_bandwidth_gbs(ep, device_id)
+    bandwidths = {
+        ep: device_copy_bandwidth_gbs(ep, device_id)
+        for ep in dict.fromkeys(ep for _, ep in engines if ep in DEVICE_TYPES)
+    }
     rows, unavailable, skipped, crashed = [], [], [], []
     report.update(
         {
@@ -284,7 +286,7 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
             "step_weight_bytes": float32_bytes,
             "copy_bandwidth_gbs": round_sig(bandwidth),
             "device_copy_bandwidth_gbs": {
-                ep: round_sig(gbs) for ep, gbs in bandwidths.items() if ep != "cpu" and gbs
+                ep: round_sig(gbs) for ep, gbs in bandwidths.items() if gbs
             },
             "memory_floor_ms": round_sig(float32_bytes / (bandwidth * 1e6)),
             "rows": rows,
@@ -335,8 +337,10 @@ def run_generate_bench(settings: GenerateSettings, log, into: dict | None = None
             except WorkerCrashed as exc:  # its worker died decoding: a verdict, the run goes on
                 crashed.append({"engine": engine.name, "ep": ep, "reason": str(exc)})
                 continue
-        if "step_weight_bytes" in row and bandwidths[ep]:
-            row["memory_floor_ms"] = round_sig(row["step_weight_bytes"] / (bandwidths[ep] * 1e6))
+        # a provider without memory of its own reads its weights from the host's
+        row_bandwidth = bandwidths.get(ep, bandwidth)
+        if "step_weight_bytes" in row and row_bandwidth:
+            row["memory_floor_ms"] = round_sig(row["step_weight_bytes"] / (row_bandwidth * 1e6))
             row["floor_ratio"] = round_sig(row["cached_p50_ms"] / row["memory_floor_ms"])
         rows.append(row)
     _relate(report)

@@ -42,7 +42,6 @@ import numpy as np
 from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
 from tconform.runtimes import make_runtime
 from tconform.runtimes.protocol import Channel, ChannelClosed, dtype_name
-from tconform.runtimes.providers import DEVICE_TYPES, load_device_libraries
 from tconform.runtimes.timing import peak_rss_mb, reset_peak_rss, rss_mb, timed_runs
 
 
@@ -89,7 +88,10 @@ class Worker:
     def handle(self, op: str, request: dict, tensors: dict[str, np.ndarray]):
         """(reply, tensors) for one request."""
         if op == "start":
-            if request["ep"] in DEVICE_TYPES:
+            if request["ep"] != "cpu":  # a GPU: only ONNX Runtime runs one in a worker
+                # here, not at the top: a worker for OpenVINO has no onnxruntime to import
+                from tconform.runtimes.providers import load_device_libraries
+
                 load_device_libraries()  # no torch here to have loaded them
             runtime = make_runtime(request["runtime"], request["ep"], **request["options"])
             number = next(self.ids)

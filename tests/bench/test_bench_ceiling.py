@@ -85,3 +85,24 @@ def test_a_gpu_probe_times_a_larger_product_than_a_cpu_probe(monkeypatch):
         assert probe.measure(lambda name, ep: ep, ep) == (1.0, sizes[ep])
     assert sizes == {"cpu": ceiling.GEMM_SIZE, "cuda": ceiling.GEMM_SIZE_ON_DEVICE}
     assert ceiling.GEMM_SIZE_ON_DEVICE > ceiling.GEMM_SIZE
+
+
+def test_a_devices_copy_bandwidth_is_none_where_it_cannot_be_measured(monkeypatch):
+    """A GPU row's floor is at its own memory's bandwidth; where torch sees no such device, or
+    the copy cannot be made (no such device id, out of its memory), the rows go without a
+    floor and the run goes on."""
+    assert ceiling.device_copy_bandwidth_gbs("cpu") is None  # the host's is copy_bandwidth_gbs
+    freed = []
+
+    class Device:  # a torch backend whose device is there but refuses the copy
+        is_available = staticmethod(lambda: True)
+        empty_cache = staticmethod(lambda: freed.append(1))
+
+    def refuse(backend, device):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(ceiling.torch, "cuda", Device, raising=False)
+    monkeypatch.setattr(ceiling, "_copy_rate", refuse)
+    assert ceiling.device_copy_bandwidth_gbs("cuda", 7) is None and freed == [1]
+    monkeypatch.setattr(ceiling, "_copy_rate", lambda backend, device: 4150.0)
+    assert ceiling.device_copy_bandwidth_gbs("cuda") == 4150.0

@@ -255,7 +255,7 @@ def test_a_sigterm_is_passed_on_and_the_summary_still_written(tmp_path):
     assert not (out / "tf32.log").exists()  # tf32 follows fp32 in its chain: never started
 
 
-def test_only_the_named_steps_run_and_a_limit_stops_one_that_outruns_it(tmp_path):
+def test_only_the_named_steps_run_and_a_limit_stops_one_that_outruns_it(tmp_path, capsys):
     """A short lease runs a few steps (--only), each within its own seconds (--limit): past
     them the step gets SIGTERM, writes its reports, and the matrix goes on to its summary."""
     import time
@@ -270,7 +270,43 @@ def test_only_the_named_steps_run_and_a_limit_stops_one_that_outruns_it(tmp_path
     assert "terminated, reports written" in (out / "fp32.log").read_text()
     assert not (out / "tf32.log").exists() and not (out / "sdpa.log").exists()
     assert "| fp32 | 143 |" in (out / "summary.md").read_text()
-    with pytest.raises(SystemExit, match="no step named bench"):  # no GPU: no bench step
-        _load_matrix().main([*args, "--only", "bench"])
-    with pytest.raises(SystemExit, match="expected STEP=SECONDS"):
-        _load_matrix().main([*args, "--limit", "fp32=soon"])
+    refused = {
+        "no step named bench": ["--only", "bench"],  # no GPU: no bench step
+        "expected STEP=SECONDS": ["--limit", "fp32=soon"],
+        "a positive number": ["--limit", "fp32=-5"],
+        "tf32 is not a step of this run": ["--only", "fp32", "--limit", "tf32=5"],
+    }
+    for message, extra in refused.items():
+        with pytest.raises(SystemExit) as stopped:  # checked before anything runs
+            _load_matrix().main([*args, *extra])
+        assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_step_ended_by_a_signal_counts_as_the_shell_says_and_its_group_goes_too(tmp_path):
+    """pytest has no SIGTERM handler: a step so ended returns -15, which must not read as a
+    pass; and its own children (xdist's workers) end with it."""
+    import os
+    import time
+
+    matrix = _load_matrix()
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    while not pid_file.exists() or not pid_file.read_text():
+        time.sleep(0.1)
+    assert matrix._wait(process, limit_s=0.5) == 128 + 15
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the step's child outlived it")

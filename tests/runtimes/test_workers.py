@@ -219,3 +219,41 @@ def test_an_interpreter_that_never_answers_is_ended_with_what_it_started(tmp_pat
     assert not [
         p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]
     ]
+
+
+WORKER_WITHOUT_ONNXRUNTIME = """
+import sys
+sys.modules["onnxruntime"] = None  # an environment made for openvino==X holds no onnxruntime
+from tconform.runtimes.worker import Worker
+reply, _ = Worker().handle("start", {"runtime": "onnx-reference", "ep": "cpu", "options": {}}, {})
+print(reply["precision"])
+"""
+
+
+def test_a_worker_without_onnxruntime_starts_its_runtime():
+    """A worker imports only what its runtime needs: an environment made for OpenVINO or the
+    reference evaluator has no onnxruntime (its GPU libraries are ONNX Runtime's concern)."""
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_WITHOUT_ONNXRUNTIME], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "float32", done.stderr
+
+
+def test_a_gpu_runtime_in_a_worker_preloads_its_libraries_silently_and_never_beside_torch(
+    monkeypatch, capsys
+):
+    from tconform.runtimes import providers
+
+    calls = []
+
+    def preload():
+        calls.append(1)
+        print("Failed to load libcublasLt.so.13")  # what ONNX Runtime prints where none is found
+
+    monkeypatch.setattr(providers.ort, "preload_dlls", preload, raising=False)
+    providers.load_device_libraries()  # torch is loaded in this process: its libraries rule
+    assert calls == []
+    monkeypatch.delitem(sys.modules, "torch")  # as in a worker
+    providers.load_device_libraries()
+    assert calls == [1]
+    assert capsys.readouterr() == ("", "")  # never on the command's output or its stderr
