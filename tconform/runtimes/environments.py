@@ -46,8 +46,9 @@ from tconform.runtimes.specs import RuntimeSpec
 from tconform.variables import value
 
 RECORD = "tconform-environment.json"
-SCHEMA = "tconform-environment/1"
-# The packages a worker imports besides the runtime's (ml_dtypes comes with onnx).
+# 2: ml_dtypes installed too (onnx brings it only since 1.19: onnx-reference==1.17.0 had none)
+SCHEMA = "tconform-environment/2"
+# The packages a worker imports besides the runtime's (tconform.compare's bfloat16 is ml_dtypes').
 SUPPORT = ("numpy", "onnx", "ml_dtypes")
 INSTALL_SECONDS = 1800  # an installer that runs longer is stopped (a hung download)
 
@@ -174,10 +175,10 @@ def given_environment(spec: RuntimeSpec, package: str, module: str) -> Environme
     """NAME@PYTHON: the interpreter as it is, which must hold the runtime, numpy and onnx."""
     python = interpreter(str(spec.python), spec)
     version, modules = probe(python, (module, *SUPPORT))
-    needed = list(dict.fromkeys((module, "numpy", "onnx")))  # onnx-reference's module is onnx
+    needed = list(dict.fromkeys((module, *SUPPORT)))  # onnx-reference's module is onnx
     missing = [m for m in needed if not modules.get(m)]
     if missing:
-        installs = " ".join(dict.fromkeys((package, "numpy", "onnx")))
+        installs = " ".join(dict.fromkeys((package, *SUPPORT)))
         raise UsageError(
             f"runtime spec {spec.text}: {python} has no {', '.join(missing)}; way on: "
             f"{python} -m pip install {installs}, or name a release for tconform to "
@@ -286,7 +287,7 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
             _run(spec, [*uv, "venv", "--quiet", "--python", str(base), str(staging)], env)
         else:
             _run(spec, [str(base), "-m", "venv", str(staging)], env)
-        requirements = [f"{package}=={spec.version}", "numpy", "onnx"]
+        requirements = [f"{package}=={spec.version}", *SUPPORT]
         install = (
             [*uv, "pip", "install", "--quiet", "--python", str(python)]
             if uv
@@ -295,12 +296,13 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
         _run(spec, [*install, *requirements], env)
         failure = _import_failure(python, module)
         if re.search(r"compiled using numpy 1\.x", failure, re.IGNORECASE):  # built for NumPy 1
-            _run(spec, [*install, *requirements[:1], "numpy<2", "onnx"], env)
+            _run(spec, [*install, *requirements[:1], "numpy<2", *SUPPORT[1:]], env)
             failure = _import_failure(python, module)
         if failure:
             lines = [ln.strip() for ln in failure.splitlines() if "Error" in ln]
             raise UsageError(
-                f"runtime spec {spec.text}: installed, but `import {module}` fails: "
+                f"runtime spec {spec.text}: installed, but `import "
+                f"{', '.join(dict.fromkeys((module, *SUPPORT)))}` fails: "
                 + (lines[-1] if lines else failure.strip().splitlines()[-1])
             )
         python_version, modules = probe(python, (module, *SUPPORT))
@@ -316,6 +318,8 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
             "seconds": round(time.monotonic() - started, 1),
         }
         (staging / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        if _made_before(folder):  # ours, by an earlier tconform (its record's older schema)
+            shutil.rmtree(folder)
         if folder.exists() or folder.is_symlink():  # not ours (no record): left alone
             raise UsageError(
                 f"runtime spec {spec.text}: {folder} exists and is not an environment "
@@ -334,10 +338,22 @@ def _uv_version(uv: list[str] | None) -> str:
     return done.stdout.split()[1] if len(done.stdout.split()) > 1 else "?"
 
 
+def _made_before(folder: Path) -> bool:
+    """Whether `folder` is an environment an earlier tconform made (an older record schema)."""
+    if folder.is_symlink() or not (folder / RECORD).is_file():
+        return False
+    try:
+        schema = json.loads((folder / RECORD).read_text()).get("schema", "")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return schema != SCHEMA and str(schema).startswith("tconform-environment/")
+
+
 def _import_failure(python: Path, module: str) -> str:
-    """'' where `module` imports in `python`, else what it printed."""
+    """'' where `module` and the worker's SUPPORT import in `python`, else what it printed."""
+    imports = ", ".join(dict.fromkeys((module, *SUPPORT)))
     done = subprocess.run(
-        [str(python), "-E", "-c", f"import {module}"], capture_output=True, text=True
+        [str(python), "-E", "-c", f"import {imports}"], capture_output=True, text=True
     )
     if done.returncode == 0:
         return ""

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tconform.runtimes.environments import installer
+from tconform.runtimes.environments import RECORD, installer
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def test_two_releases_run_side_by_side(cli, workspace, tmp_path, runtime_cache, 
     old = data["settings"]["runtimes"]["ort-cpu==1.20.1"]
     assert old["onnxruntime"] == "1.20.1"  # read back by the runtime in its worker
     assert old["worker"]["packages"]["onnxruntime"] == "1.20.1"
-    assert old["worker"]["packages"]["numpy"] and old["worker"]["packages"]["onnx"]
+    assert all(old["worker"]["packages"][name] for name in ("numpy", "onnx", "ml_dtypes"))
     (group,) = data["versions"]
     assert [v["runtime"] for v in group["versions"]] == [OLD, "onnxruntime"]  # oldest first
     assert group["regressions"] == 0 and len(group["rows"]) == 3  # norm's three input sets
@@ -52,6 +52,32 @@ def test_two_releases_run_side_by_side(cli, workspace, tmp_path, runtime_cache, 
     )  # fmt: skip
     assert code == 2 and "onnxruntime==1.99.0" in err and "way on" in err
     assert "Traceback" not in err
+
+
+def test_a_release_whose_onnx_brings_no_ml_dtypes_runs_and_an_older_environment_is_remade(
+    cli, workspace, tmp_path, runtime_cache, monkeypatch
+):
+    """onnx before 1.19 does not depend on ml_dtypes, which a worker imports (bfloat16): the
+    environment installs it. One that an earlier tconform made without it (an older record)
+    is made again, not used and not refused."""
+    monkeypatch.setenv("TCONFORM_RUNTIME_CACHE", str(runtime_cache))
+    args = (
+        "verify", "--golden", str(workspace["golden"]), "--artifacts", str(workspace["artifacts"]),
+        "--no-export", "--no-doc", "--case", "norm", "--runtime", "onnx-reference==1.17.0", "-q",
+    )  # fmt: skip
+    code, _, err = cli(*args)
+    if code == 2 and "could not be reached" in err:
+        pytest.skip(f"no package index here: {err.strip()}")
+    assert code == 0, err
+    (folder,) = runtime_cache.glob("onnx-1.17.0-*")
+    record = json.loads((folder / RECORD).read_text())
+    assert record["packages"]["ml_dtypes"]
+    record["schema"] = "tconform-environment/1"  # as tconform made it before ml_dtypes
+    (folder / RECORD).write_text(json.dumps(record))
+    code, _, err = cli(*args)
+    assert code == 0, err
+    remade = json.loads((folder / RECORD).read_text())
+    assert remade["schema"] != "tconform-environment/1"
 
 
 @pytest.mark.skipif(installer() is None, reason="uv is not installed (tconform[versions])")
