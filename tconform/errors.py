@@ -60,6 +60,12 @@ class KernelMissing(TconformError):
         self.dtype = dtype
 
 
+class RuntimeTooOld(TconformError):
+    """A runtime release that cannot read the model at all (an IR version newer than it knows:
+    ONNX Runtime 1.17 reads IR 9 at most). A fact about the release, like KernelMissing: every
+    command reports it as `skip` with this message, and the other runtimes run."""
+
+
 class WorkerCrashed(Exception):
     """A runtime's worker process (tconform.runtimes.remote) crashed, hung past its timeout or
     was killed while it ran or opened a model. The runtime's failure, not the user's: a result

@@ -39,6 +39,7 @@ from tconform.errors import (
     NATIVE_CALLS,
     KernelMissing,
     ProviderUnavailable,
+    RuntimeTooOld,
     TconformError,
     Terminated,
     UsageError,
@@ -288,7 +289,7 @@ def open_subject(runtime: Runtime, subject: Subject) -> Iterator[Opened]:
         session = runtime.open(target)
     except ProviderUnavailable as exc:
         raise NotRun(Status.UNAVAILABLE, str(exc)) from None
-    except KernelMissing as exc:  # a fact about the runtime, reported, not a failure
+    except (KernelMissing, RuntimeTooOld) as exc:  # facts about the runtime, not failures
         raise NotRun(Status.SKIP, str(exc)) from None
     except WorkerCrashed as exc:  # the runtime's process died opening it: its verdict
         raise NotRun(Status.CRASH, crash_message(runtime, subject, None, exc)) from None

@@ -398,7 +398,7 @@ def table(report: dict) -> str:
     lines += [f"{u['engine']}/{u['ep']}: crashed: {u['reason']}" for u in report.get("crashed", [])]
     lines.append(
         f"float32 memory floor per token {report['memory_floor_ms']} ms = "
-        f"{report['step_weight_bytes'] / 1e6:.1f} MB of decoder-step weights / "
+        f"{report['step_weight_bytes'] / 1e6:.3g} MB of decoder-step weights / "
         f"{report['copy_bandwidth_gbs']} GB/s copy bandwidth ({report['cpu']}); each row's "
         "floor is its own step's weight bytes"
     )

@@ -162,9 +162,15 @@ def probe(python: Path, modules: tuple[str, ...]) -> tuple[str, dict[str, dict[s
         ) from None
     try:
         found = json.loads(out)
-        return str(found["python"]), found["modules"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise UsageError(f"{python}: could not be asked what it holds: {exc}") from None
+        if isinstance(found["modules"], dict):
+            return str(found["python"]), found["modules"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        pass
+    said = next((line.strip() for line in out.splitlines() if line.strip()), "nothing")
+    raise UsageError(
+        f"{python}: did not answer as a Python interpreter does (it printed {said[:80]!r}); "
+        "--runtime NAME@PYTHON takes an interpreter"
+    )
 
 
 def _versions(modules: dict[str, dict[str, str]]) -> dict[str, str]:

@@ -30,6 +30,7 @@ from tconform.compare import BFLOAT16
 from tconform.errors import (
     KernelMissing,
     ProviderUnavailable,
+    RuntimeTooOld,
     TconformError,
     UsageError,
     first_line,
@@ -297,6 +298,14 @@ class OrtRuntime(Runtime):
         if missing:
             provider = f"ONNX Runtime's {self.ep.upper()} provider"
             return KernelMissing(provider, missing.group(1), model_dtype(model_path))
+        too_new = re.search(
+            r"Unsupported model IR version: (\d+), max supported IR version: (\d+)", text
+        )
+        if too_new:
+            return RuntimeTooOld(
+                f"ONNX Runtime {ort.__version__} reads IR version {too_new.group(2)} at most; "
+                f"{model_path.name} is IR version {too_new.group(1)}"
+            )
         first = text.splitlines()[0] if text else type(exc).__name__
         return UsageError(f"{model_path}: ONNX Runtime cannot load it: {first}")
 

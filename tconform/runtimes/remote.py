@@ -46,6 +46,7 @@ import numpy as np
 from tconform.errors import (
     KernelMissing,
     ProviderUnavailable,
+    RuntimeTooOld,
     TconformError,
     UsageError,
     WorkerCrashed,
@@ -230,6 +231,8 @@ def _raised(error: dict) -> BaseException:
     kind = error["kind"]
     if kind == "kernel":
         return KernelMissing(*error["kernel"])
+    if kind == "too_old":
+        return RuntimeTooOld(message)
     if kind == "unavailable":
         return ProviderUnavailable(message)
     if kind == "usage":

@@ -39,7 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tconform.errors import KernelMissing, ProviderUnavailable, TconformError, UsageError
+from tconform.errors import (
+    KernelMissing,
+    ProviderUnavailable,
+    RuntimeTooOld,
+    TconformError,
+    UsageError,
+)
 from tconform.runtimes import make_runtime
 from tconform.runtimes.protocol import Channel, ChannelClosed, dtype_name
 from tconform.runtimes.timing import peak_rss_mb, reset_peak_rss, rss_mb, timed_runs
@@ -49,6 +55,8 @@ def _kind(exc: BaseException) -> str:
     """How the proxy raises it again: as the tconform error it was, or as the runtime's own."""
     if isinstance(exc, KernelMissing):
         return "kernel"
+    if isinstance(exc, RuntimeTooOld):
+        return "too_old"
     if isinstance(exc, ProviderUnavailable):
         return "unavailable"
     if isinstance(exc, UsageError):

@@ -257,3 +257,38 @@ def test_a_gpu_runtime_in_a_worker_preloads_its_libraries_silently_and_never_bes
     providers.load_device_libraries()
     assert calls == [1]
     assert capsys.readouterr() == ("", "")  # never on the command's output or its stderr
+
+
+def test_a_release_too_old_to_read_the_model_is_a_skip_in_a_worker_too(tmp_path):
+    """ONNX Runtime 1.17 reads IR 9 at most and today's exports are IR 10: that release's rows
+    are `skip` with the reason, as a missing kernel's are, and the other runtimes run; the
+    reason crosses a worker's pipe as what it is."""
+    from tconform.errors import RuntimeTooOld
+    from tconform.runtimes.onnxruntime import OrtRuntime
+    from tconform.runtimes.remote import _raised
+    from tconform.runtimes.worker import _error
+
+    loaded = (
+        "[ONNXRuntimeError] : 1 : FAIL : Load model from m.onnx failed:"
+        "Unsupported model IR version: 10, max supported IR version: 9"
+    )
+    error = OrtRuntime("cpu")._load_error(tmp_path / "m.onnx", RuntimeError(loaded))
+    assert isinstance(error, RuntimeTooOld)
+    assert str(error).endswith("reads IR version 9 at most; m.onnx is IR version 10")
+    again = _raised(json.loads(json.dumps(_error(error))))  # as the proxy receives it
+    assert isinstance(again, RuntimeTooOld) and str(again) == str(error)
+
+
+@pytest.mark.parametrize(
+    "answer", ["junk\nmore", "[1, 2]", "{}", '{"python": "3.11", "modules": 1}']
+)
+def test_an_interpreter_that_answers_junk_is_one_line(tmp_path, answer):
+    from tconform.errors import UsageError
+    from tconform.runtimes.environments import probe
+
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{answer}\nEOF\n")
+    fake.chmod(0o755)
+    with pytest.raises(UsageError, match="did not answer as a Python interpreter does") as raised:
+        probe(fake, ("onnxruntime",))
+    assert "\n" not in str(raised.value) and "NAME@PYTHON takes an interpreter" in str(raised.value)
