@@ -213,6 +213,7 @@ def localise(
     repro_dir: Path | None = None,
     command: str = "",
     keep: np.ndarray | None = None,
+    rounding: Tolerance | None = None,
     budget: int = FETCH_BUDGET,
 ) -> Localisation:
     """Localise the divergence of `model` from the reference whose `calls` were captured, on
@@ -221,7 +222,9 @@ def localise(
     until one is proven), "all" (also every other matched module, for the table) or "none"
     (nothing is cut, and so nothing named); repro_dir: write the named module's bundle there,
     with `command` in its README; keep: a (batch, sequence) mask of the real positions, where
-    the check compares only those (--padding-mask)."""
+    the check compares only those (--padding-mask); rounding: the precision's own row where
+    `tol` is a user's, for a module whose isolated failure no plain evaluation can check (it is
+    named only if it leaves that row too)."""
     structure = read_graph(model.path)
     graph = Graph.read(structure, set(tree.classes))
     regions = regions_of(calls, graph, tree)
@@ -274,8 +277,9 @@ def localise(
                 return _fetch(opened, opened.feeds(feeds), names)
 
         named = _name(
-            found, judged, whole, graph, regions, calls, runtime, tol, plain, feeds, keep, refetch
-        )
+            found, judged, whole, graph, regions, calls, runtime, tol, plain, feeds, keep, refetch,
+            rounding,
+        )  # fmt: skip
         del whole
         trim()
         if named is not None and repro_dir is not None:
@@ -382,7 +386,7 @@ def _candidates(ordered: list[Boundary], changed: bool, which: str, padded: bool
 
 def _name(
     found: Localisation, judged: _Judged, whole, graph, regions, calls, runtime, tol, plain, feeds,
-    keep, refetch,
+    keep, refetch, rounding=None,
 ) -> Isolation | None:  # fmt: skip
     """Cut out the candidates in order until one's isolated run proves it (it is `found.first`),
     every "all" target, and the named module's submodules not cut yet (with the ONNX tensors
@@ -393,10 +397,10 @@ def _name(
 
     def cut(b: Boundary) -> Isolation:
         if b.path == "":  # the whole module: its isolated run is the plain run
-            return isolate_whole(whole, b, feeds, by_key[b.key], plain, tol, keep)
+            return isolate_whole(whole, b, feeds, by_key[b.key], plain, tol, keep, rounding)
         starts = by_key[(guests[b.path], b.call)] if b.path in guests else by_key[b.key]
         ends = by_key[(regions.judged_by(b.path), b.call)]
-        return isolate(whole, graph, b, starts, ends, judged.values, runtime, tol, keep)
+        return isolate(whole, graph, b, starts, ends, judged.values, runtime, tol, keep, rounding)
 
     def record(b: Boundary, iso: Isolation) -> None:
         cuts[b.key] = iso

@@ -57,6 +57,9 @@ class Isolation:
     model_nodes: int
     check: CrossCheck | None = None  # the plain evaluations, where the runtime's run fails
     unchecked: str = ""  # why they could not run
+    # Unchecked, whether its error also leaves the precision's own row (measured above its
+    # rounding): where the tolerance is tighter than that, rounding is not ruled out.
+    beyond_rounding: bool = True
 
     @property
     def status(self) -> str:
@@ -65,10 +68,13 @@ class Isolation:
     @property
     def finding(self) -> str:
         """Where the isolated run fails: 'function', 'runtime' or 'rounding' (crosscheck.py),
-        'unchecked' where the plain evaluations could not run; '' where it passes."""
+        'unchecked' where the plain evaluations could not run, 'unproven' where besides its
+        error is within the precision's own row (it could be rounding); '' where it passes."""
         if self.status == "pass":
             return ""
-        return self.check.finding if self.check is not None else "unchecked"
+        if self.check is not None:
+            return self.check.finding
+        return "unchecked" if self.beyond_rounding else "unproven"
 
     @property
     def proves(self) -> bool:
@@ -120,10 +126,12 @@ def isolate(
     runtime: Runtime,
     tol: Tolerance,
     keep: np.ndarray | None = None,
+    rounding: Tolerance | None = None,
 ) -> Isolation:
     """`boundary`'s nodes on `runtime`, fed `reference`'s inputs (the call whose inputs the
     boundary starts at) and judged against `outputs_of`'s outputs (at the real positions
-    `keep`, where given). `values` holds the ONNX tensors entering the region and leaving it,
+    `keep`, where given); `rounding`: the precision's own row, for an isolated failure that no
+    plain evaluation can check. `values` holds the ONNX tensors entering the region and leaving it,
     as the whole model computed them."""
     entering = graph.entering(boundary.region, floats_only=False)
     subgraph = cut(model, entering, boundary.onnx_outputs, values)
@@ -167,7 +175,19 @@ def isolate(
             found.check = cross_check(subgraph, feeds, exact, expected, comparisons, tol, keep)
         except NotEvaluable as why:
             found.unchecked = str(why)
+            found.beyond_rounding = _beyond(actual, expected, rounding, keep)
     return found
+
+
+def _beyond(actual, expected, rounding: Tolerance | None, keep) -> bool:
+    """Whether the isolated outputs also leave `rounding`, the precision's own row (None: the
+    tolerance is that row)."""
+    if rounding is None:
+        return True
+    return any(
+        compare_boundary(name, actual[name], expected[name], rounding, keep=keep).status == "fail"
+        for name in expected
+    )
 
 
 def isolate_whole(
@@ -178,6 +198,7 @@ def isolate_whole(
     plain: PlainRun,
     tol: Tolerance,
     keep: np.ndarray | None = None,
+    rounding: Tolerance | None = None,
 ) -> Isolation:
     """The whole module as its own isolation: the model fed its own inputs, which are the
     reference's, is the plain run (`boundary` was judged on it), cross-checked as a cut is."""
@@ -205,6 +226,7 @@ def isolate_whole(
             found.check = cross_check(model, rounded, exact, expected, found.comparisons, tol, keep)
         except NotEvaluable as why:
             found.unchecked = str(why)
+            found.beyond_rounding = _beyond(plain.outputs, expected, rounding, keep)
     return found
 
 

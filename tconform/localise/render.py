@@ -121,6 +121,13 @@ def _unnamed(loc: Localisation) -> str:
             "their nodes in the model's own types does: the tolerance is tighter than that "
             "precision's rounding there"
         )
+    unproven = [f"{b.label} ({b.unchecked})" for b in cut if b.finding == "unproven"]
+    if unproven:
+        parts.append(
+            f"{_some(unproven)} leave tolerance isolated, but no plain evaluation of their nodes "
+            "could check it, and they are within their precision's own row: the tolerance is "
+            "tighter than that row, so rounding is not ruled out"
+        )
     passing = [b for b in cut if b.isolated_status == "pass"]
     if loc.path is not None and loc.path in passing:
         used = _share(share_used(worst_of(loc.path.isolated or [])))

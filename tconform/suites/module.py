@@ -628,11 +628,12 @@ class ModuleSuite(Suite):
             return []
         reference, feeds, keep = self._at(first.input_set)
         tol = self.tolerances.module(first.precision)
+        rounding = tolerance_for(first.precision, TOLERANCE_CLASS)  # above its rounding
         where = self.request.localise
         try:
             found = localise(
                 model, reference.calls, reference.tree, feeds, runtime, tol, first.model,
-                where.isolate, where.repro, self.request.command, keep,
+                where.isolate, where.repro, self.request.command, keep, rounding,
             )  # fmt: skip
         except (KeyboardInterrupt, EndedByUserCode):
             raise

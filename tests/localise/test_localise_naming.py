@@ -134,6 +134,34 @@ def test_zero_tolerance_names_no_module_for_rounding(tmp_path):
     assert not (tmp_path / "r").exists()  # no bundle for a module nothing proves
 
 
+def test_an_unchecked_module_within_its_own_row_is_not_named_under_a_tighter_tolerance(
+    tmp_path, monkeypatch
+):
+    """Where no plain evaluation can check a module's isolated failure (onnx.reference failed
+    on a BertEmbeddings cut, seen at --atol 0 --rtol 0), its failure proves nothing the
+    tolerance could not: it is named only if it also leaves its precision's own row. An
+    unmodified BERT had its healthy embeddings named 'it computes wrong'."""
+    import importlib
+
+    from tconform.localise.crosscheck import NotEvaluable
+
+    isolate = importlib.import_module("tconform.localise.isolate")  # the module, not the function
+
+    def cannot(*args, **kwargs):
+        raise NotEvaluable("onnx.reference failed on it: ValueError: cannot reshape")
+
+    monkeypatch.setattr(isolate, "cross_check", cannot)
+    path = _chain(tmp_path / "m.onnx")
+    loc = _localise(Chain(1.0 / 3.0), path, {"x": _x()}, EXACT, rounding=TOL)
+    assert loc.first is None and loc.verdict.startswith("no module is named"), loc.verdict
+    b = next(b for b in loc.boundaries if b.path == "b")
+    assert b.isolated_status == "fail" and b.finding == "unproven"
+    assert "rounding is not ruled out" in loc.verdict and "cannot reshape" in loc.verdict
+    wrong = _chain(tmp_path / "wrong.onnx", three=3.03)  # 1 % off: beyond the row too
+    loc = _localise(Chain(1.0 / 3.0), wrong, {"x": _x()}, EXACT, rounding=TOL)
+    assert loc.first is not None and loc.first.path == "b" and loc.first.finding == "unchecked"
+
+
 def test_zero_tolerance_still_names_a_wrong_weight(tmp_path):
     path = _chain(tmp_path / "m.onnx", three=3.001)
     loc = _localise(Chain(1.0 / 3.0), path, {"x": _x()}, EXACT, repro_dir=tmp_path / "r")
