@@ -105,14 +105,14 @@ def variants(inputs: ModuleInputs, axes: Axes) -> list[Variant]:
     a shorter and a longer sequence where a sequence axis is."""
     found = []
     batch = input_axis_size(inputs, axes, BATCH)
-    if batch is not None:
+    if batch:  # an empty batch (0) has no rows to take or repeat
         if batch > 1:
             one = _along(inputs, axes, BATCH, lambda t, a: t.narrow(a, 0, 1))
             found.append(Variant("batch-1", one))
         larger = _along(inputs, axes, BATCH, lambda t, a: torch.cat([t, t.flip(a)], dim=a))
         found.append(Variant(f"batch-{2 * batch}", larger))
     length = input_axis_size(inputs, axes, SEQUENCE)
-    if length is not None:
+    if length:
         if length > 1:
             half = max(1, length // 2)
             shorter = _along(inputs, axes, SEQUENCE, lambda t, a: t.narrow(a, 0, half))

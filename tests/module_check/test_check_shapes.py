@@ -59,3 +59,14 @@ def test_a_batch_of_one_has_no_smaller_batch():
     inputs = _inputs(x=torch.zeros(1, 3))
     names = [v.name for v in variants(inputs, infer_axes(inputs, {}))]
     assert names == ["batch-2"]
+
+
+def test_an_empty_batch_or_sequence_has_no_other_shapes():
+    """A batch of 0 has no row to take or repeat: no batch-0 copy of the example and no batch
+    consistency over no rows (which ended in numpy's 'need at least one array to
+    concatenate', reported as the runtime's error); the run says nothing was checked."""
+    inputs = _inputs(ids=torch.zeros(0, 5, dtype=torch.int64))
+    axes = infer_axes(inputs, {})
+    assert [v.name for v in variants(inputs, axes) if v.name.startswith("batch")] == []
+    inputs = _inputs(ids=torch.zeros(2, 0, dtype=torch.int64))
+    assert [v.name for v in variants(inputs, infer_axes(inputs, {}))] == ["batch-1", "batch-4"]
