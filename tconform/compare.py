@@ -52,6 +52,7 @@ class Tolerance:
     why: str
     min_sqnr_db: float | None = None
     atol_rms: float | None = None
+    given: bool = False  # a user's (check --atol, --tolerance), not a measured row
 
     def atol_for(self, rms: float | None) -> float:
         """The atol an output of RMS `rms` (its golden's finite elements) is held to. An
@@ -239,6 +240,9 @@ class OutputComparison:
     golden_rms: float | None = None
     atol_scaled_from: float | None = None
     note: str = ""
+    # A given atol at or above the output's RMS: an error as large as its values passes, so a
+    # pass shows nothing (tconform.execution.settle makes it a skip)
+    blind: bool = False
 
     @property
     def compared(self) -> int:
@@ -350,6 +354,7 @@ def compare_output(
         golden_rms=rms,
         atol_scaled_from=tol.atol if atol != tol.atol else None,
         note=_atol_note(name, tol, atol, rms),
+        blind=bool(tol.given and rms and atol >= rms),
     )
     if tally.bad_nonfinite:
         k = tally.first_nonfinite

@@ -391,6 +391,13 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
                 "every element is NaN or infinite alike in the golden and the run: nothing "
                 "finite compared"
             )
+        elif comparison.blind:  # a pass under it shows nothing
+            comparison.status = "skip"
+            comparison.message = (
+                f"the atol given, {comparison.atol:g}, is at or above the output's RMS "
+                f"{comparison.golden_rms:.2g}: an error as large as its values passes, so this "
+                "tolerance cannot see it (give an atol below the values' scale)"
+            )
     result.outputs = comparisons
     result.notes += [c.note for c in comparisons if c.note and c.note not in result.notes]
     left_out = sum(c.excluded for c in comparisons)

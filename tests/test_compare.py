@@ -147,6 +147,28 @@ def test_an_atol_given_above_the_outputs_rms_is_kept_and_warned_about():
     assert result.note.startswith("warning: y: atol 1e-05 is above the output's RMS")
 
 
+def test_a_pass_under_an_atol_given_above_the_outputs_rms_is_not_a_pass():
+    """A tolerance that cannot see an output is no check of it: a 50 % error passes an atol
+    above the values, so the result is `skip` saying why (nothing checked is never a pass);
+    a measured row, scaled to the output, and an atol below the values stay judged."""
+    from tconform.execution import settle
+    from tconform.results import Result
+
+    golden = np.random.default_rng(0).standard_normal(50) * 1e-6
+    given = Tolerance(1e-5, 1e-5, "set by the user", given=True)
+    result = settle(Result("m", "m", "onnxruntime", "cpu", ["cpu"], "example", "pass"), [
+        compare_output("y", golden * 1.5, golden, given)
+    ])  # fmt: skip
+    assert result.status == "skip" and "cannot see it" in result.message
+    below = Tolerance(1e-8, 1e-5, "set by the user", given=True)
+    assert compare_output("y", golden * 1.5, golden, below).status == "fail"
+    row = Tolerance(1e-5, 1e-5, "a row", atol_rms=1.0)  # shrunk to the output: judged
+    judged = settle(Result("m", "m", "onnxruntime", "cpu", ["cpu"], "example", "pass"), [
+        compare_output("y", golden * 1.5, golden, row)
+    ])  # fmt: skip
+    assert judged.status == "fail"
+
+
 def test_a_comparison_in_chunks_gives_the_figures_of_one_pass(monkeypatch):
     """The comparator reads a large output a chunk at a time (memory); its figures are those of
     the whole output at once: worst element, counts, SQNR, the worst list, masks."""

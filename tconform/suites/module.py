@@ -143,12 +143,13 @@ class Tolerances:
             row.rtol if self.rtol is None else self.rtol,
             "set by the user",
             atol_rms=row.atol_rms if self.atol is None else None,
+            given=self.atol is not None,
         )
 
     def by_output(self, precision: str) -> dict[str, Tolerance]:
         overrides = dict(self.per_output)
         return {
-            name: Tolerance(*overrides[name], "set by the user for this output")
+            name: Tolerance(*overrides[name], "set by the user for this output", given=True)
             if name in overrides
             else self.module(precision)
             for name in self.outputs
