@@ -241,7 +241,7 @@ class OutputComparison:
     atol_scaled_from: float | None = None
     note: str = ""
     # A given atol at or above the output's RMS: an error as large as its values passes, so a
-    # pass shows nothing (tconform.execution.settle makes it a skip)
+    # pass shows nothing (unseen)
     blind: bool = False
 
     @property
@@ -254,6 +254,24 @@ class OutputComparison:
         """Whether the comparison shows anything of the model: a finite element compared
         (NaN or infinite inputs give the same out of almost any model)."""
         return self.compared > self.both_nonfinite
+
+    def unseen(self) -> str:
+        """Why a pass of this comparison would show nothing of the model ('' where it shows
+        something): every command makes such an output `skip`, never a pass."""
+        if not self.compared:
+            return "no element compared"
+        if not self.checked:  # NaN or inf in, the same out: almost any model agrees
+            return (
+                "every element is NaN or infinite alike in the golden and the run: nothing "
+                "finite compared"
+            )
+        if self.blind:
+            return (
+                f"the atol given, {self.atol:g}, is at or above the output's RMS "
+                f"{self.golden_rms:.2g}: an error as large as its values passes, so this "
+                "tolerance cannot see it (give an atol below the values' scale)"
+            )
+        return ""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

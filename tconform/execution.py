@@ -381,23 +381,8 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
     What a comparison notes of its tolerance (an atol scaled to the output, or one above it)
     joins the result's notes."""
     for comparison in comparisons:
-        if comparison.status != "pass":
-            continue
-        if not comparison.compared:
-            comparison.status, comparison.message = "skip", "no element compared"
-        elif not comparison.checked:  # NaN or inf in, the same out: almost any model agrees
-            comparison.status = "skip"
-            comparison.message = (
-                "every element is NaN or infinite alike in the golden and the run: nothing "
-                "finite compared"
-            )
-        elif comparison.blind:  # a pass under it shows nothing
-            comparison.status = "skip"
-            comparison.message = (
-                f"the atol given, {comparison.atol:g}, is at or above the output's RMS "
-                f"{comparison.golden_rms:.2g}: an error as large as its values passes, so this "
-                "tolerance cannot see it (give an atol below the values' scale)"
-            )
+        if comparison.status == "pass" and comparison.unseen():
+            comparison.status, comparison.message = "skip", comparison.unseen()
     result.outputs = comparisons
     result.notes += [c.note for c in comparisons if c.note and c.note not in result.notes]
     left_out = sum(c.excluded for c in comparisons)

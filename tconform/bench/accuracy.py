@@ -41,12 +41,14 @@ def judge_outputs(
         return {**judged, "status": Status.SKIP.value, "reason": str(exc)}
     sqnrs = [c.sqnr_db for c in comparisons if c.sqnr_db is not None]
     if all(c.status == Status.PASS for c in comparisons):
-        # nothing compared (every output empty: inputs with no element) is never a pass
-        status = Status.PASS if any(c.checked for c in comparisons) else Status.SKIP
+        # a pass that shows nothing (no finite element, a tolerance blind to the values) is
+        # never a pass, as in every command (execution.settle)
+        unseen = [f"{c.name}: {c.unseen()}" for c in comparisons if c.unseen()]
+        status = Status.SKIP if len(unseen) == len(comparisons) else Status.PASS
+        if status == Status.SKIP:
+            judged["reason"] = "nothing compared: " + "; ".join(unseen)
     else:
         status = Status.FAIL
-    if status == Status.SKIP:
-        judged["reason"] = "nothing compared: no output holds a finite element"
     return {
         **judged,
         "atol": row.atol,

@@ -131,3 +131,25 @@ def test_the_base_preset_is_judged_by_the_row_measured_there():
     assert judge_outputs(clean, golden, "float32", "model")["status"] == Status.FAIL
     assert judge_outputs(clean, golden, "float32", "model", "base")["status"] == Status.PASS
     assert judge_outputs(broken, golden, "float32", "model", "base")["status"] == Status.FAIL
+
+
+@pytest.mark.unit
+def test_a_users_atol_blind_to_the_values_is_no_pass_in_bench_either():
+    """bench judges a user's model with check's own judge: an output whose given atol is at or
+    above its RMS shows nothing, and the row says so instead of `pass`, as check's result does."""
+    from tconform.compare import Tolerance, compare_output
+
+    golden = {"y": np.random.default_rng(0).standard_normal(20) * 1e-6}
+
+    def judge_under(atol: float):
+        tol = Tolerance(atol, 0.0, "set by the user", given=True)
+        return lambda outputs, precision: [
+            compare_output(n, np.asarray(outputs[n]), g, tol) for n, g in golden.items()
+        ]
+
+    blind = judge_outputs(
+        {"y": golden["y"] * 1.5}, golden, "float32", "model", judge=judge_under(1e-3)
+    )
+    assert blind["status"] == "skip" and "cannot see it" in blind["reason"]
+    seen = judge_outputs(golden, golden, "float32", "model", judge=judge_under(1e-9))
+    assert seen["status"] == "pass"
