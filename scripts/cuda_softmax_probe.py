@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from tconform.runtimes.providers import PROVIDERS
+from tconform.runtimes.providers import DEVICE_TYPES, PROVIDERS
 
 SHAPES = ("64,128,37000", "64,8,128,128")  # the vocabulary softmax, an attention's
 ELEMENT = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}
@@ -45,7 +45,7 @@ def ort_ms(op: str, dtype: str, shape: tuple[int, ...], ep: str, runs: int) -> f
     session = ort.InferenceSession(softmax_model(op, dtype, len(shape)), providers=[PROVIDERS[ep]])
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
-    device = "cuda" if ep == "cuda" else "cpu"
+    device = DEVICE_TYPES.get(ep, "cpu")
     binding = session.io_binding()
     binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(x, device, 0))
     binding.bind_output("y", device)
@@ -58,7 +58,7 @@ def ort_ms(op: str, dtype: str, shape: tuple[int, ...], ep: str, runs: int) -> f
 
 
 def torch_ms(dtype: str, shape: tuple[int, ...], ep: str, runs: int) -> float:
-    device = "cuda" if ep == "cuda" else "cpu"
+    device = DEVICE_TYPES.get(ep, "cpu")
     x = torch.randn(shape, device=device).to(getattr(torch, dtype))
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []

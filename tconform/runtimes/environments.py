@@ -224,14 +224,20 @@ def _python_in(folder: Path) -> Path:
     return folder / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def _read_record(folder: Path) -> Environment | None:
-    """The environment recorded in `folder`, or None where there is none (or it is not ours)."""
+def _record(folder: Path) -> dict:
+    """The record tconform wrote in `folder` ({} where there is none, or it is unreadable)."""
     if folder.is_symlink() or not (folder / RECORD).is_file():
-        return None
+        return {}
     try:
         data = json.loads((folder / RECORD).read_text())
     except (OSError, ValueError):
-        return None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_record(folder: Path) -> Environment | None:
+    """The environment recorded in `folder`, or None where there is none (or it is not ours)."""
+    data = _record(folder)
     if data.get("schema") != SCHEMA or not _python_in(folder).exists():
         return None
     return Environment(
@@ -346,13 +352,8 @@ def _uv_version(uv: list[str] | None) -> str:
 
 def _made_before(folder: Path) -> bool:
     """Whether `folder` is an environment an earlier tconform made (an older record schema)."""
-    if folder.is_symlink() or not (folder / RECORD).is_file():
-        return False
-    try:
-        schema = json.loads((folder / RECORD).read_text()).get("schema", "")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return schema != SCHEMA and str(schema).startswith("tconform-environment/")
+    schema = str(_record(folder).get("schema", ""))
+    return schema != SCHEMA and schema.startswith("tconform-environment/")
 
 
 def _import_failure(python: Path, module: str) -> str:
