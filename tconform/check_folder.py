@@ -27,6 +27,7 @@ from tconform.folders import (
     CHECK_AREA,
     MANIFEST,
     folder_lock,
+    is_lock,
     managed_folder,
     manifest_kind,
     require_new_or_written_whole,
@@ -150,8 +151,7 @@ def _require_only_own_files(folder: Path, folders: tuple[str, ...] = ()) -> None
         others = sorted(  # a lock beside a folder inside it (.NAME.lock) is tconform's too
             p.name
             for p in folder.iterdir()
-            if p.name not in (*OWN_FILES, OWN_RECORD, *folders)
-            and not (p.name.startswith(".") and p.name.endswith(".lock"))
+            if p.name not in (*OWN_FILES, OWN_RECORD, *folders) and not is_lock(p)
         )
         if others:
             raise Refused(

@@ -1,8 +1,9 @@
 """The `tconform` command line: parse, call a stage, print, exit with a documented code.
 
 Exit codes (README, "Exit codes"): 0 all passed; 1 a conformance failure; 2 a usage, input or
-environment error; 3 a requested execution provider could not run; 130 interrupted (Ctrl-C);
-143 terminated (SIGTERM). Every error is one line on stderr, never a traceback.
+environment error; 3 a requested execution provider could not run, or nothing was checked; 130
+interrupted (Ctrl-C); 143 terminated (SIGTERM). Every error is one line on stderr, never a
+traceback.
 """
 
 from __future__ import annotations

@@ -598,7 +598,7 @@ def judge_outputs(
             tol = tolerance(precision, known(name, outputs))
             comparison = compare_output(name, actual, expected[name], tol, where=keep)
             if comparison.status == "fail" and padding_mask is None:
-                comparison.message += _padding_note(actual, expected[name], tol, masks)
+                comparison.message += _padding_note(comparison, actual, expected[name], tol, masks)
             found.append(comparison)
         return found
 
@@ -621,17 +621,26 @@ def _expanded(keep: np.ndarray, ndim: int) -> np.ndarray:
     return keep.reshape(keep.shape + (1,) * (ndim - keep.ndim))
 
 
-def _padding_note(actual, expected, tol: Tolerance, masks) -> str:
-    """Where every element outside tolerance lies at a masked (padded) position of one of the
-    inputs: say so, and name the option that leaves those positions out."""
+def _padding_note(comparison: OutputComparison, actual, expected, tol: Tolerance, masks) -> str:
+    """Where elements outside tolerance lie at masked (padded) positions of one of the inputs:
+    say how many, what remains at the real positions, and name the option that leaves the
+    padded ones out (their outputs no framework defines, and their error can dwarf a real one)."""
     for name, mask in masks.items():
         if not _leads_with(actual, mask) or mask.all():
             continue
         real = compare_output("", actual, expected, tol, where=_expanded(mask != 0, actual.ndim))
+        padded = comparison.mismatches - real.mismatches
         if real.status == "pass":
             return (
                 f"; every element outside tolerance lies where {name} is 0 (padding, whose "
                 "outputs no framework defines): compare the real positions only with "
                 f"--padding-mask {name}"
+            )
+        if padded > 0:
+            return (
+                f"; {padded} of them lie where {name} is 0 (padding, whose outputs no "
+                f"framework defines); at the real positions {real.mismatches} are outside, "
+                f"worst |err| {real.max_abs_err:.3g} at {real.max_abs_index}: compare those "
+                f"only with --padding-mask {name}"
             )
     return ""

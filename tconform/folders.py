@@ -36,9 +36,10 @@ from tconform.files import (
 from tconform.variables import value
 
 MANIFEST = "manifest.json"
-# An artifacts folder's subfolders beside its case folders: tconform check's exports, and the
-# document checks' models
-CHECK_AREA, DOC_AREA = "check", "doc"
+# An artifacts folder's subfolders beside its case folders: tconform check's exports, the
+# document checks' models, the bench's exports (a folder per preset and attention kernel) and
+# the generation models (generation-fillN for another mask fill)
+CHECK_AREA, DOC_AREA, BENCH_AREA, GENERATION_AREA = "check", "doc", "bench", "generation"
 GOLDEN = "tconform-golden"
 ARTIFACTS = "tconform-artifacts"
 MAX_MANIFEST_BYTES = 64 * 2**20  # far above any real manifest; refuse before reading a huge file
@@ -329,6 +330,14 @@ def lock_path(folder: Path) -> Path:
     """The lock of a folder: a file beside it (`.NAME.lock`), since a golden folder is replaced
     as a whole by renaming and a file inside it would go with it."""
     return folder.parent / f".{folder.name}.lock"
+
+
+def is_lock(path: Path) -> bool:
+    """Whether `path` is a folder's lock as tconform makes it: a regular file `.NAME.lock`."""
+    name = path.name
+    return (
+        name.startswith(".") and name.endswith(".lock") and path.is_file() and not path.is_symlink()
+    )
 
 
 def _open_lock(path: Path, shared: bool) -> int | None:

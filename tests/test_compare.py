@@ -3,7 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from tconform.compare import Tolerance, compare_output
+from tconform.compare import Tolerance, compare_output, judge_outputs
+from tconform.golden import InputSet
 
 pytestmark = pytest.mark.unit
 
@@ -209,3 +210,34 @@ def test_tolerances_near_float64s_maximum_pass_without_a_warning():
         warnings.simplefilter("error", RuntimeWarning)  # numpy's overflow in atol + rtol*|g|
         result = compare_output("y", golden, golden, Tolerance(1e308, 1e308, "set by the user"))
     assert result.status == "pass"
+
+
+def _left_padded_failure(real_error: float):
+    """A (2, 4, 3) output whose sample 1 starts with two padded positions of large error, and a
+    real error `real_error` at one real position."""
+    golden = np.ones((2, 4, 3))
+    actual = golden.copy()
+    actual[1, :2] += 0.5  # padded positions: their outputs are anyone's
+    actual[0, 3, 1] += real_error
+    mask = np.ones((2, 4), dtype=np.int64)
+    mask[1, :2] = 0
+    judge = judge_outputs(lambda precision, name: TOL)
+    (found,) = judge({"y": actual}, InputSet("set", {"mask": mask}, {"y": golden}), "float32")
+    return found
+
+
+def test_a_failure_only_in_padding_says_so_and_names_the_option():
+    found = _left_padded_failure(0.0)
+    assert found.status == "fail"
+    assert "every element outside tolerance lies where mask is 0" in found.message
+    assert "--padding-mask mask" in found.message
+
+
+def test_a_real_failure_beside_padding_names_the_padding_count_and_the_real_worst():
+    """The headline's worst element is the padding's (0.5); the note says how many of the
+    failing elements are padding and where the real positions' worst lies."""
+    found = _left_padded_failure(0.01)
+    assert found.status == "fail" and found.mismatches == 7
+    assert "6 of them lie where mask is 0" in found.message
+    assert "at the real positions 1 are outside, worst |err| 0.01 at [0, 3, 1]" in found.message
+    assert "--padding-mask mask" in found.message

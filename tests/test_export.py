@@ -165,3 +165,40 @@ def test_workers_are_kept_between_calls_and_relative_folders_follow_the_caller(
     assert not any(r.cached for r in records)
     assert [r.location for r in records] == [str(pool.Path("b", n, "model.onnx")) for n in others]
     assert all((tmp_path / "a" / "b" / n / "model.onnx").is_file() for n in others)
+
+
+def _own_layout(folder):
+    """What tconform's other commands leave in the default artifacts folder before any export:
+    their locks, check's exports, the document checks', the bench's and the generation models."""
+    for lock in (".generation.lock", "check/.mine.model.lock", "bench/.tiny.lock"):
+        (folder / lock).parent.mkdir(parents=True, exist_ok=True)
+        (folder / lock).write_bytes(b"")
+    for marker in (
+        "check/mine.model/check.json",
+        "doc/doc001/manifest.json",
+        "bench/tiny/manifest.json",
+        "bench/base/generation/manifest.json",
+        "generation/manifest.json",
+        "generation-fill-1000000000.0/manifest.json",
+    ):
+        (folder / marker).parent.mkdir(parents=True, exist_ok=True)
+        (folder / marker).write_text("{}")
+
+
+def test_the_default_folder_after_other_commands_takes_exports(tmp_path):
+    """Whichever command ran first (check, bench, verify --generation), export and verify go
+    on in the same artifacts folder; a user's file among them, or a link at a lock's name, is
+    still refused."""
+    cases, settings = (registry.get_case("norm"),), ExportSettings(TINY, exporter="torchscript")
+    _own_layout(tmp_path / "A")
+    export_cases(cases, settings, tmp_path / "A")
+    assert (tmp_path / "A" / "norm" / "model.onnx").is_file()
+
+    _own_layout(tmp_path / "B")
+    (tmp_path / "B" / "bench" / "tiny-notes.txt").write_text("the user's\n")
+    with pytest.raises(UsageError, match=r"holds 'bench' and no artifacts manifest"):
+        export_cases(cases, settings, tmp_path / "B")
+    _own_layout(tmp_path / "C")
+    (tmp_path / "C" / ".elsewhere.lock").symlink_to(tmp_path / "B")
+    with pytest.raises(UsageError, match=r"holds '\.elsewhere\.lock' and no artifacts manifest"):
+        export_cases(cases, settings, tmp_path / "C")

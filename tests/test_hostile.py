@@ -1336,6 +1336,17 @@ PLANTED = [
         write_file("d/notes.txt"),
         writes=("user/.d.lock",),
     ),
+    verify_gg(  # its models go to DIR/generation: DIR is held to an artifacts folder's rule
+        "verify-generation-artifacts-among-a-users-files",
+        "art: holds 'notes.txt' and no artifacts manifest",
+        then(copy_generation_golden, write_file("art/notes.txt")),
+    ),
+    Planted(  # its models go to DIR/doc/CONFIG: DIR is held to an artifacts folder's rule
+        "doc-artifacts-among-a-users-files",
+        ("doc", "--artifacts", "{user}/d"),
+        "d: holds 'notes.txt' and no artifacts manifest",
+        write_file("d/notes.txt"),
+    ),
     Planted(
         "export-over-a-manifest-with-models",  # another tool's, with a "models" key
         ("export", "--case", "norm", "--out", "{user}/d"),

@@ -39,6 +39,7 @@ from tconform.errors import WorkerCrashed
 from tconform.execution import NotRun, Subject, case_module, open_subject
 from tconform.export import ExportJob, ExportSettings, export_jobs
 from tconform.files import atomic_write_bytes, atomic_write_json
+from tconform.folders import BENCH_AREA, GENERATION_AREA
 from tconform.generation.driver import (
     Decoding,
     Strategy,
@@ -139,7 +140,7 @@ class GenerateSettings:
     batch: int = 1
     src_len: int = 32
     repeats: int = 3
-    artifacts: Path = Path("artifacts/bench/base/generation")
+    artifacts: Path = Path("artifacts") / BENCH_AREA / "base" / GENERATION_AREA
     crash_folder: Path | None = None  # where an engine in a worker that crashes leaves a bundle
 
     def folder(self, dtype: str) -> Path:
@@ -561,7 +562,7 @@ def generate_run(
             tuple(chosen),
             runtime.threads or default_threads(),
             dict(runtime.settings),
-            artifacts=artifacts or Path("artifacts/bench") / preset / "generation",
+            artifacts=artifacts or Path("artifacts") / BENCH_AREA / preset / GENERATION_AREA,
             crash_folder=crash_folder,
         )
         check_request(cfg, settings.decoding, strategy)

@@ -35,6 +35,7 @@ from tconform.bench.workload import Workload, case_workload
 from tconform.config import ModelConfig, get_preset
 from tconform.errors import ProviderUnavailable, UsageError
 from tconform.export import ExportJob, ExportSettings, build_module, default_opset, export_jobs
+from tconform.folders import BENCH_AREA
 from tconform.models import ModelUnderTest, derived_file
 from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
@@ -145,7 +146,7 @@ def bench_settings(
         cases=selected,
         shapes=tuple(shapes) or DEFAULT_SHAPES,
         engines=parse_engines(engines),
-        artifacts=artifacts or Path("artifacts") / "bench" / preset,
+        artifacts=artifacts or Path("artifacts") / BENCH_AREA / preset,
         **common,
     )
 

@@ -22,7 +22,14 @@ from tconform.config import ModelConfig
 from tconform.doc.worked import RuntimeCheck
 from tconform.errors import TconformError
 from tconform.execution import NotRun, Opened, Subject, case_module, open_subject, run_judged
-from tconform.export import ExportJob, ExportRecord, ExportSettings, build_module, export_cases
+from tconform.export import (
+    ExportJob,
+    ExportRecord,
+    ExportSettings,
+    build_module,
+    export_cases,
+    require_new_or_artifacts,
+)
 from tconform.files import require_inside
 from tconform.folders import DOC_AREA, require_artifacts_folder
 from tconform.golden import InputSet
@@ -67,6 +74,7 @@ class OpenedComponents:
         runtimes: dict[str, Runtime] | None = None,
     ) -> None:
         require_artifacts_folder(artifacts_dir)  # its models go to DIR/doc/<config>/
+        require_new_or_artifacts(artifacts_dir)
         self.artifacts_dir = artifacts_dir
         self.runtimes = runtimes if runtimes is not None else doc_runtimes(RuntimeOptions())
         # Models settled by the caller's export pool, keyed by their location: their origin

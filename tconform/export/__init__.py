@@ -16,6 +16,7 @@ from tconform.export.artifacts import (
     export_case,
     folder_settings,
     read_artifacts_manifest,
+    require_new_or_artifacts,
 )
 from tconform.export.exporter import (
     build_module,
@@ -67,4 +68,5 @@ __all__ = [
     "quantize_int4",
     "quantize_int8",
     "read_artifacts_manifest",
+    "require_new_or_artifacts",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -39,10 +40,13 @@ from tconform.export.settings import (
 from tconform.files import atomic_write_bytes, atomic_write_json, require_inside, sha256_file
 from tconform.folders import (
     ARTIFACTS,
+    BENCH_AREA,
     CHECK_AREA,
     DOC_AREA,
+    GENERATION_AREA,
     MANIFEST,
     folder_lock,
+    is_lock,
     manifest_kind,
     read_json_manifest,
     require_artifacts_folder,
@@ -221,9 +225,10 @@ def staging_dir(out_dir: Path) -> Path:
     return out_dir / STAGING
 
 
-def _require_new_or_artifacts(out_dir: Path) -> None:
+def require_new_or_artifacts(out_dir: Path) -> None:
     """Models go into an artifacts folder, or a folder laid out as one: new, empty, or holding
-    only what tconform puts there (a case folder with its model.onnx alone, which is then
+    only what tconform puts there (checked too on the folder whose area a command's models go
+    to: DIR/doc/CONFIG, DIR/generation) (a case folder with its model.onnx alone, which is then
     judged on its own: `is_current`; tconform check's exports; the document checks' artifacts
     folders; what an interrupted export staged); never among files nobody said are
     tconform's."""
@@ -238,18 +243,42 @@ def _require_new_or_artifacts(out_dir: Path) -> None:
 
 
 def _laid_out(entry: Path) -> bool:
-    """Whether `entry` of a folder without a manifest is what tconform puts there."""
+    """Whether `entry` of a folder without a manifest is what tconform puts there, whichever
+    command ran first: locks, staging, case folders and the areas of its other commands."""
+    if is_lock(entry):
+        return True
     if entry.is_symlink() or not entry.is_dir():
         return False
-    inside = list(entry.iterdir())
     if entry.name == STAGING:
         return True  # cleared by clear_staging, which judges what it holds
     if entry.name in registry.exportable_names():
-        return [p.name for p in inside] == ["model.onnx"]
-    marker = {CHECK_AREA: "check.json", DOC_AREA: MANIFEST}.get(entry.name)
-    return marker is not None and all(
-        p.is_dir() and not p.is_symlink() and (p / marker).is_file() for p in inside
-    )
+        return [p.name for p in entry.iterdir()] == ["model.onnx"]
+    if entry.name == GENERATION_AREA or entry.name.startswith(f"{GENERATION_AREA}-fill"):
+        return _marked(entry, MANIFEST)
+    if entry.name == CHECK_AREA:
+        return _holds_only(entry, lambda p: _marked(p, "check.json"))
+    if entry.name == DOC_AREA:
+        return _holds_only(entry, lambda p: _marked(p, MANIFEST))
+    if entry.name == BENCH_AREA:  # a preset's exports, or only its generation models
+        return _holds_only(
+            entry,
+            lambda p: (
+                _marked(p, MANIFEST)
+                or _holds_only(p, lambda q: q.name == GENERATION_AREA and _marked(q, MANIFEST))
+            ),
+        )
+    return False
+
+
+def _marked(folder: Path, marker: str) -> bool:
+    return folder.is_dir() and not folder.is_symlink() and (folder / marker).is_file()
+
+
+def _holds_only(folder: Path, own: Callable[[Path], bool]) -> bool:
+    """Whether `folder` (a real folder) holds nothing but locks and entries `own` accepts."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return all(is_lock(p) or own(p) for p in folder.iterdir())
 
 
 def clear_staging(out_dir: Path) -> None:
@@ -376,7 +405,7 @@ class ArtifactsFolder:
         require_artifacts_folder(out_dir)
         require_not_link(out_dir, "an artifacts folder")
         stack.enter_context(folder_lock(_made(out_dir)))
-        _require_new_or_artifacts(out_dir)
+        require_new_or_artifacts(out_dir)
         clear_staging(out_dir)  # an earlier run's leftovers
         self.models: dict = dict(read_artifacts_manifest(out_dir).get("models", {}))
         held = folder_settings(out_dir)

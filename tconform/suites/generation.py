@@ -45,9 +45,10 @@ from tconform.export import (
     cache_key,
     export_jobs,
     read_artifacts_manifest,
+    require_new_or_artifacts,
 )
 from tconform.files import sha256_file
-from tconform.folders import MANIFEST, folder_lock
+from tconform.folders import GENERATION_AREA, MANIFEST, folder_lock
 from tconform.generation import golden
 from tconform.generation.driver import DegenerateOutput, generate
 from tconform.generation.steppers import make_stepper
@@ -82,8 +83,8 @@ DECODINGS = (Decoding("kv-cache", True), Decoding("no-cache", False))
 
 def model_folder(artifacts_dir: Path, cfg: ModelConfig, preset_cfg: ModelConfig) -> Path:
     if cfg.mask_fill == preset_cfg.mask_fill:
-        return artifacts_dir / "generation"
-    return artifacts_dir / f"generation-fill{cfg.mask_fill}"
+        return artifacts_dir / GENERATION_AREA
+    return artifacts_dir / f"{GENERATION_AREA}-fill{cfg.mask_fill}"
 
 
 def export_settings(cfg: ModelConfig, seed: int, checkpoint: str) -> ExportSettings:
@@ -135,6 +136,8 @@ class GenerationSuite(Suite):
         self.preset_cfg, self.seed, self.recorded, cases = golden.read_cases(folder)
         self.checkpoint = golden.require_current_checkpoint(folder, self.recorded)
         self.cases = _named(cases, subject.cases, folder)
+        if subject.export:  # its models go to DIR/generation: DIR is held to the folder's rule
+            require_new_or_artifacts(subject.artifacts_dir)
         self.decoders: dict[tuple[ModelConfig, str], ModelUnderTest] = {}
         self.opened: dict[tuple[str, ModelConfig], tuple[ExitStack, dict[str, Opened]]] = {}
         self.not_opened: dict[tuple[str, ModelConfig], NotRun] = {}
