@@ -25,6 +25,10 @@ from tconform.folders import (
     BUNDLE_MARKER,
     BUNDLE_TOOL,
     CHECK_AREA,
+    CHECK_EXPORT,
+    CHECK_RECORD,
+    CHECK_TOOL,
+    GOLDEN,
     MANIFEST,
     folder_lock,
     is_lock,
@@ -34,10 +38,9 @@ from tconform.folders import (
     require_not_link,
 )
 
-OWN_RECORD = "check.json"  # what tconform check wrote into its export folder
+OWN_RECORD, TOOL = CHECK_RECORD, CHECK_TOOL  # what tconform check wrote into its export folder
 OWN_FILES = ("model.onnx", "export.log", "plan.json")
 MATRIX = "matrix"  # its matrix cells' folders, each of its own files
-TOOL = "tconform check"
 MAX_RECORD_BYTES = 2**20  # a record is a few hundred bytes
 
 
@@ -123,11 +126,18 @@ def require_own_export_folder(folder: Path) -> None:
     require_not_link(folder, "check's export folder, --out")
     if folder.exists() and not folder.is_dir():
         raise Refused(f"{folder}: exists and is not a folder", folder)
-    managed = managed_folder(folder, itself=True)
+    managed = managed_folder(folder, (GOLDEN, ARTIFACTS), itself=True)
     if (folder / MANIFEST).exists() or (managed is not None and not in_check_area(folder, managed)):
         raise Refused(
             f"{folder} is or lies in a golden or artifacts folder ({managed or folder}); "
             "check --out needs a folder of its own",
+            folder,
+        )
+    owner = managed_folder(folder, (CHECK_EXPORT,))  # another check's, but for its matrix cells
+    if owner is not None and resolved(folder).parent != owner / MATRIX:
+        raise Refused(
+            f"{folder} lies in {owner}, tconform check's export folder; check --out needs a "
+            "folder of its own",
             folder,
         )
     _require_only_own_files(folder, (MATRIX,))

@@ -23,6 +23,15 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()
 
 
+def new_folder(parent: Path, prefix: str) -> Path:
+    """A new folder of a unique name in `parent`, with the permissions mkdir gives (0o777 less
+    the umask): one that is renamed into place (a golden folder, a bundle, an environment) must
+    not keep mkdtemp's owner-only 0700."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(folder, 0o777 & ~_umask())
+    return folder
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename it into place. A failure (a full
     disk, a folder that cannot be written) names `path` and leaves the old file as it was."""
@@ -60,9 +69,13 @@ def sha256_file(path: Path) -> str:
 
 
 def files_under(folder: Path) -> set[str]:
-    """Every file below `folder` (anything but a folder, a dangling symlink included), as POSIX
-    paths relative to it."""
-    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir()}
+    """Every file below `folder` (anything but a folder: a symlink, to a folder or dangling,
+    included), as POSIX paths relative to it."""
+    return {
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_symlink() or not p.is_dir()
+    }
 
 
 def resolved(path: Path) -> Path:

@@ -29,6 +29,7 @@ from tconform.files import (
     SHA256_DIGEST,
     atomic_write_json,
     files_under,
+    new_folder,
     read_json_object,
     resolved,
     sha256_file,
@@ -42,6 +43,8 @@ MANIFEST = "manifest.json"
 CHECK_AREA, DOC_AREA, BENCH_AREA, GENERATION_AREA = "check", "doc", "bench", "generation"
 GOLDEN = "tconform-golden"
 ARTIFACTS = "tconform-artifacts"
+# tconform check's export folder: no manifest, its record check.json (tconform.check_folder)
+CHECK_EXPORT, CHECK_RECORD, CHECK_TOOL = "tconform-check", "check.json", "tconform check"
 MAX_MANIFEST_BYTES = 64 * 2**20  # far above any real manifest; refuse before reading a huge file
 
 
@@ -84,18 +87,30 @@ def _written_models(models: object) -> bool:
 
 
 def managed_folder(
-    path: Path, kinds: tuple[str, ...] = (GOLDEN, ARTIFACTS), itself: bool = False
+    path: Path, kinds: tuple[str, ...] = (GOLDEN, ARTIFACTS, CHECK_EXPORT), itself: bool = False
 ) -> Path | None:
     """The folder of one of `kinds` that `path` lies in (at any depth), or `path` itself with
     `itself`, if any. A folder whose manifest.json is some other tool's is not tconform's."""
     absolute = resolved(path)
     for folder in (absolute, *absolute.parents) if itself else absolute.parents:
         try:
-            if manifest_kind(folder) in kinds:
+            if _folder_kind(folder) in kinds:
                 return folder
         except (UsageError, OSError):
             continue
     return None
+
+
+def _folder_kind(folder: Path) -> str | None:
+    """GOLDEN or ARTIFACTS by its manifest, CHECK_EXPORT by check's record, or None."""
+    kind = manifest_kind(folder)
+    if kind is not None:
+        return kind
+    record = folder / CHECK_RECORD
+    if record.is_symlink() or not record.is_file():
+        return None
+    data = read_json_object(record, MAX_MANIFEST_BYTES, "check record")
+    return CHECK_EXPORT if data.get("tool") == CHECK_TOOL else None
 
 
 def require_caches_apart(own: Sequence[Path] = ()) -> None:
@@ -139,13 +154,13 @@ def require_not_link(folder: Path, what: str) -> None:
 
 def require_artifacts_folder(folder: Path) -> None:
     """Models go only into an artifacts folder: one with an artifacts manifest, or a new one;
-    never into a golden folder, nor anywhere inside one."""
-    golden = managed_folder(folder, (GOLDEN,), itself=True)
-    if golden is not None:
+    never into a golden folder or check's export folder, nor anywhere inside one."""
+    other = managed_folder(folder, (GOLDEN, CHECK_EXPORT), itself=True)
+    if other is not None:
+        what = "a golden folder" if manifest_kind(other) == GOLDEN else "check's export folder"
         raise UsageError(
-            f"{folder} is or lies in a golden folder ({golden / MANIFEST}); "
-            "models go into an artifacts folder of their own "
-            "(export --out DIR, verify --artifacts DIR)"
+            f"{folder} is or lies in {what} ({other}); models go into an artifacts folder of "
+            "their own (export --out DIR, verify --artifacts DIR)"
         )
 
 
@@ -155,8 +170,8 @@ def require_replaceable_golden_folder(folder: Path) -> None:
     outer = managed_folder(folder)
     if outer is not None:
         raise UsageError(
-            f"{folder} lies in {outer}, a tconform golden or artifacts folder; goldens go into a "
-            "folder of their own"
+            f"{folder} lies in {outer}, a tconform golden, artifacts or check export folder; "
+            "goldens go into a folder of their own"
         )
     if folder.is_symlink():  # replaced by renaming, the link would become a folder
         raise UsageError(
@@ -271,8 +286,8 @@ def require_new_or_written_whole(folder: Path, marker: str, tool: str, option: s
     managed = managed_folder(folder, itself=True)
     if managed is not None:
         raise Refused(
-            f"{folder} is or lies in a golden or artifacts folder ({managed}); {option} needs a "
-            "folder of its own",
+            f"{folder} is or lies in a golden, artifacts or check export folder ({managed}); "
+            f"{option} needs a folder of its own",
             folder,
         )
     problem = not_written_whole(folder, marker, tool) if folder.is_dir() else None
@@ -282,12 +297,6 @@ def require_new_or_written_whole(folder: Path, marker: str, tool: str, option: s
             "new folder, or move this one away)",
             folder,
         )
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def replace_whole(
@@ -301,9 +310,8 @@ def replace_whole(
     given, folder = folder, Path(os.path.abspath(folder))  # abspath: `.name` of "a/.." is ".."
     require_new_or_written_whole(folder, marker, record["tool"], option)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    staging = new_folder(folder.parent, f".{folder.name}.")
     try:
-        os.chmod(staging, 0o777 & ~_umask())  # a folder as mkdir makes it, not mkdtemp's 0700
         write(staging)
         files = {rel: sha256_file(staging / rel) for rel in sorted(files_under(staging))}
         atomic_write_json(staging / marker, {**record, "files": files})

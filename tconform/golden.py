@@ -31,7 +31,13 @@ from tconform import registry
 from tconform.compare import TOLERANCES
 from tconform.config import ModelConfig
 from tconform.errors import UsageError
-from tconform.files import atomic_write_json, files_under, require_inside, sha256_bytes
+from tconform.files import (
+    atomic_write_json,
+    files_under,
+    new_folder,
+    require_inside,
+    sha256_bytes,
+)
 from tconform.folders import (
     GOLDEN,
     MANIFEST,
@@ -241,7 +247,7 @@ def _remove_leftovers(golden_dir: Path) -> None:
 
 
 def _write_locked(golden_dir: Path, header: dict, cases: Iterable[StoredCase], kept: dict) -> dict:
-    staging = Path(tempfile.mkdtemp(prefix=f".{golden_dir.name}.staging-", dir=golden_dir.parent))
+    staging = new_folder(golden_dir.parent, f".{golden_dir.name}.staging-")
     try:
         for name in kept:  # the folder's other cases, byte for byte
             shutil.copytree(golden_dir / name, staging / name)

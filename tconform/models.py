@@ -229,19 +229,30 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
             )
         if not target.is_file():
             raise UsageError(f"{path}: external data {location!r} missing or not a regular file")
-        offset, size = int(info.get("offset", 0)), target.stat().st_size
-        end = offset + int(info.get("length", 0))
+        offset, size = _byte_count(info, "offset", path, tensor), target.stat().st_size
+        end = offset + _byte_count(info, "length", path, tensor)
         if end > size:
             raise UsageError(f"{path}: external data {location!r} is shorter than its tensors")
         # Without a length, a reader takes the rest of the file: it must be this tensor's size
         # (a huge file would otherwise be read whole, and memory run out naming nothing).
-        reads = int(info["length"]) if "length" in info else size - offset
+        reads = _byte_count(info, "length", path, tensor) if "length" in info else size - offset
         needs = _tensor_bytes(tensor)
         if needs is not None and reads != needs:
             raise UsageError(
                 f"{path}: tensor {tensor.name!r} reads {reads} bytes of external data "
                 f"{location!r}, but its type and shape hold {needs}"
             )
+
+
+def _byte_count(info: dict[str, str], key: str, path: Path, tensor: TensorProto) -> int:
+    """An external data entry's offset or length: a whole number of bytes, 0 where absent."""
+    text = info.get(key, "0")
+    if not text.isdigit() or not text.isascii():  # neither a sign nor other digits
+        raise UsageError(
+            f"{path}: tensor {tensor.name!r} gives its external data {key} as {text!r}, not a "
+            "whole number of bytes"
+        )
+    return int(text)
 
 
 SUB_BYTE_TYPES = {  # packed two or four to a byte: no whole number of bytes per element

@@ -1,3 +1,5 @@
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -169,3 +171,22 @@ def test_goldens_never_go_inside_another_tconform_folder_or_over_a_users_file(tm
     with pytest.raises(UsageError, match=r"notes\.txt: not a file of the golden manifest"):
         golden.write(folder, TINY, 1, CASES[:1], "tiny", force=True)
     assert notes.read_text() == "mine"
+    notes.unlink()
+    elsewhere = tmp_path / "mine"
+    elsewhere.mkdir()
+    link = folder / "feed_forward" / "mine"  # a link to a folder: a file of the user's, too
+    link.symlink_to(elsewhere)
+    with pytest.raises(UsageError, match=r"feed_forward/mine: not a file of the golden manifest"):
+        golden.write(folder, TINY, 1, CASES[:1], "tiny", force=True)
+    assert link.is_symlink()
+
+
+def test_a_golden_folder_has_the_mode_mkdir_gives(tmp_path):
+    """Written in a staging folder and renamed into place: with mkdir's mode (0o777 less the
+    umask), not the staging folder's owner-only 0700."""
+    old = os.umask(0o022)
+    try:
+        golden.write(tmp_path / "g", TINY, 1, CASES[:1], "tiny")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "g").stat().st_mode) == 0o755

@@ -556,10 +556,22 @@ def _tree(*folders):
 @pytest.mark.parametrize(
     ("option", "where", "says"),
     [
-        ("--json", "golden/manifest.json", "a tconform golden or artifacts folder"),
-        ("--json", "golden/norm/report.json", "a tconform golden or artifacts folder"),
-        ("--junit", "artifacts/manifest.json", "a tconform golden or artifacts folder"),
-        ("--markdown", "artifacts/report.md", "a tconform golden or artifacts folder"),
+        ("--json", "golden/manifest.json", "a tconform golden, artifacts or check export folder"),
+        (
+            "--json",
+            "golden/norm/report.json",
+            "a tconform golden, artifacts or check export folder",
+        ),
+        (
+            "--junit",
+            "artifacts/manifest.json",
+            "a tconform golden, artifacts or check export folder",
+        ),
+        (
+            "--markdown",
+            "artifacts/report.md",
+            "a tconform golden, artifacts or check export folder",
+        ),
         ("--json", "given.bin", "the model under test"),
         ("--json", "elsewhere/model.onnx", "a model or tensor file name"),
     ],

@@ -852,6 +852,11 @@ def recorded_checkpoint(name) -> Callable:
     return lambda ws: copy_generation_golden(ws, edit)
 
 
+def check_export_folder(ws: dict[str, Path]) -> None:
+    """What tconform check leaves as its export folder (no manifest: its record check.json)."""
+    write_file("c/check.json", '{"tool": "tconform check", "sha256": {}}')(ws)
+
+
 def lock_link(ws: dict[str, Path]) -> None:
     """A golden folder whose lock's name is a symlink to a file outside, not yet there."""
     copy_golden(ws)
@@ -1157,26 +1162,57 @@ PLANTED = [
     Planted(
         "repro-in-a-golden-folder",
         ("check", T(), "--repro", "{user}/g/norm/repro"),
-        "is or lies in a golden or artifacts folder",
+        "is or lies in a golden, artifacts or check export folder",
         copy_golden,
     ),
     Planted(
         "repro-is-a-golden-folder",
         ("check", T(), "--repro", "{user}/g"),
-        "is or lies in a golden or artifacts folder",
+        "is or lies in a golden, artifacts or check export folder",
         copy_golden,
     ),
     Planted(
         "repro-in-an-artifacts-folder",
         ("check", T(), "--repro", "{user}/art/repro"),
-        "is or lies in a golden or artifacts folder",
+        "is or lies in a golden, artifacts or check export folder",
         artifacts_folder,
     ),
     Planted(
         "repro-in-the-check-area",
         ("check", T(), "--repro", "{user}/art/check/x/repro"),
-        "is or lies in a golden or artifacts folder",
+        "is or lies in a golden, artifacts or check export folder",
         artifacts_folder,
+    ),
+    Planted(
+        "repro-in-a-check-export-folder",
+        ("check", T(), "--repro", "{user}/c/repro"),
+        "is or lies in a golden, artifacts or check export folder",
+        check_export_folder,
+    ),
+    Planted(
+        "report-in-a-check-export-folder",
+        ("check", T()),
+        "check export folder; reports go elsewhere",
+        check_export_folder,
+        json="{user}/c/report.json",
+    ),
+    Planted(
+        "golden-in-a-check-export-folder",
+        ("golden", "--case", "norm", "--out", "{user}/c/g"),
+        "a tconform golden, artifacts or check export folder; goldens go",
+        check_export_folder,
+    ),
+    Planted(
+        "export-in-a-check-export-folder",
+        ("export", "--case", "norm", "--out", "{user}/c/e"),
+        "lies in check's export folder",
+        check_export_folder,
+    ),
+    Planted(
+        "check-out-in-another-checks-export-folder",
+        ("check", T(), "--out", "{user}/c/sub"),
+        "tconform check's export folder; check --out needs a folder of its own",
+        check_export_folder,
     ),
     Planted("repro-dot", ("check", T(), "--repro", "."), "the current folder"),
     Planted("repro-dotdot", ("check", T(), "--repro", ".."), "the current folder, or one above"),
@@ -1311,7 +1347,7 @@ PLANTED = [
     Planted(
         "doc-area-a-symlink-out",
         ("doc", "--artifacts", "{user}/art", "--no-torch"),
-        "a symlink that leads outside",
+        "holds 'doc' and no artifacts manifest",  # a link is no area of its own
         then(make_folder("art"), symlink("art/doc", "{outside}")),
     ),
     # --- a folder the user named is theirs until tconform made it ------------------------------

@@ -156,11 +156,16 @@ def test_a_truncated_given_model_is_refused_and_kept(cli, workspace, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("location", "says"),
-    [("../secret.bin", "outside the model's folder"), ("data\0.bin", "a name holding a NUL")],
+    ("location", "offset", "length", "says"),
+    [
+        ("../secret.bin", "0", "64", "outside the model's folder"),
+        ("data\0.bin", "0", "64", "a name holding a NUL"),
+        ("data.bin", "12x", "64", "external data offset as '12x', not a whole number"),
+        ("data.bin", "0", "-64", "external data length as '-64', not a whole number"),
+    ],
 )
-def test_external_data_outside_the_model_folder_is_refused(
-    cli, workspace, tmp_path, location, says
+def test_external_data_outside_the_model_folder_or_not_a_byte_range_is_refused(
+    cli, workspace, tmp_path, location, offset, length, says
 ):
     model = onnx.load(str(workspace["artifacts"] / "norm" / "model.onnx"))
     outside = tmp_path / "secret.bin"
@@ -168,14 +173,17 @@ def test_external_data_outside_the_model_folder_is_refused(
     tensor = model.graph.initializer[0]
     tensor.ClearField("raw_data")
     tensor.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", "0"), ("length", "64")):
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
     path = tmp_path / "m" / "model.onnx"
     path.parent.mkdir()
+    (path.parent / "data.bin").write_bytes(b"\0" * 4096)
     onnx.save(model, str(path))
-    code, _, err = verify(cli, workspace, "--model", f"norm={path}", *QUIET)
+    report = tmp_path / "r.json"
+    code, _, err = verify(cli, workspace, "--model", f"norm={path}", *QUIET, "--json", str(report))
     assert code == 2 and says in err and str(path) in err, err
+    assert json.loads(report.read_text())["exit_code"] == 2
 
 
 def test_external_data_that_does_not_hold_its_tensor_is_refused_before_it_is_read(

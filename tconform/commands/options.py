@@ -191,8 +191,8 @@ class ReportPath(click.ParamType):
         inside = managed_folder(path)
         if inside is not None:
             self.fail(
-                f"{shown(path)}: inside {inside}, a tconform golden or artifacts folder; reports "
-                "go elsewhere",
+                f"{shown(path)}: inside {inside}, a tconform golden, artifacts or check export "
+                "folder; reports go elsewhere",
                 param,
                 ctx,
             )

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from tconform.files import new_folder
 
 MARKER = "bundle.json"
 
@@ -37,7 +38,7 @@ def write_crash_bundle(
     from onnx import numpy_helper
 
     crash_folder.parent.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f"{crash_folder.name}-", dir=crash_folder.parent))
+    folder = new_folder(crash_folder.parent, f"{crash_folder.name}-")
     _place(model, folder / "model.onnx")
     for location in external_data:  # names read from the model: kept inside the bundle
         target = (folder / location).resolve()

@@ -34,13 +34,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tconform.errors import UsageError
+from tconform.files import new_folder
 from tconform.folders import managed_folder, require_not_link
 from tconform.runtimes.specs import RuntimeSpec
 from tconform.variables import value
@@ -75,6 +75,10 @@ class Environment:
         }
 
 
+# The cache folder's own subfolders beside the environments: makers' locks, uv's and pip's caches
+LOCKS, INSTALLERS = ".locks", ".installers"
+
+
 def cache_root() -> Path:
     """The folder environments are kept in (see the module docstring); a bad
     TCONFORM_RUNTIME_CACHE is one line naming it (tconform.variables)."""
@@ -96,6 +100,11 @@ def _own_cache(folder: Path, named_by: str) -> Path:
     """The cache folder, a folder of its own: no link, nowhere in a golden or artifacts folder
     (whose checks would then hold environments of hundreds of MB)."""
     require_not_link(folder, named_by)
+    for inner in (LOCKS, INSTALLERS):  # made inside it, never through a link planted there
+        require_not_link(folder / inner, named_by)
+    existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
+    if existing.exists() and not existing.is_dir():
+        raise UsageError(f"{folder} ({named_by}): {existing} is not a folder")
     managed = managed_folder(folder, itself=True)
     if managed is not None:
         raise UsageError(
@@ -162,14 +171,26 @@ def probe(python: Path, modules: tuple[str, ...]) -> tuple[str, dict[str, dict[s
         ) from None
     try:
         found = json.loads(out)
-        if isinstance(found["modules"], dict):
-            return str(found["python"]), found["modules"]
+        if _answered(found):
+            return found["python"], found["modules"]
     except (json.JSONDecodeError, KeyError, TypeError):
         pass
     said = next((line.strip() for line in out.splitlines() if line.strip()), "nothing")
     raise UsageError(
         f"{python}: did not answer as a Python interpreter does (it printed {said[:80]!r}); "
         "--runtime NAME@PYTHON takes an interpreter"
+    )
+
+
+def _answered(found: object) -> bool:
+    """Whether a probe's answer has the shape _PROBE prints: a version, and per module a map of
+    distribution names to versions (all text)."""
+    if not isinstance(found, dict) or not isinstance(found.get("python"), str):
+        return False
+    modules = found.get("modules")
+    return isinstance(modules, dict) and all(
+        isinstance(dists, dict) and all(isinstance(v, str) for v in (*dists, *dists.values()))
+        for dists in modules.values()
     )
 
 
@@ -252,7 +273,7 @@ def _read_record(folder: Path) -> Environment | None:
 @contextlib.contextmanager
 def _locked(root: Path, key: str, say) -> Iterator[None]:
     """One maker of environment `key` at a time (across processes): the others wait."""
-    locks = root / ".locks"
+    locks = root / LOCKS
     locks.mkdir(parents=True, exist_ok=True)
     fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
@@ -285,13 +306,13 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
     for stale in folder.parent.glob(f".{folder.name}.*"):  # a maker that was killed mid-way
         if stale.is_dir() and not stale.is_symlink():  # (the lock is ours: no one else's)
             shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    staging = new_folder(folder.parent, f".{folder.name}.")
     uv = installer()
     tool = f"uv {_uv_version(uv)}" if uv else "venv + pip"
     say(f"making an environment for {spec.text} with {tool} in {folder} (once) ...")
     started = time.monotonic()
     # The installers' own caches in the cache folder too: nothing is written outside it
-    caches = folder.parent / ".installers"
+    caches = folder.parent / INSTALLERS
     env = {**os.environ, "UV_CACHE_DIR": str(caches / "uv"), "PIP_CACHE_DIR": str(caches / "pip")}
     try:
         python = _python_in(staging)

@@ -280,7 +280,16 @@ def test_a_release_too_old_to_read_the_model_is_a_skip_in_a_worker_too(tmp_path)
 
 
 @pytest.mark.parametrize(
-    "answer", ["junk\nmore", "[1, 2]", "{}", '{"python": "3.11", "modules": 1}']
+    "answer",
+    [
+        "junk\nmore",
+        "[1, 2]",
+        "{}",
+        '{"python": "3.11", "modules": 1}',
+        '{"python": "3.11", "modules": {"onnxruntime": "x"}}',  # versions not per distribution
+        '{"python": 3.11, "modules": {}}',
+        '{"python": "3.11", "modules": {"onnx": {"onnx": 1}}}',
+    ],
 )
 def test_an_interpreter_that_answers_junk_is_one_line(tmp_path, answer):
     from tconform.errors import UsageError
