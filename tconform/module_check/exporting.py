@@ -12,6 +12,7 @@ replaced; nor is anything written into a golden or artifacts folder.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import logging
 import os
@@ -51,6 +52,7 @@ __all__ = [
     "MATRIX",
     "OWN_FILES",
     "OWN_RECORD",
+    "ExportFailed",
     "check_opset",
     "export_folder",
     "export_lock",
@@ -61,6 +63,11 @@ __all__ = [
 
 EXPORTERS = project_export.EXPORTERS
 DEFAULT_OPSET = project_export.DEFAULT_OPSET
+
+
+class ExportFailed(UsageError):
+    """The exporter failed on the module: the run's input error where that one model was asked
+    for, the verdict of its cells (an error row each) in a matrix of several."""
 
 
 def check_opset(exporter: str, opset: int) -> None:
@@ -113,18 +120,45 @@ def _export(
     dynamic: dict[str, dict[int, str]],
 ) -> None:
     # dynamo names inputs after forward's parameters itself; TorchScript needs them given.
-    project_export.export_with_torch(
-        module,
-        inputs.args,
-        path,
-        exporter,
-        opset,
-        output_names,
-        input_names=None if exporter == "dynamo" else inputs.names,
-        kwargs=inputs.kwargs or None,
-        dynamic_shapes={name: dynamic.get(name) for name in inputs.names} if dynamic else None,
-        dynamic_axes=dynamic or None,
+    with _taking_only(module, inputs) if exporter == "torchscript" else contextlib.nullcontext():
+        project_export.export_with_torch(
+            module,
+            inputs.args,
+            path,
+            exporter,
+            opset,
+            output_names,
+            input_names=None if exporter == "dynamo" else inputs.names,
+            kwargs=inputs.kwargs or None,
+            dynamic_shapes={name: dynamic.get(name) for name in inputs.names} if dynamic else None,
+            dynamic_axes=dynamic or None,
+        )
+
+
+@contextlib.contextmanager
+def _taking_only(module: nn.Module, inputs: ModuleInputs) -> Iterator[None]:
+    """While TorchScript exports it, the module's forward takes only the inputs given: given
+    keyword inputs, TorchScript passes forward every parameter between them by position, a
+    number default as a traced tensor (transformers' logits_to_keep=0 then indexes one position
+    instead of slicing none): a graph of another function, with an input no set holds. The
+    module itself is called, so the node names still carry its submodules' scopes."""
+    if not inputs.kwargs:
+        yield
+        return
+    forward, names = module.forward, inputs.names
+
+    def given_only(*tensors):
+        return forward(**dict(zip(names, tensors, strict=True)))
+
+    parameter = inspect.Parameter
+    given_only.__signature__ = inspect.Signature(  # what torch.onnx reads the inputs from
+        [parameter(name, parameter.POSITIONAL_OR_KEYWORD) for name in names]
     )
+    module.forward = given_only
+    try:
+        yield
+    finally:
+        del module.forward  # the class's forward again
 
 
 def export_module(
@@ -175,7 +209,7 @@ def export_module(
                 if exporter == "dynamo"
                 else ""
             )
-            raise UsageError(f"{failed}: {summary} (full log: {log_path}){way_on}") from None
+            raise ExportFailed(f"{failed}: {summary} (full log: {log_path}){way_on}") from None
     atomic_write_bytes(path, model.SerializeToString())
     atomic_write_bytes(log_path, log.getvalue().encode())
     record_own_files(path.parent)

@@ -42,6 +42,7 @@ from tconform.module_check.convert import CONVERTED, DTYPES, ConversionFailed, c
 from tconform.module_check.exporting import (
     EXPORTERS,
     MATRIX,
+    ExportFailed,
     check_opset,
     export_folder,
     export_lock,
@@ -413,7 +414,9 @@ class ModuleSuite(Suite):
             folder = self.export_dir if plain and cell.dtype == "float32" else self._cell_dir(cell)
             try:
                 models[(self.case.name, key)] = self._model(cell, folder, progress)
-            except ConversionFailed as exc:  # that cell's verdict: the others still run
+            except (ConversionFailed, ExportFailed) as exc:  # that cell's verdict: the others run
+                if isinstance(exc, ExportFailed) and len(cells) == 1:
+                    raise  # the one model asked for: the run cannot go on
                 progress(f"{self.where}: {exc}")
                 self._failed[(self.case.name, key)] = str(exc)
         return models
@@ -586,7 +589,7 @@ class ModuleSuite(Suite):
         except UsageError as exc:  # both failed: each one's reason, or dynamo's is lost
             if self._reason(exc) == failed:
                 raise  # not the exporters' reason (a folder it cannot write): said once
-            raise UsageError(f"{exc}; before it, {failed}") from None
+            raise ExportFailed(f"{exc}; before it, {failed}") from None
         return (
             "torchscript",
             f"exported by TorchScript (--exporter auto), since dynamo failed: {failed}",

@@ -38,6 +38,54 @@ def test_a_converter_that_fails_is_its_cells_error_and_the_other_cells_still_run
     assert report.exit_code == 1
 
 
+def test_an_exporter_that_fails_is_its_cells_error_and_the_other_exporters_cells_run(tmp_path):
+    """TorchScript cannot export torch.diff (aten::diff) where dynamo can: in a matrix of both,
+    the TorchScript cells are error rows naming the exporter's failure, and dynamo's run."""
+    import torch
+
+    import tconform
+    from tconform.request import Axes
+
+    class Diff(torch.nn.Module):
+        def forward(self, x):
+            return torch.diff(x, dim=-1) * 2
+
+    report = tconform.check(
+        Diff(), (torch.randn(2, 5),), runtimes=("onnxruntime",), shapes=False,
+        matrix=Axes(matrix=True, exporters=("dynamo", "torchscript")), out_dir=tmp_path / "out",
+    )  # fmt: skip
+    by_exporter = {r.cell.split("-")[0]: r for r in report.results if r.runtime == "onnxruntime"}
+    assert by_exporter["dynamo"].status == "pass", by_exporter["dynamo"].message
+    failed = by_exporter["torchscript"]
+    assert failed.status == "error" and "export with torchscript failed" in failed.message
+    assert report.exit_code == 1
+
+
+def test_torchscript_exports_a_forward_with_a_number_default_as_that_number(tmp_path):
+    """Given keyword inputs, TorchScript passed forward's parameters between them by position,
+    a number default as a traced tensor: transformers' logits_to_keep=0 then indexed one
+    position instead of slicing none, and the graph took an input no set holds."""
+    import torch
+
+    import tconform
+
+    class KeepLast(torch.nn.Module):
+        def forward(self, x, keep: int = 0, scale=None):
+            chosen = slice(-keep, None) if isinstance(keep, int) else keep
+            return x[:, chosen, :] * (2.0 if scale is None else scale)
+
+    torch.manual_seed(0)
+    report = tconform.check(
+        KeepLast(), {"x": torch.randn(2, 5, 3), "scale": torch.tensor(3.0)},
+        runtimes=("onnxruntime",), exporter="torchscript", shapes=False, out_dir=tmp_path / "out",
+    )  # fmt: skip
+    assert report.exit_code == 0, [(r.status, r.message) for r in report.results]
+    import onnx
+
+    model = onnx.load(str(tmp_path / "out" / "model.onnx"))
+    assert [i.name for i in model.graph.input] == ["x", "scale"]
+
+
 def test_a_module_that_rejects_a_batch_of_one_has_no_batch_consistency_row(tmp_path):
     """Batch consistency runs each row alone; where the module rejects a batch of one (its
     batch-1 set a note), that is a note too, not an error row of the module's own making."""
