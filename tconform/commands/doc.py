@@ -96,11 +96,14 @@ def doc(artifacts_dir, runtime, reports, quiet):
             "runtime_options": dict(options.settings),
         }
         checked = run_document_checks(options, artifacts_dir, progress)
+        report.settings["runtimes"] = checked.settings
         report.details = checked.to_dict()
         report.results = report_results(checked)
         if runtime.allow_missing_ep:
             allow_missing(report.results)
         click.echo(format_doc_table(checked))
+        for line in report.worker_runtimes().values():
+            click.echo(f"in a worker: {line}")
         # Its model lanes: the rows of runtimes that run the exported models, as in verify.
         onnx = [r for r in report.results if r.runtime in options.names]
         onnx = [r for r in onnx if runtime_class(r.runtime).consumes == "onnx"]

@@ -70,13 +70,16 @@ def run_and_report(
     starts, and the other reports say so."""
     from tconform.report import write_reports
     from tconform.report.environment import environment, utc_now
+    from tconform.runtimes.environments import announced_to
 
     started = utc_now()
     interrupted: BaseException | None = None
     reports = dict(reports)
     try:
         _refuse_foreign_reports(report, reports)
-        run(report, progress_printer(quiet))
+        progress = progress_printer(quiet)
+        with announced_to(progress):  # a runtime release's environment being made, too
+            run(report, progress)
     except _ENDINGS as exc:
         report.error = ended_by(exc)
         if isinstance(exc, TconformError):

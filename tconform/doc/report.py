@@ -28,6 +28,7 @@ class DocReport:
     cases: list[DocCase]
     case_runtimes: dict[str, dict[str, RuntimeOutcome]] = field(default_factory=dict)
     properties: list[PropertyOutcome] = field(default_factory=list)
+    settings: dict[str, dict] = field(default_factory=dict)  # label -> the runtime's settings()
 
     @property
     def runtime_failures(self) -> int:
@@ -93,6 +94,8 @@ def run_document_checks(
                     name: components.run_check(name, case.runtime) for name in runtimes
                 }
         report.properties = property_outcomes(components, list(runtimes))
+        # read while their workers run: a worker's runtime says its release and environment
+        report.settings = {name: runtime.settings() for name, runtime in runtimes.items()}
     return report
 
 

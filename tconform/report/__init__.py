@@ -60,11 +60,27 @@ class RunReport:
         parts = [
             rows or table.render(self.results),
             given and "runtime options: " + " ".join(given),
+            "\n".join(f"in a worker: {line}" for line in self.worker_runtimes().values()),
             *rendered_localisations(self.localisations),
             *(f"versions: {parting.verdict}" for parting in self.partings),
             self.versions_text(),
         ]
         return "\n\n".join(part for part in parts if part)
+
+    def worker_runtimes(self) -> dict[str, str]:
+        """Each runtime that ran in a worker (a release, an interpreter) by label: its spec and
+        the exact packages and Python of its environment, in one line."""
+        found = {}
+        runtimes = self.settings.get("runtimes")
+        for name, settings in (runtimes if isinstance(runtimes, dict) else {}).items():
+            worker = settings.get("worker") if isinstance(settings, dict) else None
+            if not isinstance(worker, dict):
+                continue
+            packages = worker.get("packages") if isinstance(worker.get("packages"), dict) else {}
+            shown = [f"{k} {v}" for k, v in packages.items()]
+            shown.append(f"Python {worker.get('python_version')} ({worker.get('python')})")
+            found[str(name)] = f"{settings.get('spec', name)}: {', '.join(shown)}"
+        return found
 
     def version_groups(self) -> list:
         """tconform.report.versions' groups: a runtime run under two or more specs."""

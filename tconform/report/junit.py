@@ -27,8 +27,10 @@ def _properties(parent: ET.Element, values: dict[str, object]) -> None:
 
 def build(report: RunReport) -> ET.Element:
     root = ET.Element("testsuites", name=f"tconform {report.command}")
-    if report.environment:
-        _properties(root, report.environment)
+    facts = dict(report.environment or {})  # tconform's own; a worker's runtime is its own
+    facts.update({f"worker.{name}": line for name, line in report.worker_runtimes().items()})
+    if facts:
+        _properties(root, facts)
     suites: dict[str, ET.Element] = {}
     for r in report.results:
         key = runtime_label(r.runtime, r.ep, r.precision)

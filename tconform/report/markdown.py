@@ -64,6 +64,9 @@ def build(report: RunReport) -> str:
         lines += ["", "### Matrix: worst over input sets, share of tolerance used", ""]
         lines.append(pivot.markdown(report.results))
     lines += _localisations(report.details.get("localisation") or [])
+    workers = report.worker_runtimes()
+    if workers:
+        lines += ["", "### Runtimes in a worker", ""] + [f"- {line}" for line in workers.values()]
     versions = report.versions_text()
     if versions:
         lines += ["", "### Versions of a runtime", "", "```", versions, "```"]

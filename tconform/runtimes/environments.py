@@ -35,7 +35,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,11 +214,28 @@ def given_environment(spec: RuntimeSpec, package: str, module: str) -> Environme
     return Environment(python, _versions(modules), version, "given")
 
 
-def made_environment(
-    spec: RuntimeSpec, package: str, module: str, say=lambda line: None
-) -> Environment:
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# Where the lines of making an environment go: stderr, or the command's progress (silent with -q)
+_announce: list[Callable[[str], None]] = [_to_stderr]
+
+
+@contextlib.contextmanager
+def announced_to(progress: Callable[[str], None]) -> Iterator[None]:
+    """While a command runs, the environments it makes say so through its own progress."""
+    _announce.append(progress)
+    try:
+        yield
+    finally:
+        _announce.pop()
+
+
+def made_environment(spec: RuntimeSpec, package: str, module: str) -> Environment:
     """NAME==VERSION[@PYTHON]: the environment holding that release, made where it is missing
     (locked: one maker at a time; atomic: renamed into place once it works)."""
+    say = _announce[-1]
     base = interpreter(spec.python, spec) if spec.python else Path(sys.executable)
     python_version, _ = probe(base, ())
     key = "-".join(

@@ -301,8 +301,7 @@ class RemoteRuntime(Runtime):
         """The interpreter it runs in: given (NAME@PYTHON) or made (NAME==VERSION)."""
         module = self.package.replace("-", "_")
         if self.spec.version:
-            say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-            return made_environment(self.spec, self.package, module, say)
+            return made_environment(self.spec, self.package, module)
         return given_environment(self.spec, self.package, module)
 
     def _worker(self) -> tuple[WorkerProcess, int, dict]:

@@ -301,3 +301,26 @@ def test_an_interpreter_that_answers_junk_is_one_line(tmp_path, answer):
     with pytest.raises(UsageError, match="did not answer as a Python interpreter does") as raised:
         probe(fake, ("onnxruntime",))
     assert "\n" not in str(raised.value) and "NAME@PYTHON takes an interpreter" in str(raised.value)
+
+
+def test_doc_records_a_workers_release_in_every_report(cli, workspace, tmp_path):
+    """The exact versions a runtime in a worker ran with: in the JSON's settings (as verify's),
+    the JUnit properties, the markdown and the terminal, where tconform's own environment
+    names other versions."""
+    python = interpreter(tmp_path / "plain")
+    reports = {kind: tmp_path / f"doc.{kind}" for kind in ("json", "junit", "markdown")}
+    code, out, err = cli(
+        "doc", "--artifacts", str(workspace["artifacts"]), "--runtime", f"onnxruntime@{python}",
+        *(f"--{kind}={path}" for kind, path in reports.items()),
+    )  # fmt: skip
+    assert code == 0, out + err
+    (settings,) = json.loads(reports["json"].read_text())["settings"]["runtimes"].values()
+    import onnxruntime
+
+    packages = settings["worker"]["packages"]  # by distribution: onnxruntime or -gpu
+    (distribution,) = (d for d in packages if d.startswith("onnxruntime"))
+    assert packages[distribution] == onnxruntime.__version__
+    assert settings["worker"]["python"] == str(python)
+    line = f"onnxruntime@{python}: {distribution} {onnxruntime.__version__}"
+    assert line in reports["junit"].read_text() and line in reports["markdown"].read_text()
+    assert f"in a worker: {line}" in out
