@@ -62,6 +62,7 @@ def check(
     name: str | None = None,
     command: str = "",
     crash_folder: str | Path | None = None,
+    shard: tuple[int, int] | None = None,
     progress: Progress = lambda _: None,
 ) -> RunReport:
     """Check `module` called with `example_inputs` (a tensor, a tuple of tensors, or a dict of
@@ -88,8 +89,10 @@ def check(
     padding_mask: an input holding a (batch, sequence) mask, 1 for a real token: outputs led by
     its shape are compared at the real positions only. crash_folder: where a runtime in a
     worker process that crashes writes its repro bundle, a new folder named after it each time
-    (None: nowhere). Returns the run's report (`exit_code`, `results`, `localisations`, and
-    `partings`: where two localised versions of a runtime part)."""
+    (None: nowhere). shard: (K, N), this machine's share of the check's work units, as
+    verify's (`report merge` makes the shards' JSON reports one). Returns the run's report
+    (`exit_code`, `results`, `localisations`, and `partings`: where two localised versions of
+    a runtime part)."""
     declared = dict(dynamic) if isinstance(dynamic, Mapping) else {}
     given = tuple(dynamic) if dynamic is not None and not isinstance(dynamic, Mapping) else ()
     request = Request(
@@ -110,6 +113,7 @@ def check(
         ),
         tolerances=Tolerances(atol, rtol, tuple((tolerances or {}).items())),
         localise=Localising(_localise_when(localise), isolate, Path(repro) if repro else None),
+        shard=shard,
         command=command,
     )
     report = RunReport("check")

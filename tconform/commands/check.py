@@ -29,6 +29,7 @@ from tconform.commands.options import (
     require_reports_apart,
     require_reports_outside,
     runtime_options,
+    shard_option,
     tolerance_options,
 )
 from tconform.commands.run import run_and_report, writes_report
@@ -88,11 +89,12 @@ def _provenance(results, settings) -> str:
     help="Write the first divergence's bundle here: its subgraph, inputs and expected outputs "
     "in the ONNX test-data layout, reproduce.py (plain onnxruntime) and a README.",
 )
+@shard_option()
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
 def check(
     target, module, no_shapes, runtime, axes, tolerance, out_dir, localise, isolate, repro_dir,
-    reports, quiet,
+    shard, reports, quiet,
 ) -> None:  # fmt: skip
     """Check your own module: FACTORY (in PACKAGE.MODULE, importable from the current folder)
     returns (module, example_inputs), optionally with its dynamic axes, or the module alone
@@ -135,6 +137,7 @@ def check(
             axes=axes.axes(runtime, {"exporters": ("auto",)}),
             tolerances=tolerance,
             localise=Localising(localise, isolate, repro_dir),
+            shard=shard,
             command=shlex.join(["tconform", *sys.argv[1:]]),
         )  # fmt: skip
         in_child(request, report, progress)

@@ -30,10 +30,11 @@ def report() -> None:
 @report_options("json", "junit", "markdown", "plot")
 @quiet_option()
 def merge(shard_reports, reports, quiet) -> None:
-    """Merge the JSON reports of `verify --shard K/N` runs into one report.
+    """Merge the JSON reports of `verify --shard K/N` (or `check --shard K/N`) runs into one.
 
-    They must come from the same goldens, tconform version and unit list, and hold every unit
-    exactly once (else exit 2). Exit codes as for verify, over the merged results.
+    They must come from one command, the same goldens (or model), tconform version and unit
+    list, and hold every unit exactly once (else exit 2). Exit codes as for verify, over the
+    merged results.
     """
     from tconform.report import RunReport, pivot, table
     from tconform.report.merge import merge as merge_reports
@@ -43,6 +44,7 @@ def merge(shard_reports, reports, quiet) -> None:
 
     def run(report, progress) -> None:
         merged = merge_reports(list(shard_reports))
+        report.command = merged.command  # verify, or check of a user's model
         report.settings, report.details = merged.settings, merged.details
         report.results, report.error = merged.results, merged.error
         settings.update(merged.settings)

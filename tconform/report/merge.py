@@ -1,5 +1,6 @@
 """`tconform report merge`: the JSON reports of `verify --shard K/N` runs (`--generation`'s
-among them), made one report.
+among them), or of `check --shard K/N` runs of one model, made one report (a check's
+localisations stay in its shard's report).
 
 The shards must come from the same goldens (golden manifest sha256), the same tconform version
 and the same unit list (its sha256, tconform.units.digest), and together hold every unit exactly
@@ -37,13 +38,19 @@ ERROR_EXIT_CODES = (
 )
 
 
+SHARDED = ("verify", "check")  # the commands that take --shard
+
+
 def read_shard(path: Path) -> dict:
-    """A verify JSON report that records its units; anything else is refused in one line."""
+    """A verify or check JSON report that records its units; anything else is refused in one
+    line."""
     data = read_json_object(path, what="report")
     if data.get("tool") != "tconform" or not isinstance(data.get("results"), list):
         raise UsageError(f"{path}: not a tconform JSON report")
-    if data.get("command") != "verify":
-        raise UsageError(f"{path}: a report of `tconform {data.get('command')}`, not of verify")
+    if data.get("command") not in SHARDED:
+        raise UsageError(
+            f"{path}: a report of `tconform {data.get('command')}`, not of verify or check"
+        )
     settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
     units = settings.get("units")
     if not isinstance(units, dict) or not isinstance(units.get("ids"), list):
@@ -108,7 +115,7 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
         try:
             results.append(Result.from_dict(entry))
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise UsageError(f"{path}: result {n} is not a verify result ({exc})") from None
+            raise UsageError(f"{path}: result {n} is not a run's result ({exc})") from None
     documents = documents_unit().id  # the documents' verdicts pass without an output
     for n, r in enumerate(results):
         if (
@@ -117,7 +124,7 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
             and not any(o.status == "pass" and o.checked for o in r.outputs)
         ):
             raise UsageError(
-                f"{path}: result {n} is not a verify result (a pass that compared no output)"
+                f"{path}: result {n} is not a run's result (a pass that compared no output)"
             )
     for n, r in enumerate(results):  # a unit's id names its case, cell and input set
         unit = result_unit(r)
@@ -126,7 +133,7 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
             and unit.endswith(f"{SEPARATOR}{r.input_set}")
         ):
             raise UsageError(
-                f"{path}: result {n} is not a verify result (its case, cell or input set is not "
+                f"{path}: result {n} is not a run's result (its case, cell or input set is not "
                 "its unit's)"
             )
     held = {result_unit(r) for r in results}
@@ -182,7 +189,9 @@ def _in_run_order(merged: RunReport, reports: list[tuple[Path, dict]]) -> None:
 def merge(paths: list[Path]) -> RunReport:
     """One report from shard reports (see the module docstring)."""
     reports = [(path, read_shard(path)) for path in paths]  # a path given twice: duplicates
+    _same(reports, "command", lambda d: d["command"])
     _same(reports, "golden manifest sha256", lambda d: d["settings"].get("golden_manifest_sha256"))
+    _same(reports, "model checked", lambda d: d["settings"].get("reference_model"))
     _same(reports, "tconform version", lambda d: d.get("version"))
     _same(reports, "unit list sha256", lambda d: d["settings"]["units"].get("sha256"))
     _same(reports, "strict placement", lambda d: d["settings"].get("strict_placement"))
@@ -201,7 +210,7 @@ def merge(paths: list[Path]) -> RunReport:
             f"{expected['total'] - len(owner)} of {expected['total']} units missing: "
             f"{_missing_shards(shards)}"
         )
-    merged = RunReport("verify")
+    merged = RunReport(first["command"])
     merged.settings = {
         **first["settings"],
         "units": {

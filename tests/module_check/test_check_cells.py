@@ -3,6 +3,8 @@ error row of that cell, not the end of the run."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -435,3 +437,29 @@ def test_axes_given_without_a_batch_say_the_batch_was_not_checked(cli, tmp_path,
     assert "batch-N, batch-consistency: not checked: the axes given" in out, out + err
     # and the free axis it names is said to be checked at no other size
     assert "input axis 1 (width): free in the export, not checked at another size" in out
+
+
+def test_check_shards_merge_into_the_whole_run(cli, tmp_path, monkeypatch):
+    """`check --shard K/N` runs a balanced share of the check's units, and `report merge`
+    makes the shards one report: the whole run's results, unit for unit, in its order."""
+    (tmp_path / "shardmodel.py").write_text(
+        "import torch\n\ndef make():\n    torch.manual_seed(0)\n"
+        "    return torch.nn.Linear(4, 3), torch.randn(2, 4)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    common = ("check", "shardmodel:make", "--exporter", "torchscript", "-q")
+    runs = {name: tmp_path / f"{name}.json" for name in ("whole", "s1", "s2", "merged")}
+    assert cli(*common, "--json", str(runs["whole"]))[0] == 0
+    for k in (1, 2):
+        code, out, err = cli(*common, "--shard", f"{k}/2", "--json", str(runs[f"s{k}"]))
+        assert code == 0, out + err
+    code, out, err = cli(
+        "report", "merge", str(runs["s1"]), str(runs["s2"]), "--json", str(runs["merged"])
+    )
+    assert code == 0, out + err
+    whole, merged = (json.loads(runs[n].read_text()) for n in ("whole", "merged"))
+    shards = [json.loads(runs[f"s{k}"].read_text())["results"] for k in (1, 2)]
+    assert shards[0] and shards[1]  # each shard checked a share
+    key = lambda r: (r["runtime"], r["input_set"], r["status"])  # noqa: E731
+    assert [key(r) for r in merged["results"]] == [key(r) for r in whole["results"]]
+    assert merged["command"] == "check" and merged["exit_code"] == 0

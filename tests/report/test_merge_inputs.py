@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        ({"tool": "tconform", "command": "bench", "results": []}, "not of verify"),
+        ({"tool": "tconform", "command": "bench", "results": []}, "not of verify or check"),
         ({"tool": "tconform", "command": "verify", "results": [], "settings": {}},
          "records no work units"),
         ([1, 2], "a JSON object is expected"),
@@ -65,13 +65,13 @@ def _shard(**changes) -> dict:
     [
         ({"results": 5}, "not a tconform JSON report"),
         ({"error": "text"}, "error entry needs a message"),
-        ({"results": [{"status": "bogus"}]}, "result 0 is not a verify result"),
-        ({"results": [7]}, "result 0 is not a verify result"),
+        ({"results": [{"status": "bogus"}]}, "result 0 is not a run's result"),
+        ({"results": [7]}, "result 0 is not a run's result"),
         ({"error": {"message": "m", "exit_code": 99}}, "error entry needs"),
         # a forged pass that compared nothing merged to a pass
         (
             {"results": [{**_shard()["results"][0], "outputs": []}]},
-            "result 0 is not a verify result \\(a pass that compared no output\\)",
+            "result 0 is not a run's result \\(a pass that compared no output\\)",
         ),
     ],
 )
@@ -125,7 +125,7 @@ def test_a_result_field_of_the_wrong_type_is_named(tmp_path, field, value):
     report["results"][0][field] = value
     path = tmp_path / "s.json"
     path.write_text(json.dumps(report))
-    with pytest.raises(UsageError, match=f"result 0 is not a verify result.*{field}"):
+    with pytest.raises(UsageError, match=f"result 0 is not a run's result.*{field}"):
         merge([path])
 
 
