@@ -366,9 +366,11 @@ def _plot_rows(path: Path, report: dict, rows: list[dict]) -> None:
     bottom.axhline(80, color="grey", linestyle="--", linewidth=0.8)
     bottom.set_xticks(range(len(groups)), groups, fontsize=8)
     ceiling = report.get("ceiling", {})
-    fig.suptitle(
-        f"tconform bench, {_timed(report['settings']).replace('`', '')}: "
-        f"float32 ceiling {ceiling.get('gemm_gflops')} GFLOP/s ({ceiling.get('device')})"
+    fig.suptitle(  # two lines: the settings alone can be wider than the figure
+        f"tconform bench, {_timed(report['settings']).replace('`', '')}\n"
+        f"float32 ceiling {ceiling.get('gemm_gflops')} GFLOP/s ({ceiling.get('device')})",
+        fontsize=10,
+        wrap=True,
     )
     fig.tight_layout()
     png.save(fig, path, dpi=100)

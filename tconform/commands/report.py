@@ -36,27 +36,18 @@ def merge(shard_reports, reports, quiet) -> None:
     list, and hold every unit exactly once (else exit 2). Exit codes as for verify, over the
     merged results.
     """
-    from tconform.report import RunReport, pivot, table
+    from tconform.report import RunReport
     from tconform.report.merge import merge as merge_reports
 
     require_reports_apart(shard_reports, *reports.values())
-    settings: dict = {}
 
     def run(report, progress) -> None:
         merged = merge_reports(list(shard_reports))
         report.command = merged.command  # verify, or check of a user's model
         report.settings, report.details = merged.settings, merged.details
         report.results, report.error = merged.results, merged.error
-        settings.update(merged.settings)
         progress(
             f"merged {len(shard_reports)} reports: {len(merged.settings['units']['ids'])} units"
         )
 
-    def render(report) -> str:
-        # A matrix run's shards merge into a matrix report, shown with its pivot.
-        if not report.results:
-            return ""
-        show = pivot.render_with_pivot if settings.get("matrix") else table.render
-        return show(report.results)
-
-    run_and_report(RunReport("verify"), run, quiet, reports, render)
+    run_and_report(RunReport("verify"), run, quiet, reports)  # its table, pivot and versions

@@ -37,10 +37,10 @@ def write(path: Path, report) -> None:
     elif report.settings.get("matrix"):
         pivot.write_heatmap(path, report.results)
     else:
-        write_errors(path, report.results)
+        write_errors(path, report.results, f"tconform {report.command}")
 
 
-def write_errors(path: Path, results: list[Result]) -> None:
+def write_errors(path: Path, results: list[Result], title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,6 +71,6 @@ def write_errors(path: Path, results: list[Result]) -> None:
     ax_err.set_yticks([c + 0.4 - height / 2 for c in range(len(cases))], cases)
     ax_err.invert_yaxis()
     ax_used.legend(loc="lower right", fontsize="small")
-    fig.suptitle("tconform verify: error against the float64 oracle")
+    fig.suptitle(f"{title}: error against the float64 oracle")
     fig.tight_layout()
     save(fig, path, dpi=110)
