@@ -56,9 +56,10 @@ def one_of(value, allowed) -> bool:
 
 def config_of(data: dict, path: Path) -> ModelConfig:
     """A manifest's config, its fields checked and its sizes within the presets'."""
+    given = expect_object(data.get("config"), path, "'config'")  # names the file itself
     try:
-        cfg = ModelConfig.from_dict(expect_object(data.get("config"), path, "'config'"))
-    except UsageError as exc:
+        cfg = ModelConfig.from_dict(given)
+    except UsageError as exc:  # a field's own error: the file is named here
         raise UsageError(f"{path}: {exc}") from None
     too_large = beyond_presets(cfg)
     if too_large:

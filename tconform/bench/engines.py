@@ -86,6 +86,15 @@ BASELINE = "onnxruntime"
 IO_BINDING = "-iobinding"
 
 
+class NotOpened(RuntimeError):
+    """The engine could not open its model (a runtime release too old for it, ...): a skip
+    row that says why, and, for a runtime in a worker, the exact versions that said so."""
+
+    def __init__(self, why: str, versions: dict[str, str | None] | None) -> None:
+        super().__init__(why)
+        self.versions = versions
+
+
 class EngineUnavailable(RuntimeError):
     """The engine cannot run as itself here (a reduced precision the CPU lacks): the row
     says why and nothing is timed."""
@@ -287,7 +296,7 @@ def open_engine(
         stack.close()
         if why.status == Status.CRASH:  # its worker died opening it: a crash, not a skip
             raise WorkerCrashed(str(why)) from None
-        raise RuntimeError(str(why)) from None
+        raise NotOpened(str(why), runtime.versions()) from None
     except BaseException:
         stack.close()
         raise

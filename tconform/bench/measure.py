@@ -53,7 +53,11 @@ def measure(
         return {**row, "status": Status.CRASH.value, "reason": reason}
     except Exception as exc:  # torch.compile, torch without CUDA, ...: say why, keep timing
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        return {**row, "status": Status.SKIP.value, "reason": reason}
+        versions = getattr(exc, "versions", None)  # a worker's release that could not open it
+        return {
+            **row, "status": Status.SKIP.value, "reason": reason,
+            **({"details": {"versions": versions}} if versions else {}),
+        }  # fmt: skip
     stats = latency_stats(times)
     flop = workload.flop
     gflops = flop / (stats.p50_ms / 1e3) / 1e9 if flop is not None else None

@@ -153,3 +153,21 @@ def test_a_users_atol_blind_to_the_values_is_no_pass_in_bench_either():
     assert blind["status"] == "skip" and "cannot see it" in blind["reason"]
     seen = judge_outputs(golden, golden, "float32", "model", judge=judge_under(1e-9))
     assert seen["status"] == "pass"
+
+
+@pytest.mark.unit
+def test_a_release_that_cannot_open_the_model_is_a_skip_row_naming_its_versions():
+    """A runtime release in a worker that cannot load the model (ONNX Runtime 1.17 and IR
+    version 10) is a skip with the reason, and the row says which exact packages said so."""
+    from tconform.bench.engines import NotOpened
+
+    shape = example_shape(TINY)
+    workload = case_workload(CASE, TINY, {}, shape.batch, shape.src_seq, {})
+    versions = {"onnxruntime": "1.17.3", "numpy": "1.26.4", "python": "3.11.7"}
+
+    def too_old():
+        raise NotOpened("onnxruntime 1.17.3 reads IR version 9 at most", versions)
+
+    row = measure(workload, "onnxruntime==1.17.3", "cpu", too_old, CEILING, TIMING)
+    assert row["status"] == Status.SKIP and "IR version 9 at most" in row["reason"]
+    assert row["details"]["versions"] == versions
