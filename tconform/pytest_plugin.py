@@ -37,6 +37,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--tconform", action="store_true", help="Run tconform's verify units.")
     group.addoption("--tconform-ep", default="cpu", help="Execution providers [cpu].")
     group.addoption(
+        "--tconform-runtime",
+        action="append",
+        default=[],
+        help="A runtime, as `tconform verify --runtime` takes it (repeatable; a release "
+        "NAME==VERSION or an interpreter NAME@PYTHON runs in a worker) [onnxruntime, torch].",
+    )
+    group.addoption(
         "--tconform-golden",
         default=None,
         help="Golden folder [golden; golden-generation with --tconform-generation].",
@@ -143,7 +150,7 @@ def _request(config: pytest.Config):
     from tconform.config import USER_MODEL_OPTIONS
     from tconform.errors import TconformError
     from tconform.request import Axes, Generations, Localising, References, Request
-    from tconform.runtimes import RuntimeOptions
+    from tconform.runtimes import RuntimeOptions, runtime_class, spec_of
     from tconform.runtimes.providers import parse_eps
 
     axes = {}
@@ -157,6 +164,9 @@ def _request(config: pytest.Config):
             if value is not None:
                 axes[field] = MATRIX_AXES[field].convert(value, None, None)
         eps = parse_eps(config.getoption("--tconform-ep"))
+        names = tuple(config.getoption("--tconform-runtime") or ()) or RuntimeOptions.names
+        for name in names:
+            runtime_class(spec_of(name).name)  # an unknown runtime or a bad spec: one line
         folder = FolderPath()  # the command's own checks of a folder option (type, name lengths)
         golden_dir = folder.convert(golden, None, None)
         artifacts_dir = folder.convert(config.getoption("--tconform-artifacts"), None, None)
@@ -196,7 +206,7 @@ def _request(config: pytest.Config):
         )
     return Request(
         subject,
-        runtimes=RuntimeOptions(eps=tuple(eps)),
+        runtimes=RuntimeOptions(names, eps=tuple(eps)),
         axes=Axes(matrix=config.getoption("--tconform-matrix"), **axes),
         localise=Localising("failure" if config.getoption("--tconform-localise") else "never"),
     )

@@ -134,6 +134,7 @@ def test_a_session_whose_every_unit_skipped_is_not_a_pass(workspace, tmp_path):
         (("--tconform-artifacts", "a" * 250), {}, "names it writes are at most"),
         (("--tconform-golden", "notes.txt"), {}, "notes.txt: exists and is not a folder"),
         (("--tconform-inputs", "notes.txt"), {}, "--tconform-inputs is for a user's model"),
+        (("--tconform-runtime", "nosuch"), {}, "unknown runtime 'nosuch'"),
         (
             ("--tconform-module", "pkg.mod:make", "--tconform-inputs", "notes.txt"),
             {},
@@ -147,6 +148,7 @@ def test_a_session_whose_every_unit_skipped_is_not_a_pass(workspace, tmp_path):
         "artifacts-name",
         "a-file",
         "inputs-without-a-model",
+        "unknown-runtime",
         "inputs-not-an-archive",
     ],
 )
@@ -205,13 +207,16 @@ def test_every_option_check_has_for_a_users_model_reaches_its_request(tmp_path):
         "--tconform-golden": None,
         "--tconform-artifacts": "artifacts",
         "--tconform-ep": "cpu",
+        "--tconform-runtime": ["onnxruntime==1.20.1", "openvino"],
     }
 
     class Config:
         def getoption(self, flag):
             return given.get(flag)  # None: not given (falsy for the flags too)
 
-    subject = _request(Config()).subject
+    request = _request(Config())
+    assert request.runtimes.names == ("onnxruntime==1.20.1", "openvino")  # as verify's --runtime
+    subject = request.subject
     assert subject.target == "pkg.mod:make" and subject.inputs == tmp_path / "x.npz"
     assert subject.dynamic == ("ids=0:batch",)
     assert subject.model == tmp_path / "m.onnx" and subject.padding_mask == "attention_mask"
