@@ -96,7 +96,7 @@ def doc(artifacts_dir, runtime, reports, quiet):
             "runtime_options": dict(options.settings),
         }
         checked = run_document_checks(options, artifacts_dir, progress)
-        report.settings["runtimes"] = checked.settings
+        report.settings["runtimes"] = checked.runtime_settings
         report.details = checked.to_dict()
         report.results = report_results(checked)
         if runtime.allow_missing_ep:

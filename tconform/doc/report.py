@@ -28,7 +28,7 @@ class DocReport:
     cases: list[DocCase]
     case_runtimes: dict[str, dict[str, RuntimeOutcome]] = field(default_factory=dict)
     properties: list[PropertyOutcome] = field(default_factory=list)
-    settings: dict[str, dict] = field(default_factory=dict)  # label -> the runtime's settings()
+    runtime_settings: dict[str, dict] = field(default_factory=dict)  # label -> its settings()
 
     @property
     def runtime_failures(self) -> int:
@@ -95,7 +95,7 @@ def run_document_checks(
                 }
         report.properties = property_outcomes(components, list(runtimes))
         # read while their workers run: a worker's runtime says its release and environment
-        report.settings = {name: runtime.settings() for name, runtime in runtimes.items()}
+        report.runtime_settings = {name: rt.settings() for name, rt in runtimes.items()}
     return report
 
 

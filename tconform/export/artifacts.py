@@ -42,6 +42,7 @@ from tconform.folders import (
     ARTIFACTS,
     BENCH_AREA,
     CHECK_AREA,
+    CHECK_RECORD,
     DOC_AREA,
     GENERATION_AREA,
     MANIFEST,
@@ -227,11 +228,9 @@ def staging_dir(out_dir: Path) -> Path:
 
 def require_new_or_artifacts(out_dir: Path) -> None:
     """Models go into an artifacts folder, or a folder laid out as one: new, empty, or holding
-    only what tconform puts there (checked too on the folder whose area a command's models go
-    to: DIR/doc/CONFIG, DIR/generation) (a case folder with its model.onnx alone, which is then
-    judged on its own: `is_current`; tconform check's exports; the document checks' artifacts
-    folders; what an interrupted export staged); never among files nobody said are
-    tconform's."""
+    only what tconform puts there (`_laid_out`); never among files nobody said are tconform's.
+    Checked too on DIR where a command's models go to an area of it (DIR/doc/CONFIG,
+    DIR/generation)."""
     if (out_dir / MANIFEST).exists() or not out_dir.is_dir():
         return
     others = sorted(p.name for p in out_dir.iterdir() if not _laid_out(p))
@@ -244,7 +243,8 @@ def require_new_or_artifacts(out_dir: Path) -> None:
 
 def _laid_out(entry: Path) -> bool:
     """Whether `entry` of a folder without a manifest is what tconform puts there, whichever
-    command ran first: locks, staging, case folders and the areas of its other commands."""
+    command ran first: locks, staging, a case folder with its model.onnx alone (then judged on
+    its own: `is_current`), and the areas of its other commands."""
     if is_lock(entry):
         return True
     if entry.is_symlink() or not entry.is_dir():
@@ -256,7 +256,7 @@ def _laid_out(entry: Path) -> bool:
     if entry.name == GENERATION_AREA or entry.name.startswith(f"{GENERATION_AREA}-fill"):
         return _marked(entry, MANIFEST)
     if entry.name == CHECK_AREA:
-        return _holds_only(entry, lambda p: _marked(p, "check.json"))
+        return _holds_only(entry, lambda p: _marked(p, CHECK_RECORD))
     if entry.name == DOC_AREA:
         return _holds_only(entry, lambda p: _marked(p, MANIFEST))
     if entry.name == BENCH_AREA:  # a preset's exports, or only its generation models

@@ -102,7 +102,7 @@ def _own_cache(folder: Path, named_by: str) -> Path:
     require_not_link(folder, named_by)
     for inner in (LOCKS, INSTALLERS):  # made inside it, never through a link planted there
         require_not_link(folder / inner, named_by)
-    existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), folder)
     if existing.exists() and not existing.is_dir():
         raise UsageError(f"{folder} ({named_by}): {existing} is not a folder")
     managed = managed_folder(folder, itself=True)
