@@ -49,7 +49,7 @@ _FLOAT_TYPES = {
 }
 # The rows of models that compute in a narrower type than float32, narrowest last.
 NARROW = ("float16", "bfloat16")
-# The compute types of quantised graphs (tconform.provenance.quantized_type).
+# The compute types of quantised graphs (tconform.provenance.compute_type).
 QUANTIZED_TYPES = ("int8", "int4")
 _KIND_TYPES = {
     "src_ids": TensorProto.INT64,
@@ -335,11 +335,16 @@ def check_signature(model: onnx.ModelProto, case: Case, cfg: ModelConfig, path: 
 
 
 def model_from_record(case: Case, record: ExportRecord, note: str = "") -> ModelUnderTest:
+    """tconform's own export, described by its file as a given model is: the manifest names the
+    bytes (their sha256, checked before they are reused) but never decides what they compute
+    in, so an edited manifest cannot buy a model a looser row."""
     path = Path(record.location)
+    origin = "cached" if record.cached else "exported"
+    provenance = onnx_provenance(path, origin, record.sha256, read_graph(path))
     notes = (note,) if note else ()
     if record.attention_nodes:  # the variant is part of what was checked
         notes += (f"{record.attention} attention: {record.attention_nodes} ONNX Attention nodes",)
-    return ModelUnderTest(case, path, record.provenance(), notes)
+    return ModelUnderTest(case, path, provenance, notes)
 
 
 def held_model(

@@ -201,13 +201,6 @@ def _quantized(model) -> tuple[float, str]:
     return share, "int4" if counts["int4"] > counts["int8"] else "int8"
 
 
-def quantized_type(model) -> str | None:
-    """ "int8" or "int4" when `model`'s live weights are quantised (more than INT8_SHARE of
-    them), None otherwise: the record an export of a quantised dtype keeps."""
-    share, quantized = _quantized(model)
-    return quantized if share > INT8_SHARE else None
-
-
 def quantized_share(model) -> float:
     """The share of the weight elements that reach `model`'s outputs held as int8 or int4 and
     read by a quantised op (0 for a float model): a graph onnxruntime.quantization made holds

@@ -540,3 +540,24 @@ def test_a_dead_int8_weight_does_not_earn_the_int8_row(cli, workspace, tmp_path)
     code, rows = _verified_rows(cli, workspace, tmp_path, f"norm={path}")
     assert code == 1
     assert {(r["precision"], r["model"]["compute_elem_type"]) for r in rows} == {("float32",) * 2}
+
+
+@pytest.mark.parametrize("claim", [{"compute_type": "int8"}, {"dtype": "int8"}])
+def test_an_edited_artifacts_manifest_does_not_earn_a_looser_row(cli, workspace, tmp_path, claim):
+    """norm's gain 1 % off in tconform's own artifacts folder, with the manifest edited to
+    match the new bytes and to claim int8: the row comes from the file, never the manifest."""
+    folder = workspace["artifacts"]
+    path = folder / "norm" / "model.onnx"
+    model = onnx.load(str(path))
+    gain = next(t for t in model.graph.initializer if t.name == "gain")
+    gain.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(gain) * 1.01, "gain"))
+    onnx.save(model, str(path))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["models"]["norm"].update(sha256=sha(path), **claim)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    report = tmp_path / "r.json"
+    code, out, err = verify(cli, workspace, "--case", "norm", "--no-export", "--no-torch",
+                            *QUIET, "--json", str(report))  # fmt: skip
+    assert code == 1, out + err
+    rows = json.loads(report.read_text())["results"]
+    assert {(r["precision"], r["model"]["compute_elem_type"]) for r in rows} == {("float32",) * 2}

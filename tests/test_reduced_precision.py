@@ -13,7 +13,7 @@ from tconform import registry
 from tconform.config import PRESETS
 from tconform.errors import UsageError
 from tconform.export import ExportSettings, cache_key, export_cases
-from tconform.models import derived_file, given_model
+from tconform.models import derived_file, given_model, model_from_record
 from tconform.provenance import quantized_share
 from tconform.weights import load_checkpoint
 
@@ -32,7 +32,7 @@ def int8(tmp_path_factory):
 
 def test_int8_is_onnxruntimes_quantisation_recorded_and_read_back(int8):
     folder, records = int8
-    ff, pe, embedding = records
+    ff, pe, _ = records
     manifest = json.loads((folder / "manifest.json").read_text())
     entry = manifest["models"]["feed_forward"]
     assert manifest["dtype"] == "int8" and entry["quantization"]["reduce_range"] is True
@@ -40,11 +40,12 @@ def test_int8_is_onnxruntimes_quantisation_recorded_and_read_back(int8):
     ops = {n.op_type for n in graph.graph.node}
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops and "MatMul" not in ops
     assert quantized_share(graph) > 0.9
-    # What it computes in, from the record and from the file alike: int8 for the quantised
-    # feed-forward, float32 for the positional encoding (no weight to quantise).
-    assert ff.provenance().compute_elem_type == "int8" and pe.compute_type == "float32"
-    # An int8 embedding table is gathered, then dequantised: int8 too.
-    assert embedding.compute_type == "int8"
+    # What it computes in, read from the file: int8 for the quantised feed-forward, float32
+    # for the positional encoding (no weight to quantise), int8 for the embedding (its int8
+    # table is gathered, then dequantised).
+    pairs = zip(CASES, records, strict=True)
+    read = [model_from_record(case, record).precision for case, record in pairs]
+    assert read == ["int8", "float32", "int8"]
     as_given = given_model(registry.get_case("feed_forward"), TINY, folder / ff.path)
     assert as_given.precision == "int8" and as_given.io_type == "float32"
     assert derived_file(folder / pe.path).precision == "float32"
@@ -121,7 +122,8 @@ def test_int4_is_onnxruntimes_weight_only_quantisation_judged_by_its_own_row(cli
     graph = onnx.load(record.location)
     ops = [n.op_type for n in graph.graph.node]
     assert ops.count("MatMulNBits") == 2 and "MatMul" not in ops
-    assert record.compute_type == "int4" and quantized_share(graph) > 0.9
+    assert model_from_record(CASES[0], record).precision == "int4"
+    assert quantized_share(graph) > 0.9
     assert given_model(CASES[0], TINY, Path(record.location)).precision == "int4"
     f32 = ExportSettings(TINY)
     assert cache_key(CASES[0], f32) != cache_key(CASES[0], ExportSettings(TINY, dtype="int4"))

@@ -49,7 +49,7 @@ from tconform.generation.driver import (
 )
 from tconform.generation.steppers import CachedStepper, make_stepper, oracle_sessions
 from tconform.generation.verdict import step_tolerance
-from tconform.models import ModelUnderTest
+from tconform.models import ModelUnderTest, model_from_record
 from tconform.quality import top1_agreement
 from tconform.reference import Transformer
 from tconform.registry import ENCODER, GENERATION_CASES, STEP, Shape
@@ -236,7 +236,7 @@ def _export(settings: GenerateSettings, dtypes: list[str]) -> dict[str, dict[str
     ]
     models: dict[str, dict[str, ModelUnderTest]] = {}
     for job, record in zip(jobs, export_jobs(jobs), strict=True):
-        model = ModelUnderTest(job.case, Path(record.location), record.provenance())
+        model = model_from_record(job.case, record)
         models.setdefault(job.settings.dtype, {})[job.case.name] = model
     return models
 

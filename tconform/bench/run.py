@@ -36,7 +36,7 @@ from tconform.config import ModelConfig, get_preset
 from tconform.errors import ProviderUnavailable, UsageError
 from tconform.export import ExportJob, ExportSettings, build_module, default_opset, export_jobs
 from tconform.folders import BENCH_AREA
-from tconform.models import ModelUnderTest, derived_file
+from tconform.models import ModelUnderTest, derived_file, model_from_record
 from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
 from tconform.request import Tolerances, UserModel
@@ -431,7 +431,7 @@ def _export(settings: BenchSettings, log: Log) -> dict[tuple[str, str], dict[str
     )
     models: dict[tuple[str, str], dict[str, ModelUnderTest]] = {}
     for job, record in zip(jobs, records, strict=True):
-        model = ModelUnderTest(job.case, Path(record.location), record.provenance())
+        model = model_from_record(job.case, record)
         export = (job.settings.attention, job.settings.dtype)
         models.setdefault(export, {})[job.case.name] = model
     return models

@@ -33,7 +33,7 @@ from tconform.export import (
 from tconform.files import require_inside
 from tconform.folders import DOC_AREA, require_artifacts_folder
 from tconform.golden import InputSet
-from tconform.models import ModelUnderTest
+from tconform.models import model_from_record
 from tconform.provenance import ModelProvenance, oracle_provenance
 from tconform.results import Result
 from tconform.runtimes import Runtime, RuntimeOptions, label, make_runtimes
@@ -135,7 +135,7 @@ class OpenedComponents:
             model = None
             if on.consumes == "onnx":
                 record = self._records.get(str(self.model_path(case_name, cfg, config_name)))
-                model = ModelUnderTest(case, Path(record.location), record.provenance())
+                model = model_from_record(case, record)
             subject = Subject(model, case_module(case, cfg, self.params(case_name, cfg)))
             try:
                 self._opened[key] = self._sessions.enter_context(open_subject(on, subject))

@@ -32,7 +32,6 @@ from tconform.export.exporter import checked_model, dynamic_axes, export_to, exp
 from tconform.export.settings import (
     DTYPES,
     EXPORTERS,
-    IO_DTYPES,
     ExportSettings,
     cache_key,
     quantization,
@@ -53,7 +52,6 @@ from tconform.folders import (
     require_artifacts_folder,
     require_not_link,
 )
-from tconform.provenance import ModelProvenance, quantized_type
 from tconform.registry import Case
 from tconform.schema import (
     SHA256,
@@ -90,9 +88,6 @@ class ExportRecord:
     attention_nodes: int = 0  # ONNX Attention nodes in the graph (the fused kernel's)
     # int8, int4: the quantiser's arguments (settings.INT8_QUANTIZATION, INT4_QUANTIZATION)
     quantization: dict[str, object] | None = None
-    # What the graph computes in: the dtype, except an int8/int4 export with no weight to quantise
-    # (positional encoding, attention, norm), which is the float32 graph unchanged
-    compute_type: str = ""
     checkpoint: str = ""  # the trained checkpoint whose weights it holds ("": seeded weights)
     folder: str = ""  # the artifacts folder it lives in (not part of the manifest entry)
     staged: str = ""  # where a new export waits to be placed (not part of the manifest entry)
@@ -109,20 +104,6 @@ class ExportRecord:
             if not entry[optional]:
                 del entry[optional]
         return entry
-
-    def provenance(self) -> ModelProvenance:
-        """The model as a result names it: path, sha256, and whether this run wrote it."""
-        return ModelProvenance(
-            path=self.location,
-            sha256=self.sha256,
-            origin="cached" if self.cached else "exported",
-            producer=self.producer,
-            opsets=dict(self.opsets),
-            ir_version=self.ir_version,
-            elem_type=IO_DTYPES.get(self.dtype, self.dtype),
-            # What it computes in, as the export made it (manifests before this field: dtype).
-            compute_elem_type=self.compute_type or self.dtype,
-        )
 
     @classmethod
     def from_manifest(cls, entry: dict, folder: Path) -> ExportRecord:
@@ -347,20 +328,10 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
         attention=settings.attention,
         attention_nodes=sum(node.op_type == "Attention" for node in model.graph.node),
         quantization=quantization(settings.dtype),
-        compute_type=_compute_type(model, settings.dtype),
         checkpoint=settings.checkpoint,
         folder=str(out_dir),
         staged=str(staged / "model.onnx"),
     )
-
-
-def _compute_type(model, dtype: str) -> str:
-    """The module's dtype, as it was traced; for int8 and int4, whether the quantiser found
-    weights to quantise (tconform.provenance.compute_type's rule, which a given file is read by
-    too)."""
-    if quantization(dtype) is None:
-        return dtype
-    return quantized_type(model) or "float32"
 
 
 def _made(folder: Path) -> Path:
