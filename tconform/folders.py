@@ -187,7 +187,7 @@ def require_replaceable_golden_folder(folder: Path) -> None:
         unlisted = files_not_listed(folder)
         if unlisted:
             raise UsageError(
-                f"{folder / unlisted[0]}: not a file of the golden manifest; tconform replaces "
+                f"{folder / unlisted[0]}: not listed in the golden manifest; tconform replaces "
                 "only the files it wrote (move it away first)"
             )
         return
@@ -198,14 +198,18 @@ def require_replaceable_golden_folder(folder: Path) -> None:
 
 
 def files_not_listed(folder: Path) -> list[str]:
-    """Files in a golden folder (relative paths) that its manifest does not list: someone
-    else's, which replacing the folder would delete."""
+    """Files in a golden folder (relative paths) that its manifest does not list, and folders
+    that hold none it lists (an empty one included): someone else's, which replacing the
+    folder would delete."""
     cases = read_json_manifest(folder / MANIFEST).get("cases")
     listed = {MANIFEST}
     for name, entry in (cases if isinstance(cases, dict) else {}).items():
         hashes = entry.get("sha256") if isinstance(entry, dict) else None
         listed.update(f"{name}/{rel}" for rel in (hashes if isinstance(hashes, dict) else {}))
-    return sorted(files_under(folder) - listed)
+    holding = {parent.as_posix() for rel in listed for parent in PurePosixPath(rel).parents}
+    folders = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_dir()}
+    folders -= files_under(folder)  # a link to a folder is a file here
+    return sorted((files_under(folder) - listed) | (folders - holding))
 
 
 # --- folders tconform writes whole --------------------------------------------------------------

@@ -168,7 +168,7 @@ def test_goldens_never_go_inside_another_tconform_folder_or_over_a_users_file(tm
     assert _tree(folder) == before and not list(folder.glob(".*"))  # not even a lock file
     notes = folder / "feed_forward" / "notes.txt"
     notes.write_text("mine")
-    with pytest.raises(UsageError, match=r"notes\.txt: not a file of the golden manifest"):
+    with pytest.raises(UsageError, match=r"notes\.txt: not listed in the golden manifest"):
         golden.write(folder, TINY, 1, CASES[:1], "tiny", force=True)
     assert notes.read_text() == "mine"
     notes.unlink()
@@ -176,9 +176,15 @@ def test_goldens_never_go_inside_another_tconform_folder_or_over_a_users_file(tm
     elsewhere.mkdir()
     link = folder / "feed_forward" / "mine"  # a link to a folder: a file of the user's, too
     link.symlink_to(elsewhere)
-    with pytest.raises(UsageError, match=r"feed_forward/mine: not a file of the golden manifest"):
+    with pytest.raises(UsageError, match=r"feed_forward/mine: not listed in the golden manifest"):
         golden.write(folder, TINY, 1, CASES[:1], "tiny", force=True)
     assert link.is_symlink()
+    link.unlink()
+    empty = folder / "feed_forward" / "test_data_set_0" / "mine"  # holds nothing, still mine
+    empty.mkdir()
+    with pytest.raises(UsageError, match=r"test_data_set_0/mine: not listed in the golden"):
+        golden.write(folder, TINY, 1, CASES[:1], "tiny", force=True)
+    assert empty.is_dir()
 
 
 def test_a_golden_folder_has_the_mode_mkdir_gives(tmp_path):
