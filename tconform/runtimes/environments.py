@@ -127,59 +127,89 @@ def interpreter(text: str, spec: RuntimeSpec) -> Path:
 
 
 # Run in the interpreter: its Python version and, per module asked for, the distributions that
-# provide it with their exact versions (read from the installed metadata; nothing is imported).
+# provide it with their exact versions, read from the installed metadata (top_level.txt where a
+# distribution has one, else the top folders of its file list, as packages_distributions does
+# from Python 3.10; nothing is imported). Written for any Python, so that one too old for the
+# worker still says which it is.
 # How long an interpreter may take to say what it holds (importing a runtime can take seconds)
 PROBE_SECONDS = 120.0
+# The worker's code is tconform's own (tconform.runtimes), written for the Python tconform
+# needs; every release the index serves (ONNX Runtime 1.15 on, OpenVINO 2023.0 on) has a build
+# for it.
+OLDEST_PYTHON = (3, 10)
 _PROBE = """
 import json, platform, sys
-from importlib import metadata
-by_module = metadata.packages_distributions()
-found = {}
-for module in json.loads(sys.argv[1]):
-    for dist in by_module.get(module, []):
-        try:
-            found.setdefault(module, {})[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-print(json.dumps({"python": platform.python_version(), "modules": found}))
+answer = {"python": platform.python_version(), "modules": {}}
+if sys.version_info >= tuple(json.loads(sys.argv[2])):
+    from importlib import metadata
+    wanted = set(json.loads(sys.argv[1]))
+    for dist in metadata.distributions():
+        tops = set((dist.read_text("top_level.txt") or "").split())
+        tops.update(f.parts[0].split(".")[0] for f in (dist.files or ()) if f.parts)
+        for module in wanted & tops:
+            answer["modules"].setdefault(module, {})[dist.metadata["Name"]] = dist.version
+print(json.dumps(answer))
 """
 
 
-def probe(python: Path, modules: tuple[str, ...]) -> tuple[str, dict[str, dict[str, str]]]:
+def probe(
+    spec: RuntimeSpec, python: Path, modules: tuple[str, ...]
+) -> tuple[str, dict[str, dict[str, str]]]:
     """(Python version, {module: {distribution: version}}) of what `python` holds of
     `modules` (a module it lacks is absent). An interpreter that does not answer within
     PROBE_SECONDS, or TCONFORM_WORKER_TIMEOUT where that is shorter, is ended with all it
-    started (a process group of its own)."""
+    started (a process group of its own); one older than OLDEST_PYTHON is refused."""
     timeout = min(PROBE_SECONDS, float(value("TCONFORM_WORKER_TIMEOUT")))
-    command = [str(python), "-E", "-c", _PROBE, json.dumps(list(modules))]
+    command = [
+        str(python), "-E", "-c", _PROBE, json.dumps(list(modules)), json.dumps(OLDEST_PYTHON)
+    ]  # fmt: skip
     try:
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True,
         )  # fmt: skip
     except OSError as exc:
-        raise UsageError(f"{python}: could not be asked what it holds: {exc}") from None
+        raise UsageError(
+            f"runtime spec {spec.text}: {python} could not be asked what it holds: {exc}"
+        ) from None
     try:
-        out, _ = process.communicate(timeout=timeout)
+        out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(OSError):
             os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         raise UsageError(
-            f"{python}: did not say what it holds within {timeout:g} s (TCONFORM_WORKER_TIMEOUT "
-            "sets a shorter wait)"
+            f"runtime spec {spec.text}: {python} did not say what it holds within {timeout:g} s "
+            "(TCONFORM_WORKER_TIMEOUT sets a shorter wait)"
         ) from None
     try:
         found = json.loads(out)
         if _answered(found):
-            return found["python"], found["modules"]
-    except (json.JSONDecodeError, KeyError, TypeError):
+            return _new_enough(spec, python, found["python"]), found["modules"]
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
         pass
     said = next((line.strip() for line in out.splitlines() if line.strip()), "nothing")
+    lines = [line.strip() for line in err.splitlines() if line.strip()]
+    # A traceback ends with its error; a shell's or a shim's complaint comes first
+    last = (lines[-1] if "Traceback" in err else lines[0]) if lines else ""
     raise UsageError(
-        f"{python}: did not answer as a Python interpreter does (it printed {said[:80]!r}); "
-        "--runtime NAME@PYTHON takes an interpreter"
+        f"runtime spec {spec.text}: {python} did not answer as a Python interpreter does "
+        f"(it printed {said[:80]!r}, exit status {process.returncode}"
+        + (f", on stderr {last[:120]!r}" if last else "")
+        + "); --runtime NAME@PYTHON takes an interpreter"
     )
+
+
+def _new_enough(spec: RuntimeSpec, python: Path, version: str) -> str:
+    """`version`, where it is at least OLDEST_PYTHON; else one line saying so."""
+    if tuple(int(part) for part in version.split(".")[:2]) < OLDEST_PYTHON:
+        oldest = ".".join(map(str, OLDEST_PYTHON))
+        raise UsageError(
+            f"runtime spec {spec.text}: {python} is Python {version}; a runtime's worker needs "
+            f"Python {oldest} or newer "
+            f"(name an interpreter of {oldest} or newer with @PYTHON)"
+        )
+    return version
 
 
 def _answered(found: object) -> bool:
@@ -201,7 +231,7 @@ def _versions(modules: dict[str, dict[str, str]]) -> dict[str, str]:
 def given_environment(spec: RuntimeSpec, package: str, module: str) -> Environment:
     """NAME@PYTHON: the interpreter as it is, which must hold the runtime, numpy and onnx."""
     python = interpreter(str(spec.python), spec)
-    version, modules = probe(python, (module, *SUPPORT))
+    version, modules = probe(spec, python, (module, *SUPPORT))
     needed = list(dict.fromkeys((module, *SUPPORT)))  # onnx-reference's module is onnx
     missing = [m for m in needed if not modules.get(m)]
     if missing:
@@ -237,7 +267,7 @@ def made_environment(spec: RuntimeSpec, package: str, module: str) -> Environmen
     (locked: one maker at a time; atomic: renamed into place once it works)."""
     say = _announce[-1]
     base = interpreter(spec.python, spec) if spec.python else Path(sys.executable)
-    python_version, _ = probe(base, ())
+    python_version, _ = probe(spec, base, ())
     key = "-".join(
         (
             package,
@@ -345,7 +375,7 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
         )
         _run(spec, [*install, *requirements], env)
         failure = _import_failure(python, module)
-        if re.search(r"compiled using numpy 1\.x", failure, re.IGNORECASE):  # built for NumPy 1
+        if _BUILT_FOR_NUMPY_1.search(failure):
             _run(spec, [*install, *requirements[:1], "numpy<2", *SUPPORT[1:]], env)
             failure = _import_failure(python, module)
         if failure:
@@ -355,7 +385,7 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
                 f"{', '.join(dict.fromkeys((module, *SUPPORT)))}` fails: "
                 + (lines[-1] if lines else failure.strip().splitlines()[-1])
             )
-        python_version, modules = probe(python, (module, *SUPPORT))
+        python_version, modules = probe(spec, python, (module, *SUPPORT))
         record = {
             "schema": SCHEMA,
             "spec": spec.text,
@@ -395,16 +425,21 @@ def _made_before(folder: Path) -> bool:
 
 
 def _import_failure(python: Path, module: str) -> str:
-    """'' where `module` and the worker's SUPPORT import in `python`, else what it printed."""
+    """'' where `module` and the worker's SUPPORT import in `python`, else what it printed.
+    A module built for NumPy 1 fails under NumPy 2 even where the import exits 0 (NumPy only
+    warns, and the module breaks when it is used): that warning is a failure too."""
     imports = ", ".join(dict.fromkeys((module, *SUPPORT)))
     done = subprocess.run(
         [str(python), "-E", "-c", f"import {imports}"], capture_output=True, text=True
     )
-    if done.returncode == 0:
+    said = (done.stderr + done.stdout).strip()
+    if done.returncode == 0 and not _BUILT_FOR_NUMPY_1.search(said):
         return ""
-    return (done.stderr + done.stdout).strip() or f"exit status {done.returncode}"
+    return said or f"exit status {done.returncode}"
 
 
+# What NumPy 2 prints on importing a module built for NumPy 1.
+_BUILT_FOR_NUMPY_1 = re.compile(r"compiled using numpy 1\.x", re.IGNORECASE)
 # What installers print when the index cannot be reached.
 _NO_NETWORK = re.compile(
     r"failed to fetch|error sending request|dns error|name resolution|network is unreachable|"

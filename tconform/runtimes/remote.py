@@ -61,6 +61,10 @@ from tconform.runtimes.specs import RuntimeSpec
 from tconform.variables import value
 
 STOP_GRACE_S = 5.0
+# A timed loop of N runs may take this many times N first runs (plus the worker's timeout)
+# before it counts as hung: no machine's noise slows a run a hundredfold, and a loop of 300
+# runs of a hung model is found in seconds, not in 300 timeouts.
+LOOP_SLACK = 100.0
 # The modules a worker imports, sent to it as sources (tconform itself is not installed there).
 WORKER_MODULES = ("tconform", "tconform.errors", "tconform.compare", "tconform.provenance")
 WORKER_PACKAGE = "tconform.runtimes"  # all of it
@@ -503,7 +507,12 @@ class RemoteSession(Session):
             return worker.request(op, {"call": number, **header}, None, doing, budget)[0]
 
         def times(warmup: int, runs: int | None, seconds: float | None) -> list[float]:
-            budget = (seconds or 0.0) if runs is None else worker.timeout * (warmup + runs)
+            if runs is None:
+                budget = seconds or 0.0
+            else:  # one untimed run first, under the worker's own timeout: a model that hangs
+                # is found within it, and the loop may take a generous multiple of that run
+                once = call("times", "timing it", None, warmup=0, runs=1, seconds=None)
+                budget = LOOP_SLACK * float(once["times"][0]) * (warmup + runs)
             found = call("times", "timing it", budget, warmup=warmup, runs=runs, seconds=seconds)
             return [float(t) for t in found["times"]]
 

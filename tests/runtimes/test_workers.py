@@ -10,9 +10,11 @@ no network, nothing installed."""
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 import sysconfig
+import time
 import venv
 from pathlib import Path
 
@@ -23,11 +25,13 @@ import torch
 from onnx import TensorProto, helper
 
 import tconform
+from tconform.errors import WorkerCrashed
 from tconform.execution import Subject, execute
 from tconform.models import given_file
 from tconform.results import Result
 from tconform.runtimes import make_runtime
 from tconform.runtimes.remote import Handle, stop_workers
+from tconform.runtimes.specs import parse_spec
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +53,22 @@ def _hang(*args, **kwargs):
     time.sleep(3600)
 
 onnxruntime.InferenceSession.run = _hang
+"""
+
+# Answers the first two runs (one untimed run of bench's, and one more), then hangs.
+HANG_ON_THIRD_RUN = """
+import time
+import onnxruntime
+
+_run, _calls = onnxruntime.InferenceSession.run, []
+
+def _late_hang(self, *args, **kwargs):
+    _calls.append(1)
+    if len(_calls) > 2:
+        time.sleep(3600)
+    return _run(self, *args, **kwargs)
+
+onnxruntime.InferenceSession.run = _late_hang
 """
 
 
@@ -134,6 +154,25 @@ def test_a_worker_session_is_the_runtime_itself(tmp_path):
         stop_workers()
 
 
+def test_a_timing_loop_that_hangs_is_found_within_the_timeout_not_once_per_run(
+    tmp_path, monkeypatch
+):
+    """bench's loop of 300 runs is one request: it may take its first run's time a hundredfold
+    per run beyond the timeout, not the timeout per run (which would be 20 minutes here)."""
+    monkeypatch.setenv("TCONFORM_WORKER_TIMEOUT", "4")
+    python = interpreter(tmp_path / "hangs-late", HANG_ON_THIRD_RUN)
+    runtime = make_runtime(f"onnxruntime@{python}", "cpu")
+    session = runtime.open(add_model(tmp_path / "add.onnx"))
+    started = time.monotonic()
+    try:
+        call = session.timed_call({"x": np.ones(3, np.float32)})
+        with pytest.raises(WorkerCrashed, match="hung"):
+            call.times(2, 300, None)
+    finally:
+        stop_workers()
+    assert time.monotonic() - started < 60
+
+
 def test_two_builds_localised_on_one_model_say_where_they_part(tmp_path):
     """The installed ONNX Runtime in a worker beside itself in tconform's process, both
     localised on one model (tconform.check): the pipeline compares their localisations, and
@@ -212,8 +251,9 @@ def test_an_interpreter_that_never_answers_is_ended_with_what_it_started(tmp_pat
     sleeper.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/pid\nsleep 300\n")
     sleeper.chmod(0o755)
     monkeypatch.setenv("TCONFORM_WORKER_TIMEOUT", "2")
-    with pytest.raises(UsageError, match=r"sleeper: did not say what it holds within 2 s"):
-        probe(sleeper, ("onnxruntime",))
+    spec = parse_spec(f"onnxruntime@{sleeper}")
+    with pytest.raises(UsageError, match=r"sleeper did not say what it holds within 2 s"):
+        probe(spec, sleeper, ("onnxruntime",))
     shell = int((tmp_path / "pid").read_text())
     assert not psutil.pid_exists(shell) or psutil.Process(shell).status() == psutil.STATUS_ZOMBIE
     assert not [
@@ -298,9 +338,40 @@ def test_an_interpreter_that_answers_junk_is_one_line(tmp_path, answer):
     fake = tmp_path / "python"
     fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{answer}\nEOF\n")
     fake.chmod(0o755)
+    spec = parse_spec(f"onnxruntime@{fake}")
     with pytest.raises(UsageError, match="did not answer as a Python interpreter does") as raised:
-        probe(fake, ("onnxruntime",))
+        probe(spec, fake, ("onnxruntime",))
     assert "\n" not in str(raised.value) and "NAME@PYTHON takes an interpreter" in str(raised.value)
+
+
+def test_an_interpreter_too_old_for_the_worker_says_which_it_is(tmp_path):
+    """A Python older than the worker needs answers the probe all the same (it is written for
+    any Python), and the line names its version and the oldest that works."""
+    from tconform.errors import UsageError
+    from tconform.runtimes.environments import probe
+
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho \'{"python": "3.7.16", "modules": {}}\'\n')
+    fake.chmod(0o755)
+    spec = parse_spec(f"onnxruntime==1.14.0@{fake}")
+    with pytest.raises(
+        UsageError, match=r"is Python 3\.7\.16; a runtime's worker needs Python 3\.10"
+    ):
+        probe(spec, fake, ())
+
+
+def test_a_distribution_without_top_level_txt_is_found_by_its_files(tmp_path):
+    """numpy's and onnx's wheels ship no top_level.txt: their modules are found by the top
+    folders of their file lists (Python 3.10's packages_distributions did not)."""
+    from tconform.runtimes.environments import probe
+
+    python = interpreter(tmp_path / "plain")
+    site = Path(sysconfig.get_paths()["purelib"])
+    assert not list(site.glob("numpy-*.dist-info/top_level.txt"))  # what the test is about
+    version, found = probe(parse_spec(f"onnxruntime@{python}"), python, ("numpy", "onnx"))
+    assert version == platform.python_version()
+    assert found["numpy"] == {"numpy": np.__version__}
+    assert found["onnx"] == {"onnx": onnx.__version__}
 
 
 def test_doc_records_a_workers_release_in_every_report(cli, workspace, tmp_path):
