@@ -138,13 +138,17 @@ def bench_settings(
         )
     cfg = get_preset(preset)
     selected = registry.select_cases(cases or DEFAULT_CASES)
+    # The default shapes within the preset's length (tiny's 12: 1x12 and 8x12)
+    shapes = tuple(shapes) or tuple(
+        dict.fromkeys((batch, min(seq, cfg.max_seq_len)) for batch, seq in DEFAULT_SHAPES)
+    )
     for shape in shapes:
         check_shape(shape, selected, cfg)
     return BenchSettings(
         preset=preset,
         cfg=cfg,
         cases=selected,
-        shapes=tuple(shapes) or DEFAULT_SHAPES,
+        shapes=shapes,
         engines=parse_engines(engines),
         artifacts=artifacts or Path("artifacts") / BENCH_AREA / preset,
         **common,

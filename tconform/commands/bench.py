@@ -132,7 +132,10 @@ _DECODING_OPTIONS = (
     "shapes",
     type=ShapeType(),
     multiple=True,
-    help="BATCHxSEQ (repeatable); SEQ is both source and target length [1x32, 8x128].",
+    help=(
+        "BATCHxSEQ (repeatable); SEQ is both source and target length [1x32, 8x128, within "
+        "the preset's length]."
+    ),
 )
 @click.option(
     "--input-set",

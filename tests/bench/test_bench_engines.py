@@ -63,3 +63,18 @@ def test_each_onnxruntime_graph_variant_gets_an_io_binding_row_on_a_device(relea
 def test_no_io_binding_row_without_device_memory():
     rows = engine_rows(("onnxruntime", "onnxruntime-fp16"), ("cpu",), make_runtime)
     assert [engine for engine, _ in rows] == ["onnxruntime", "onnxruntime-fp16"]
+
+
+def test_the_default_shapes_fit_the_preset(tmp_path):
+    """bench --preset tiny without --shape times 1x12 and 8x12 (the defaults' sequence cut to
+    the preset's 12 positions), never a default shape that every row would skip."""
+    from tconform.bench.run import DEFAULT_SHAPES, bench_settings
+
+    def shapes(preset):
+        settings = bench_settings(
+            preset, ("norm",), (), ("onnxruntime",), "cpu", 1, {}, 0, 1, None, tmp_path
+        )
+        return settings.shapes
+
+    assert shapes("tiny") == ((1, 12), (8, 12))
+    assert shapes("base") == DEFAULT_SHAPES
