@@ -61,7 +61,8 @@ class BenchReport:
         }
 
     def to_dict(self) -> dict:
-        return {**self.blank(), **self.data, "exit_code": self.exit_code, "error": self.error}
+        report = {**self.blank(), **self.data, "exit_code": self.exit_code, "error": self.error}
+        return {**report, "versions": version_comparisons(report)}
 
     def render(self) -> str:
         """The table and, below it, the ceilings, ratios to torch and best variants."""
@@ -193,25 +194,38 @@ def ratio_lines(report: dict) -> list[str]:
     return lines
 
 
-def version_lines(report: dict) -> list[str]:
-    """Versions of one engine in one run (onnxruntime==1.20.1 beside onnxruntime): each one's
-    p50 against the first named, per case, shape and provider."""
+def version_comparisons(report: dict) -> list[dict]:
+    """Versions of one engine in one run (onnxruntime==1.20.1 beside onnxruntime): per case,
+    shape and provider, each one's p50 and its ratio to the first named."""
     rows = [r for r in report["results"] if r.get("status") == Status.PASS]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         key = (r["case"], shape_label(r), r["ep"], base_name(r["engine"]))
         groups.setdefault(key, []).append(r)
-    lines = []
-    for (case, shape, ep, engine), found in groups.items():
-        if len(found) < 2:
-            continue
-        first = found[0]
-        speeds = ", ".join(
-            f"{r['engine']} {r['p50_ms']} ms ({as_ratio(r['p50_ms'] / first['p50_ms'])}x)"
-            for r in found
+    return [
+        {
+            "case": case,
+            "shape": shape,
+            "ep": ep,
+            "engine": engine,
+            "p50_ms": {r["engine"]: r["p50_ms"] for r in found},
+            "to_first": {r["engine"]: round(r["p50_ms"] / found[0]["p50_ms"], 4) for r in found},
+        }
+        for (case, shape, ep, engine), found in groups.items()
+        if len(found) > 1
+    ]
+
+
+def version_lines(report: dict) -> list[str]:
+    """The JSON's `versions`, a line per case, shape and provider."""
+    return [
+        f"{v['case']} {v['shape']} {v['ep']}: versions of {v['engine']}, p50: "
+        + ", ".join(
+            f"{engine} {p50} ms ({as_ratio(v['to_first'][engine])}x)"
+            for engine, p50 in v["p50_ms"].items()
         )
-        lines.append(f"{case} {shape} {ep}: versions of {engine}, p50: {speeds}")
-    return lines
+        for v in report.get("versions", [])
+    ]
 
 
 def summary_lines(report: dict) -> list[str]:

@@ -66,6 +66,7 @@ def best_variants(rows: list[dict]) -> list[dict]:
         }
         plain = BASELINE + IO_BINDING if io_bound(best["engine"]) else BASELINE  # like for like
         if plain in of_key:
+            entry["plain_engine"] = plain
             entry["plain_p50_ms"] = of_key[plain]["p50_ms"]
             entry["gain_over_plain"] = _kept(of_key[plain]["p50_ms"] / best["p50_ms"])
         if EAGER in of_key:
@@ -111,7 +112,7 @@ def summary_lines(summary: list[dict]) -> list[str]:
             parts.append(f"outputs judged: {s['accuracy']}")
         if "gain_over_plain" in s and s["p50_ms"] != s["plain_p50_ms"]:  # not plain itself
             gain = ratio(s["gain_over_plain"])
-            parts.append(f"{gain}x faster than plain ({s['plain_p50_ms']} ms)")
+            parts.append(f"{gain}x faster than {s['plain_engine']} ({s['plain_p50_ms']} ms)")
         if "vs_torch" in s:
             parts.append(f"{ratio(s['vs_torch'])}x torch eager float32")
         if "vs_best_torch" in s:

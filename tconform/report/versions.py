@@ -121,15 +121,18 @@ def _rows(results: list[Result], group: VersionGroup) -> list[dict]:
 
 def _change(group: VersionGroup, by_spec: dict[str, tuple[str, float | None]]) -> str:
     """'regression A -> B' where A (older) passes and B (newer) does not, 'fix A -> B' the
-    other way round (the first such pair, oldest first); '' where they agree."""
+    other way round (the first such pair, oldest first), naming a failing side that did not
+    merely fail ('fix A -> B (crash on A)'); '' where they agree."""
     ran = [s for s in group.specs if by_spec.get(s, ("",))[0] in (*PASSING, *FAILING)]
     for older, newer in itertools.pairwise(ran):
         before, after = by_spec[older][0] in PASSING, by_spec[newer][0] in PASSING
+        if before == after:
+            continue
+        failing = newer if before else older
+        status = by_spec[failing][0]
+        how = f" ({status} on {group.versions[failing]})" if status != "fail" else ""
         arrow = f"{group.versions[older]} -> {group.versions[newer]}"
-        if before and not after:
-            return f"regression {arrow}"
-        if after and not before:
-            return f"fix {arrow}"
+        return f"{'regression' if before else 'fix'} {arrow}{how}"
     return ""
 
 
@@ -152,7 +155,8 @@ def render(groups: list[VersionGroup]) -> str:
         for (case, cell, output), rows in merged.items():
             worst = [_worst([r["max_abs_err"].get(s) for r in rows]) for s in group.specs]
             changes = sorted({r["change"] for r in rows if r["change"]})
-            same = len(set(worst)) == 1 and worst[0] is not None
+            known = [w for w in worst if w is not None]  # a skip's column says SKIP
+            same = len(known) > 1 and len(set(known)) == 1
             body.append(
                 [
                     case + (f" [{cell}]" if cells else ""),

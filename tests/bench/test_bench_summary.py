@@ -34,7 +34,7 @@ def test_the_fastest_variant_and_its_gain_over_plain():
     assert best["vs_memory_floor"] == pytest.approx(2.4)
     assert best["outside_matmul_share"] == 0.1
     (line,) = summary_lines([best])
-    assert "best onnxruntime-sdpa" in line and "1.25x faster than plain" in line
+    assert "best onnxruntime-sdpa" in line and "1.25x faster than onnxruntime (30.0" in line
 
 
 def test_a_release_of_a_variant_can_be_the_best():
@@ -42,6 +42,8 @@ def test_a_release_of_a_variant_can_be_the_best():
     (best,) = best_variants(rows)
     assert best["best_engine"] == "onnxruntime==1.20.1"
     assert best["gain_over_plain"] == pytest.approx(1.18 / 1.10, abs=1e-3)
+    (line,) = summary_lines([best])  # faster than the installed release's plain graph
+    assert "1.07x faster than onnxruntime (1.18 ms)" in line
 
 
 def test_one_entry_per_shape_and_none_without_an_onnx_runtime_row():
@@ -140,3 +142,16 @@ def test_a_row_bound_on_the_device_is_its_variant_and_gains_over_the_bound_plain
         pytest.approx(29 / 6.5, abs=1e-3),
     )
     assert best["vs_torch"] == pytest.approx(6.5 / 30, abs=1e-3)
+
+
+def test_two_releases_of_an_engine_are_compared_in_the_json_and_the_lines():
+    from tconform.bench.report import BenchReport, version_lines
+
+    rows = [row("onnxruntime==1.20.1", 2.0), row("onnxruntime", 1.5), row("torch", 3.0)]
+    report = BenchReport(data={"results": rows}).to_dict()
+    (versions,) = report["versions"]
+    assert versions["engine"] == "onnxruntime" and versions["shape"] == "1x32"
+    assert versions["p50_ms"] == {"onnxruntime==1.20.1": 2.0, "onnxruntime": 1.5}
+    assert versions["to_first"] == {"onnxruntime==1.20.1": 1.0, "onnxruntime": 0.75}
+    (line,) = version_lines(report)
+    assert "versions of onnxruntime, p50: onnxruntime==1.20.1 2.0 ms (1.00x)" in line
