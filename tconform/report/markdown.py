@@ -68,8 +68,11 @@ def build(report: RunReport) -> str:
     if workers:
         lines += ["", "### Runtimes in a worker", ""] + [f"- {line}" for line in workers.values()]
     versions = report.versions_text()
-    if versions:
-        lines += ["", "### Versions of a runtime", "", "```", versions, "```"]
+    partings = [p["verdict"] for p in report.details.get("version_partings") or []]
+    if versions or partings:
+        lines += ["", "### Versions of a runtime", ""]
+        lines += [f"- where they part: {_md(verdict)}" for verdict in partings]
+        lines += ["", "```", versions, "```"] if versions else []
     return "\n".join(lines) + "\n"
 
 

@@ -56,3 +56,13 @@ def test_a_name_holding_a_newline_a_bar_or_an_escape_stays_in_its_cell():
         assert "norm\\n" in text and "\\x1b[31m" in text
     (row,) = [line for line in build(report).splitlines() if line.startswith("| norm")]
     assert row.count(" | ") == 7  # eight cells: the name's bars are escaped
+
+
+def test_where_two_localised_releases_part_is_in_the_markdown():
+    report = RunReport("check")
+    report.results = [_result("example", "pass")]
+    verdict = "ort-cpu==1.20.1 and ort-cpu part first at ln (LayerNorm), module call 2"
+    report.details["version_partings"] = [{"verdict": verdict}]
+    text = build(report)
+    versions = text.split("### Versions of a runtime", 1)[1]
+    assert f"- where they part: {verdict}" in versions
