@@ -304,7 +304,7 @@ class OrtRuntime(Runtime):
         if too_new:
             return RuntimeTooOld(
                 f"ONNX Runtime {ort.__version__} reads IR version {too_new.group(2)} at most; "
-                f"{model_path.name} is IR version {too_new.group(1)}"
+                f"{model_path.name} is IR version {too_new.group(1)} (a newer release reads it)"
             )
         first = text.splitlines()[0] if text else type(exc).__name__
         return UsageError(f"{model_path}: ONNX Runtime cannot load it: {first}")
