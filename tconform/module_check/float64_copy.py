@@ -235,8 +235,10 @@ def build_float64_copy(
                     copy64 = _own_dtype_fallback(
                         module,
                         inputs,
-                        f"gives NaN or infinity in {odd} where the module itself is finite (it "
-                        "computes parts in a fixed dtype)",
+                        f"gives NaN or infinity in {odd} where the module itself is finite (in "
+                        "float64 it computes something else: parts in a fixed dtype, or a mask "
+                        "fill at the dtype's minimum that overflows, leaving a fully masked row "
+                        "NaN)",
                     )
         except NotDeterministic as exc:
             raise UsageError(

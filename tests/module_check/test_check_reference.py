@@ -53,3 +53,47 @@ def test_a_float32_reference_is_marked_in_every_report(cli, tmp_path, monkeypatc
     assert torch_rows and {r["status"] for r in torch_rows} == {"skip"}
     assert all("compare it with itself" in r["message"] for r in torch_rows)
     assert {r["status"] for r in report["results"] if r["runtime"] == "onnxruntime"} == {"pass"}
+
+
+ROW_SOURCE = '''
+import torch
+from torch import nn
+
+class NanInFloat64(nn.Module):
+    """NaN in float64 on rows whose first feature is below -1, finite in float32: as a
+    left-padded decoder whose float64 mask fill overflows on its padded row only."""
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        if y.dtype == torch.float64:
+            y = torch.where(x[:, :1] < -1, torch.full_like(y, float("nan")), y)
+        return y
+
+def make():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    x[0, 0], x[1, 0] = 0.5, -2.0  # batch 1 is row 0 alone: its float64 copy is finite
+    return NanInFloat64(), x
+'''
+
+
+def test_each_set_names_its_own_reference_and_batch_consistency_is_still_judged(
+    cli, tmp_path, monkeypatch
+):
+    """A float64 copy that falls back at some shapes only: each row says which reference
+    judged it, and batch consistency, between two float32 references, is judged (float32
+    rounding is not the module mixing its rows)."""
+    (tmp_path / "nan_rows_module.py").write_text(ROW_SOURCE)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("check", "nan_rows_module:make", "--out", "export", "-q",
+                         "--json", "r.json")  # fmt: skip
+    assert code == 0, out + err
+    rows = json.loads((tmp_path / "r.json").read_text())["results"]
+    ort = {r["input_set"]: r for r in rows if r["runtime"] == "onnxruntime"}
+    assert ort["example"]["reference"] == "float32"
+    assert ort["batch-1"]["reference"] == "float64" and ort["batch-1"]["status"] == "pass"
+    assert ort["batch-consistency"]["status"] == "pass" and ort["batch-consistency"]["outputs"]
+    assert "mixes the rows" not in out
