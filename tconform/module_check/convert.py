@@ -61,6 +61,9 @@ def convert(base: Path, dtype: str, target: Path, keep: Sequence[str] = ()) -> t
 # What convert_float_to_float16 clamps a weight to (its min_positive_val and max_finite_val)
 FLOAT16_SMALLEST, FLOAT16_LARGEST = 5.96e-08, 65504.0
 CLAMPED_SHARE = 0.01  # of a weight's nonzero values: a few by chance are rounding, not a change
+# Magnitudes from here on are mask fills (-1e9, a type's minimum), not weights or activations:
+# clamped to float16's largest they still mask (exp(-65504 - max) is 0), so they change nothing
+MASK_FILL = 1e9
 FLOAT16_NORMAL = 6.103515625e-05  # float16's smallest normal: below it each halving loses a bit
 COARSE = 0.05  # a subnormal that moves by more than this share of itself is changed, not rounded
 # (an RMSNorm epsilon of 1e-6 moves 1.3 %, which changes nothing; 1e-7 moves 19 %)
@@ -71,7 +74,7 @@ def clamped_weights(model: onnx.ModelProto, keep: Sequence[str] = ()) -> str:
     (where more than a few values by chance): a magnitude below float16's smallest raised to
     5.96e-8 or one above its largest lowered to 65504 (the converter clamps them), and one
     among float16's subnormals (below 6.1e-5) that keeps so few bits that it moves by over
-    COARSE of itself.
+    COARSE of itself (mask fills, MASK_FILL and beyond, left out: they still mask).
     No float16 tolerance row covers either. '' where none."""
     kept = set(keep)
     read = {name for n in model.graph.node if n.name not in kept for name in n.input}
@@ -89,7 +92,7 @@ def clamped_weights(model: onnx.ModelProto, keep: Sequence[str] = ()) -> str:
         magnitude = np.abs(numpy_helper.to_array(tensor)).astype(np.float32)
         nonzero = max(1, int(np.count_nonzero(magnitude)))
         beyond = int(((magnitude > 0) & (magnitude < FLOAT16_SMALLEST)).sum())
-        beyond += int((magnitude > FLOAT16_LARGEST).sum())
+        beyond += int(((magnitude > FLOAT16_LARGEST) & (magnitude < MASK_FILL)).sum())
         subnormal = magnitude[(magnitude >= FLOAT16_SMALLEST) & (magnitude < FLOAT16_NORMAL)]
         with np.errstate(over="ignore"):
             moved = np.abs(subnormal.astype(np.float16).astype(np.float32) - subnormal)

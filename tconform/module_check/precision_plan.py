@@ -43,7 +43,7 @@ from tconform.localise.capture import Call
 from tconform.localise.judge import Boundary, inside, share_used, worst_of
 from tconform.localise.scopes import Graph
 from tconform.models import derived_file, read_graph
-from tconform.module_check.convert import convert
+from tconform.module_check.convert import MASK_FILL, convert
 from tconform.module_check.float64_copy import Float64Copy
 from tconform.runtimes import Runtime, label
 
@@ -51,7 +51,6 @@ PLAN_FILE = "plan.json"
 MAX_ROUNDS = 3  # planned models made and localised, at most
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 FLOAT16_TINY = float(np.finfo(np.float16).tiny)  # its smallest normal number, 6.1e-05
-MASK_FILL = 1e9  # magnitudes from here on are mask fills, not activations (see above)
 # The converter's call and the argument the plan fills, per precision.
 TOOLS = {
     "float16": (

@@ -78,3 +78,21 @@ def test_a_weight_or_constant_among_float16s_subnormals_is_named_as_moved(tmp_pa
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
     )
     assert "k (1 of 1)" in clamped_weights(onnx.helper.make_model(graph))
+
+
+@pytest.mark.parametrize("value, said", [(-3.4028235e38, False), (-1e9, False), (1e5, True)])
+def test_a_mask_fill_is_not_a_clamped_weight(value, said):
+    """A Where's fill of float32's minimum (a transformers attention mask) or -1e9 is clamped
+    to -65504 and still masks: no note; a weight of 1e5 is changed by the clamp: a note."""
+    fill = numpy_helper.from_array(np.array(value, np.float32), "fill")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Where", ["keep", "x", "fill"], ["y"])],
+        "masked",
+        [
+            onnx.helper.make_tensor_value_info("keep", onnx.TensorProto.BOOL, [2]),
+            onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
+        ],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+        initializer=[fill],
+    )
+    assert ("fill (1 of 1)" in clamped_weights(onnx.helper.make_model(graph))) is said
