@@ -9,7 +9,8 @@ runs these items instead of the test files it collected; a session whose every u
 checked nothing, and ends with exit 5 (pytest's "no tests ran") and a line saying so, never 0.
 With --tconform-module PACKAGE.MODULE:FACTORY the units are those of a user's model, as
 `tconform check` lays them out (its shapes, its cells), instead of tconform's own cases, and
---tconform-localise adds the first divergence to a failing unit's message; with
+as there a failing unit's message names the first divergence (--tconform-localise never|
+failure|always, check's --localise); with
 --tconform-generation, those of the generation goldens (`verify --generation`). One
 suite is opened per session (per xdist worker, each with its own export folder) for a user's
 model and serves every unit: it is copied and exported once.
@@ -72,9 +73,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         )
     group.addoption(
         "--tconform-localise",
-        action="store_true",
-        help="With --tconform-module, as `tconform check --localise`: a failing unit's message "
-        "names the first module whose own error leaves tolerance.",
+        nargs="?",
+        const="failure",
+        default=None,
+        choices=("never", "failure", "always"),
+        help="With --tconform-module, as `tconform check --localise` (by default on a "
+        "failure, as there): a failing unit's message names the first module whose own error "
+        "leaves tolerance.",
     )
     group.addoption(
         "--tconform-generation",
@@ -177,7 +182,8 @@ def _request(config: pytest.Config):
         if value and not config.getoption("--tconform-module"):
             flag = _flag(USER_MODEL_OPTIONS[name].flag)
             raise pytest.UsageError(f"tconform: {flag} is for a user's model (--tconform-module)")
-    if config.getoption("--tconform-localise") and not config.getoption("--tconform-module"):
+    localise = config.getoption("--tconform-localise")
+    if localise is not None and not config.getoption("--tconform-module"):
         raise pytest.UsageError("tconform: --tconform-localise is for a user's model")
     if axes and not config.getoption("--tconform-matrix"):
         raise pytest.UsageError("tconform: the matrix axes need --tconform-matrix")
@@ -208,7 +214,7 @@ def _request(config: pytest.Config):
         subject,
         runtimes=RuntimeOptions(names, eps=tuple(eps)),
         axes=Axes(matrix=config.getoption("--tconform-matrix"), **axes),
-        localise=Localising("failure" if config.getoption("--tconform-localise") else "never"),
+        localise=Localising(localise or ("failure" if target else "never")),
     )
 
 

@@ -266,7 +266,7 @@ if __name__ == "__main__":  # the export a user made elsewhere, one weight 1 % o
 
 @pytest.mark.integration
 def test_tconform_localise_names_the_module_in_the_failing_unit(tmp_path):
-    """--tconform-localise as check's --localise: the failing unit's message carries the
+    """As check's --localise, by default on a failure: the failing unit's message carries the
     localisation, which names the one module whose weight is off."""
     (tmp_path / "usermodel.py").write_text(LOCALISED)
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
@@ -274,7 +274,7 @@ def test_tconform_localise_names_the_module_in_the_failing_unit(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tconform",
          "--tconform-module", "usermodel:make", "--tconform-model", "bad.onnx",
-         "--tconform-localise", "-q", "-k", "example"],
+         "-q", "-k", "example"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
     )  # fmt: skip
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
