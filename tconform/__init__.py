@@ -9,7 +9,13 @@ tconform's own cases (tconform.api; see the README).
 
 from __future__ import annotations
 
+import os
 from importlib import metadata
+
+# ONNX Runtime's telemetry writes a device id under ~/.cache (or $XDG_CACHE_HOME) as it is
+# imported: a file outside anything tconform writes, and inside a golden folder where HOME
+# names one. Off unless the user set the variable; the runtimes' workers inherit it.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 try:
     __version__ = metadata.version("tconform")

@@ -116,12 +116,13 @@ def _folder_kind(folder: Path) -> str | None:
 def require_caches_apart(own: Sequence[Path] = ()) -> None:
     """The folders others write into while tconform runs nowhere in a golden or artifacts
     folder, nor in one of `own` (the run's own folders, which hold only what it lists: check's
-    export folder): XDG_CACHE_HOME (ONNX Runtime, loaded in tconform's process, writes its
-    device id under it; the runtimes' environments go there) and the temporary folder (TMPDIR:
-    ONNX Runtime's session files, every temporary copy)."""
+    export folder): XDG_CACHE_HOME (the runtimes' environments go there), HOME (under which
+    libraries keep their caches where XDG_CACHE_HOME is unset: matplotlib's font list, an ONNX
+    Runtime whose telemetry the user turned on) and the temporary folder (TMPDIR: ONNX
+    Runtime's session files, every temporary copy)."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     # every variable Python's tempfile reads: it passes over one it cannot use to the next
-    given = {v: os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)}
+    given = {v: os.environ[v] for v in ("TMPDIR", "TEMP", "TMP", "HOME") if os.environ.get(v)}
     if xdg and Path(xdg).is_absolute():  # the XDG rule: a relative value is ignored
         given["XDG_CACHE_HOME"] = xdg
     for variable, folder in given.items():
@@ -132,8 +133,8 @@ def require_caches_apart(own: Sequence[Path] = ()) -> None:
         if managed is not None:
             raise UsageError(
                 f"{variable}={folder!r:.200}: is or lies in {managed}, a folder tconform keeps "
-                "its own files in (golden, artifacts or export); ONNX Runtime and tconform write "
-                "temporary files and caches there (name a folder of its own)"
+                "its own files in (golden, artifacts or export); tconform and the libraries it "
+                "runs write temporary files and caches there (name a folder of its own)"
             )
 
 

@@ -1817,3 +1817,22 @@ def test_spawned_children_start_from_a_path_that_finds_this_tconform(tmp_path, m
             found = PathFinder.find_spec("tconform", sys.path)
             assert Path(found.origin).resolve() == Path(tconform.__file__).resolve()
         assert sys.path[0] == str(shadow)  # as it was
+
+
+@pytest.mark.parametrize("variable", ["HOME", "XDG_CACHE_HOME"])
+def test_a_cache_folder_in_a_golden_folder_is_refused_before_anything_writes_there(ws, variable):
+    """In a process of its own, so that nothing tconform imports can write first: ONNX
+    Runtime's telemetry wrote its device id under $XDG_CACHE_HOME (else ~/.cache) as it was
+    imported, inside the golden folder HOME named, and the refusal came after it."""
+    golden = copy_golden(ws)
+    before = tree(golden)
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "HOME")}
+    env[variable] = str(golden)
+    done = subprocess.run(
+        [sys.executable, "-m", "tconform", "verify", "--golden", str(golden), "--no-doc",
+         "--case", "norm", "--no-torch", "--json", str(ws["reports"] / "r.json")],
+        capture_output=True, text=True, timeout=300, env={**env, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == EXIT_USAGE, done.stdout + done.stderr
+    assert f"{variable}=" in done.stderr and "Traceback" not in done.stderr
+    assert tree(golden) == before
