@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 from collections.abc import Iterator
@@ -109,7 +110,10 @@ def first_line(exc: BaseException) -> str:
 def calling_user_code(what: str) -> Iterator[None]:
     """Around code tconform calls but did not write (a factory, a module's forward, its
     export): whatever it raises, sys.exit and GeneratorExit included, becomes one UsageError
-    line naming `what`; only Ctrl-C and SIGTERM pass through, to end the run as signals do."""
+    line naming `what`; only Ctrl-C and SIGTERM pass through, to end the run as signals do.
+    A working folder it changed is changed back: the paths the user gave (--out, --repro) are
+    relative to the folder tconform started in, never to one the module's code moved to."""
+    folder = _working_folder()
     try:
         yield
     except (KeyboardInterrupt, Terminated):
@@ -120,6 +124,17 @@ def calling_user_code(what: str) -> Iterator[None]:
         raise UsageError(f"{what}: {first_line(exc)}") from None
     except BaseException as exc:  # SystemExit, GeneratorExit: the code ended itself
         raise EndedByUserCode(f"{what}: {first_line(exc)}") from None
+    finally:
+        if folder is not None and _working_folder() != folder:
+            with contextlib.suppress(OSError):
+                os.chdir(folder)
+
+
+def _working_folder() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under the process
+        return None
 
 
 _SIGNALS = {getattr(signal, name): name for name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE",

@@ -60,6 +60,10 @@ def module_only():
 def exits_0():
     sys.exit(0)
 
+def moves_away():  # to the folder beside the user's: --out and --repro stay where they were
+    os.chdir(os.path.join(os.getcwd(), "..", "reports"))
+    return good()
+
 def os_exit_0():
     os._exit(0)
 
@@ -1836,3 +1840,12 @@ def test_a_cache_folder_in_a_golden_folder_is_refused_before_anything_writes_the
     assert done.returncode == EXIT_USAGE, done.stdout + done.stderr
     assert f"{variable}=" in done.stderr and "Traceback" not in done.stderr
     assert tree(golden) == before
+
+
+def test_a_factory_that_changes_folder_leaves_the_paths_given_where_they_were(cli, ws):
+    """--out is relative to the folder tconform started in, not to one the factory moved to:
+    the export goes where the user named, and nothing lands in the other folder."""
+    code, out, err = cli("check", T("moves_away"), "--no-shapes", "--out", "ex", "-q")
+    assert code == 0, out + err
+    assert (ws["user"] / "ex" / "model.onnx").is_file()
+    assert not any(ws["reports"].iterdir())
