@@ -12,6 +12,7 @@ records its units' places), so the same exit code.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from tconform.errors import (
 )
 from tconform.files import read_json_object
 from tconform.report import RunReport
-from tconform.results import Result
+from tconform.results import Result, exit_code
 from tconform.units import SEPARATOR, digest, documents_unit, result_unit, unchecked_models
 
 # The exit codes a run that stopped early records (README, "Exit codes").
@@ -39,6 +40,7 @@ ERROR_EXIT_CODES = (
 
 
 SHARDED = ("verify", "check")  # the commands that take --shard
+USED_ROUNDING = 1e-6  # a report's figures are rounded as JSON keeps them
 
 
 def read_shard(path: Path) -> dict:
@@ -74,6 +76,7 @@ def read_shard(path: Path) -> dict:
     if error is not None and not (
         isinstance(error, dict)
         and isinstance(error.get("message"), str)
+        and type(error.get("exit_code")) is int  # never True for 1
         and error.get("exit_code") in ERROR_EXIT_CODES
     ):
         codes = ", ".join(map(str, ERROR_EXIT_CODES))
@@ -126,6 +129,17 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
             raise UsageError(
                 f"{path}: result {n} is not a run's result (a pass that compared no output)"
             )
+    for n, r in enumerate(results):
+        contradiction = _contradiction(r)
+        if contradiction:
+            raise UsageError(f"{path}: result {n} is not a run's result ({contradiction})")
+    error = data.get("error")
+    recorded = error["exit_code"] if error is not None else exit_code(r.status for r in results)
+    if data.get("exit_code") != recorded or type(data.get("exit_code")) is not int:
+        raise UsageError(
+            f"{path}: its exit code {data.get('exit_code')!r:.20} is not its "
+            f"{'error entry' if error is not None else 'results'}' ({recorded})"
+        )
     for n, r in enumerate(results):  # a unit's id names its case, cell and input set
         unit = result_unit(r)
         if unit != documents and not (
@@ -144,6 +158,28 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
     if unrun and data.get("error") is None:
         raise UsageError(f"{path}: no result for its unit {unrun[0]}")
     return results
+
+
+def _contradiction(r: Result) -> str:
+    """Why a pass contradicts its own figures ('' where it does not): an output that did not
+    pass, counted mismatches, more than its tolerance used, an SQNR below its floor, or a
+    largest error beyond what its tolerance allows anywhere in the output (no element exceeds
+    the output's RMS times the square root of its size)."""
+    if r.status != "pass":
+        return ""
+    for o in r.outputs:
+        said = f"a pass whose output {o.name!r:.80}"
+        if o.status != "pass" or o.mismatches:
+            return f"{said} is {o.status} with {o.mismatches} mismatches"
+        if (o.tolerance_used or 0.0) > 1 + USED_ROUNDING:
+            return f"{said} used {o.tolerance_used:.3g} of its tolerance"
+        if o.sqnr_db is not None and o.min_sqnr_db is not None and o.sqnr_db < o.min_sqnr_db:
+            return f"{said} is below its SQNR floor"
+        largest = (o.golden_rms or 0.0) * math.sqrt(max(1, math.prod(o.shape or [1])))
+        allowed = (o.atol + o.rtol * largest) * (1 + USED_ROUNDING)
+        if o.max_abs_err is not None and o.golden_rms is not None and o.max_abs_err > allowed:
+            return f"{said} erred by {o.max_abs_err:.3g}, beyond what its tolerance allows"
+    return ""
 
 
 def _missing_shards(shards: list) -> str:

@@ -47,7 +47,7 @@ def _shard(**changes) -> dict:
     from tconform.units import digest
 
     report = {
-        "tool": "tconform", "command": "verify", "version": "1", "error": None,
+        "tool": "tconform", "command": "verify", "version": "1", "error": None, "exit_code": 0,
         "settings": {"golden_manifest_sha256": "0" * 64,
                      "units": {"ids": [unit], "total": 1, "sha256": digest([unit]),
                                "shard": "1/1"}},
@@ -68,6 +68,28 @@ def _shard(**changes) -> dict:
         ({"results": [{"status": "bogus"}]}, "result 0 is not a run's result"),
         ({"results": [7]}, "result 0 is not a run's result"),
         ({"error": {"message": "m", "exit_code": 99}}, "error entry needs"),
+        ({"error": {"message": "m", "exit_code": True}}, "error entry needs"),  # not 1
+        ({"exit_code": 2}, "its exit code 2 is not its results' \\(0\\)"),  # a shard that failed
+        # a forged pass whose own figures leave its tolerance
+        (
+            {
+                "results": [
+                    {
+                        **_shard()["results"][0],
+                        "outputs": [{**COMPARED, "max_abs_err": 5.0, "golden_rms": 1.0}],
+                    }
+                ]
+            },
+            "a pass whose output 'y' erred by 5, beyond what its tolerance allows",
+        ),
+        (
+            {
+                "results": [
+                    {**_shard()["results"][0], "outputs": [{**COMPARED, "tolerance_used": 3.0}]}
+                ]
+            },
+            "a pass whose output 'y' used 3 of its tolerance",
+        ),
         # a forged pass that compared nothing merged to a pass
         (
             {"results": [{**_shard()["results"][0], "outputs": []}]},
