@@ -220,6 +220,8 @@ def parse_dynamic(
             require_axis(axis, name, rank, f"--dynamic {spec!r}")
             if colon and not label.strip():
                 raise UsageError(f"--dynamic {spec!r}: no name after '{index}:'")
+            if colon:
+                require_label(label.strip(), f"--dynamic {spec!r}")
             axis %= rank
             if axis in dynamic.get(name, {}):
                 raise UsageError(f"--dynamic {spec!r}: axis {axis} of {name} is given twice")
@@ -318,6 +320,21 @@ def require_dense(value: torch.Tensor, what: str) -> None:
             f"{what} is a {str(value.dtype).removeprefix('torch.')} "
             f"{str(value.layout).removeprefix('torch.')} tensor; tconform checks dense "
             "tensors of bool, integer or floating-point numbers"
+        )
+
+
+def require_label(label: object, what: str) -> None:
+    """An axis's name is text that names (it becomes the export's dim_param), without the
+    separators of --dynamic NAME=AXIS:LABEL,...: `0:b:c` is a mistake to say, not an axis
+    named "b:c"."""
+    if not (
+        isinstance(label, str)
+        and label.strip()
+        and label.isprintable()
+        and not any(mark in label for mark in ":,=")
+    ):
+        raise UsageError(
+            f"{what}: {label!r:.60} is not an axis name (printable text without ':', ',' or '=')"
         )
 
 

@@ -63,6 +63,7 @@ from tconform.module_check.inputs import (
     parse_dynamic,
     require_axis,
     require_dense,
+    require_label,
 )
 from tconform.module_check.precision_plan import PrecisionPlan, make_plan
 from tconform.module_check.shapes import (
@@ -215,8 +216,9 @@ class ModuleSuite(Suite):
             if input_name not in named:
                 raise UsageError(f"dynamic axes: the module has no input {input_name!r}")
             rank = named[input_name].dim()
-            for axis in axes:  # the factory's as --dynamic's: within the input's rank
+            for axis, label in axes.items():  # the factory's as --dynamic's
                 require_axis(axis, input_name, rank, "dynamic axes")
+                require_label(label, "dynamic axes")
             given[input_name] = {axis % rank: label for axis, label in axes.items()}
         self.declared = given
         self.axes = infer_axes(self.inputs, given) if subject.shapes else given

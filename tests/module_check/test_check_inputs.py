@@ -95,6 +95,8 @@ def test_dynamic_axes_with_and_without_names():
         ("ids", "expected NAME=AXES"),
         ("ids=0:batch,0:seq", "axis 0 of ids is given twice"),
         ("ids=0:", "no name after '0:'"),
+        ("ids=0:b:c", "'b:c' is not an axis name"),  # a separator too many, not a name
+        ("ids=0:b\x1bc", "'b\\x1bc' is not an axis name"),  # an escape would recolour a terminal
         ("ids=0:batch,1:batch", "'batch' names axes of different sizes in the example"),
     ],
 )
