@@ -16,7 +16,8 @@ suite is opened per session (per xdist worker, each with its own export folder) 
 model and serves every unit: it is copied and exported once.
 
 Loaded by every pytest session of a project that installs tconform (the `pytest11` entry point),
-so without --tconform it does nothing and imports nothing beyond pytest.
+so without --tconform it does nothing and imports nothing beyond pytest (importing the package
+sets ORT_DISABLE_TELEMETRY=1 where it is unset: tconform/__init__.py says why).
 """
 
 from __future__ import annotations
