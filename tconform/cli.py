@@ -34,10 +34,18 @@ from tconform.errors import (
     one_line,
 )
 from tconform.folders import require_caches_apart
-from tconform.variables import check_environment
+from tconform.variables import VARIABLES, check_environment
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Environment variables: "
+    + "; ".join(
+        f"{v.name}: {v.help.split(' (tconform.')[0]}" + (f" [{v.default}]" if v.default else "")
+        for v in VARIABLES.values()
+    )
+    + ".",
+)
 @click.version_option(__version__, prog_name="tconform")
 def cli() -> None:
     """Export a reference Transformer to ONNX, verify it on ONNX Runtime against exact

@@ -294,3 +294,13 @@ def test_a_closed_stdout_does_not_change_the_exit_code():
     )
     assert done.returncode == 0, done.stderr
     assert b"Traceback" not in done.stderr
+
+
+def test_help_names_every_environment_variable_tconform_reads(cli):
+    from tconform.variables import VARIABLES
+
+    code, out, _ = cli("-h")
+    assert code == 0
+    flat = " ".join(out.split())
+    assert all(name in flat for name in VARIABLES)
+    assert "seconds a runtime's worker process may take to answer one request" in flat
