@@ -340,7 +340,13 @@ def model_from_record(case: Case, record: ExportRecord, note: str = "") -> Model
     in, so an edited manifest cannot buy a model a looser row."""
     path = Path(record.location)
     origin = "cached" if record.cached else "exported"
-    provenance = onnx_provenance(path, origin, record.sha256, read_graph(path))
+    try:
+        graph = read_graph(path)
+    except Exception as exc:  # protobuf's DecodeError: bytes the manifest's sha256 was made to fit
+        raise UsageError(
+            f"{path}: cannot load it: not an ONNX model ({type(exc).__name__})"
+        ) from None
+    provenance = onnx_provenance(path, origin, record.sha256, graph)
     notes = (note,) if note else ()
     if record.attention_nodes:  # the variant is part of what was checked
         notes += (f"{record.attention} attention: {record.attention_nodes} ONNX Attention nodes",)

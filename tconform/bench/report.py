@@ -197,7 +197,7 @@ def ratio_lines(report: dict) -> list[str]:
 def version_comparisons(report: dict) -> list[dict]:
     """Versions of one engine in one run (onnxruntime==1.20.1 beside onnxruntime): per case,
     shape and provider, each one's p50 and its ratio to the first named."""
-    rows = [r for r in report["results"] if r.get("status") == Status.PASS]
+    rows = [r for r in report.get("results", []) if r.get("status") == Status.PASS]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         key = (r["case"], shape_label(r), r["ep"], base_name(r["engine"]))

@@ -5,7 +5,6 @@ face the same int8 row, and a row whose outputs are off says so."""
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from tconform.config import PRESETS
 from tconform.errors import EXIT_FAILURE, TconformError
 from tconform.execution import Subject, case_module
 from tconform.export import ExportJob, ExportSettings, build_module, example_shape, export_jobs
-from tconform.models import ModelUnderTest
+from tconform.models import model_from_record
 from tconform.results import Status
 from tconform.runtimes import make_runtime
 
@@ -110,7 +109,7 @@ def test_a_timed_row_outside_its_tolerance_fails_the_bench():
 def test_both_int8_engines_face_one_tolerance(tmp_path):
     (record,) = export_jobs([ExportJob(CASE, ExportSettings(TINY, dtype="int8"), tmp_path)])
     _, params = build_module(CASE, ExportSettings(TINY))
-    graph = ModelUnderTest(CASE, Path(record.location), record.provenance())
+    graph = model_from_record(CASE, record)
     ort = _measured("onnxruntime-int8", Subject(graph), params, runtime="onnxruntime")
     torch = _measured("torch-int8", Subject(module=case_module(CASE, TINY, params)), params)
     limits = ("precision", "tolerance", "atol", "rtol", "min_sqnr_db")

@@ -5,7 +5,6 @@ quantised Linear's packed int8 weight), with a gathered table read one row per t
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -22,7 +21,7 @@ from tconform.bench.workload import case_workload
 from tconform.config import PRESETS
 from tconform.execution import Subject
 from tconform.export import ExportJob, ExportSettings, build_module, example_shape, export_jobs
-from tconform.models import ModelUnderTest
+from tconform.models import model_from_record
 from tconform.runtimes import make_runtime
 
 TINY = PRESETS["tiny"]
@@ -90,7 +89,7 @@ def test_an_int8_runs_floor_is_its_own_weight_bytes(tmp_path):
     workload = case_workload(case, TINY, params, 1, shape.src_seq, {})
     rows = {}
     for job, record in zip(jobs, records, strict=True):
-        model = ModelUnderTest(case, Path(record.location), record.provenance())
+        model = model_from_record(case, record)
         runtime = make_runtime("onnxruntime")
         opener = partial(open_engine, runtime, Subject(model), workload.feeds)
         engine = f"onnxruntime-{job.settings.dtype}"
