@@ -58,10 +58,6 @@ for command in (export, golden, verify, report, doc, bench, check):
     cli.add_command(command)
 
 
-def _terminate(signum, frame) -> None:
-    raise Terminated()
-
-
 class ForgivingStdout:
     """stdout that never stops a run. Once its reader has gone (`tconform verify | head`) it
     drops what follows silently: the run goes on, writes its reports and exits with its own code
@@ -103,7 +99,9 @@ class ForgivingStdout:
 
 
 def main(argv: list[str] | None = None) -> None:
-    signal.signal(signal.SIGTERM, _terminate)
+    frame.received.clear()  # an earlier run in this process had its own signals
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, frame.on_signal)
     # Started with stdout or stderr closed (`>&-`): what would go there goes nowhere.
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the process)

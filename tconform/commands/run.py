@@ -42,6 +42,25 @@ RUN_REPORT = "tconform.report:RunReport"
 reports_written = False
 
 
+# The Ctrl-C and SIGTERM this process received (the handlers below record each before they
+# raise): Python swallows an exception raised inside a weakref callback or a __del__
+# ("Exception ignored in ..."), and a run whose signal landed there went on to exit 0. The
+# frame raises a recorded signal again at the next progress line and when the run returns.
+received: list[int] = []
+
+
+def on_signal(signum: int, _frame) -> None:
+    received.append(signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def raise_received() -> None:
+    """The first signal this process received, raised again (nothing where none came), in
+    the main thread, where the handlers raised it."""
+    if received and threading.current_thread() is threading.main_thread():
+        on_signal(received[0], None)
+
+
 def progress_printer(quiet: bool) -> Callable[[str], None]:
     return (lambda _: None) if quiet else (lambda line: click.echo(one_line(line), err=True))
 
@@ -77,9 +96,15 @@ def run_and_report(
     reports = dict(reports)
     try:
         _refuse_foreign_reports(report, reports)
-        progress = progress_printer(quiet)
+        printer = progress_printer(quiet)
+
+        def progress(line: str) -> None:
+            raise_received()
+            printer(line)
+
         with announced_to(progress):  # a runtime release's environment being made, too
             run(report, progress)
+        raise_received()
     except _ENDINGS as exc:
         report.error = ended_by(exc)
         if isinstance(exc, TconformError):

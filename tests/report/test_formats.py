@@ -44,3 +44,26 @@ def test_a_report_that_cannot_be_written_is_the_runs_error_in_the_others(tmp_pat
     assert raised.value.exit_code == 2 and "r.md: cannot write it" in str(raised.value)
     error = json.loads(paths["json"].read_text())["error"]
     assert error["exit_code"] == 2 and "r.md: cannot write it" in error["message"]
+
+
+def test_a_ctrl_c_python_swallowed_still_ends_the_run_with_its_code(tmp_path, monkeypatch):
+    """A KeyboardInterrupt raised inside a weakref callback is printed and dropped by Python
+    ("Exception ignored in ..."): the signal the handler recorded is raised again at the next
+    progress line, so the run ends as interrupted (130, the reports say so), never 0."""
+    import signal
+
+    from tconform.commands import run as frame
+
+    monkeypatch.setattr(frame, "received", [])
+    lines = []
+
+    def run(report, progress) -> None:
+        frame.received.append(signal.SIGINT)  # as the handler records it, its raise lost
+        progress("timing")
+        lines.append("went on")
+
+    paths = {"json": tmp_path / "r.json"}
+    with pytest.raises(KeyboardInterrupt):
+        frame.run_and_report(RunReport("bench"), run, True, paths)
+    assert lines == []
+    assert json.loads(paths["json"].read_text())["error"]["exit_code"] == 130
