@@ -1460,6 +1460,19 @@ PLANTED = [
         env=(("TCONFORM_RUNTIME_CACHE", "envs"),),
         writes=("user/.g.lock",),
     ),
+    Planted(  # doc's models go to DIR/doc/CONFIG: written through the link before
+        "doc-artifacts-a-symlink",
+        ("doc", "--no-torch", "--artifacts", "{user}/link"),
+        "link: a symbolic link (an artifacts folder)",
+        symlink("link", "{outside}"),
+    ),
+    Planted(  # verify --generation's models go to DIR/generation: the same
+        "generation-artifacts-a-symlink",
+        (*VERIFY_GG[:4], "--artifacts", "{user}/link", "--no-torch"),
+        "link: a symbolic link (an artifacts folder)",
+        then(copy_generation_golden, symlink("link", "{outside}")),
+        writes=("user/.gg.lock",),
+    ),
     Planted(  # ONNX Runtime wrote its device id there, and the goldens were broken for good
         "xdg-cache-in-a-golden-folder",
         ("verify", "--golden", "{user}/g", "--no-doc", "--case", "norm", "--no-torch"),

@@ -211,7 +211,8 @@ def require_new_or_artifacts(out_dir: Path) -> None:
     """Models go into an artifacts folder, or a folder laid out as one: new, empty, or holding
     only what tconform puts there (`_laid_out`); never among files nobody said are tconform's.
     Checked too on DIR where a command's models go to an area of it (DIR/doc/CONFIG,
-    DIR/generation)."""
+    DIR/generation). Never through a symbolic link, whichever command writes there."""
+    require_not_link(out_dir, "an artifacts folder")
     if (out_dir / MANIFEST).exists() or not out_dir.is_dir():
         return
     others = sorted(p.name for p in out_dir.iterdir() if not _laid_out(p))
