@@ -183,8 +183,23 @@ def write_folder(
         elif golden_dir.exists() and any(golden_dir.iterdir()) and not force:
             raise UsageError(f"{golden_dir} already holds files; pass --force to replace goldens")
         require_replaceable_golden_folder(golden_dir)
+        _require_same_kind(golden_dir, bool(header.get("generation")))
         _remove_leftovers(golden_dir)
         return _write_locked(golden_dir, header, cases, kept)
+
+
+def _require_same_kind(golden_dir: Path, generation: bool) -> None:
+    """--force replaces goldens with goldens of their own kind: the generation goldens never
+    take the place of the components' (nor these theirs), which no later run would find."""
+    if manifest_kind(golden_dir) != GOLDEN:
+        return
+    held = read_json_manifest(golden_dir / MANIFEST).get("generation") is True
+    if held != generation:
+        kinds = {True: "generation goldens", False: "the components' goldens"}
+        raise UsageError(
+            f"{golden_dir}: holds {kinds[held]}; golden --force replaces goldens of one kind "
+            f"only, never with {kinds[generation]} (name another folder)"
+        )
 
 
 def _cases_to_keep(golden_dir, cfg, seed, preset, cases, force) -> dict:

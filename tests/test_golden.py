@@ -196,3 +196,16 @@ def test_a_golden_folder_has_the_mode_mkdir_gives(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "g").stat().st_mode) == 0o755
+
+
+def test_force_never_replaces_goldens_of_the_other_kind(tmp_path):
+    """The generation goldens written with --force over the components' folder: refused, the
+    folder left as it was (no later verify would find its goldens)."""
+    from tconform.generation import golden as generation_golden
+
+    folder = tmp_path / "g"
+    golden.write(folder, TINY, 1, CASES[:1], "tiny")
+    before = _tree(folder)
+    with pytest.raises(UsageError, match="holds the components' goldens; golden --force"):
+        generation_golden.write(folder, TINY, 1, "tiny", force=True)
+    assert _tree(folder) == before
