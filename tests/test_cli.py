@@ -304,3 +304,19 @@ def test_help_names_every_environment_variable_tconform_reads(cli):
     flat = " ".join(out.split())
     assert all(name in flat for name in VARIABLES)
     assert "seconds a runtime's worker process may take to answer one request" in flat
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--generation", "--case", "norm"), "--case: not taken here (--generation writes every"),
+        (("--generation", "--check", "--seed", "1"), "--seed: not taken here (--check regenerates"),
+        (("--check", "--preset", "base"), "--preset: not taken here (--check regenerates"),
+    ],
+)
+def test_golden_refuses_an_option_it_would_pass_over(cli, tmp_path, args, says):
+    """An option golden would ignore (the generation goldens are all of their cases; --check
+    regenerates with the folder's own preset and seed) is a usage error, not a silent pass."""
+    code, out, err = cli("golden", *args, "--out", str(tmp_path / "g"))
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, out + err
+    assert not (tmp_path / "g").exists()

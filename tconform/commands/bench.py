@@ -74,6 +74,7 @@ def decoding_options(command):
     @functools.wraps(command)
     def with_decoding(*args, **kwargs):
         given = {name: kwargs.pop(name) for name in _DECODING}
+        _refuse_passed_over(given["generate_tokens"] is not None, given["strategy"])
         generate = None
         if given["generate_tokens"] is not None:
             from tconform.generation.driver import Strategy  # torch: only when decoding
@@ -88,6 +89,37 @@ def decoding_options(command):
     for option in reversed(_DECODING_OPTIONS):
         with_decoding = option(with_decoding)
     return with_decoding
+
+
+# What --generate passes over (it decodes the generation model at batch 1), and the options
+# each strategy takes: any other given is a usage error, never silently ignored.
+_NOT_WITH_GENERATE = ("cases", "shapes")
+_STRATEGY_TAKES = {
+    "greedy": (),
+    "beam": ("beam_width", "length_penalty"),
+    "sample": ("top_k", "top_p", "sample_seed"),
+}
+
+
+def _refuse_passed_over(generating: bool, strategy: str) -> None:
+    ctx = click.get_current_context()
+    if generating:
+        takes = {"generate_tokens", "strategy", "end_token", *_STRATEGY_TAKES[strategy]}
+        passed_over = {*_NOT_WITH_GENERATE, *_DECODING} - takes
+        why = f"not taken by --generate with --strategy {strategy}"
+    else:
+        passed_over = set(_DECODING[1:])
+        why = "with --generate only"
+    given = click.core.ParameterSource.COMMANDLINE
+    ignored = [
+        p
+        for p in ctx.command.params
+        if p.name in passed_over and ctx.get_parameter_source(p.name) == given
+    ]
+    if ignored:
+        if ignored[0].name in _NOT_WITH_GENERATE:
+            why = "not taken by --generate, which decodes the generation model at batch 1"
+        raise click.UsageError(f"{ignored[0].opts[0]}: {why}")
 
 
 _DECODING_OPTIONS = (

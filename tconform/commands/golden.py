@@ -41,6 +41,11 @@ from tconform.errors import EXIT_FAILURE
 @click.pass_context
 def golden(ctx, out, preset, cases, seed, force, check, generation) -> None:
     """Write golden/<case>/test_data_set_N/{input,output}_K.pb and golden/manifest.json."""
+    # What an option would change but for these: refused, never silently passed over
+    if check:
+        _refuse_given(ctx, ("seed", "preset", "force"), "--check regenerates as the folder says")
+    if generation:
+        _refuse_given(ctx, ("cases",), "--generation writes every generation case")
     if generation:
         from tconform.generation.golden import run_golden_command
 
@@ -76,3 +81,13 @@ def golden(ctx, out, preset, cases, seed, force, check, generation) -> None:
     )
     n_sets = len(manifest["input_sets"])
     click.echo(f"wrote goldens for {len(selected)} cases x {n_sets} input sets to {out}")
+
+
+def _refuse_given(ctx: click.Context, names: tuple[str, ...], why: str) -> None:
+    """A usage error naming the first of `names` given on the command line."""
+    for param in ctx.command.params:
+        if param.name in names and ctx.get_parameter_source(param.name) not in (
+            click.core.ParameterSource.DEFAULT,
+            None,
+        ):
+            raise click.UsageError(f"{param.opts[0]}: not taken here ({why})")

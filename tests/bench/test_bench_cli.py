@@ -38,6 +38,14 @@ def run_bench(*args: str) -> None:
         (["--seconds", "0"], "--seconds"),
         (["--threads", "0"], "--threads"),
         (["--plot", "bench.jpg"], "must end in .png"),
+        # what --generate would pass over, and decoding options without it
+        (["--generate", "3", "--case", "norm"], "--case: not taken by --generate"),
+        (["--generate", "3", "--shape", "1x4"], "--shape: not taken by --generate"),
+        (
+            ["--generate", "3", "--top-k", "3"],
+            "--top-k: not taken by --generate with --strategy greedy",
+        ),
+        (["--top-k", "3"], "--top-k: with --generate only"),
     ],
 )
 def test_bad_input_is_a_one_line_usage_error(cli, args, message, tmp_path):
