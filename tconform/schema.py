@@ -67,14 +67,22 @@ def config_of(data: dict, path: Path) -> ModelConfig:
     return cfg
 
 
-def check_golden_manifest(data: dict, path: Path) -> None:
-    """The golden manifest: config, seed and, per case, sets of tensor shapes and a sha256 for
-    every tensor file (listed under a valid set name, never a path of its own)."""
-    cfg = config_of(data, path)
+def check_header(data: dict, path: Path, cfg: ModelConfig) -> None:
+    """The fields every golden manifest shares beside its config: the preset it names (whose
+    config it must be), the seed, and the float32 the tensors are stored in."""
     preset = data.get("preset")
     if preset is not None and not (one_of(preset, PRESETS) and PRESETS[preset] == cfg):
         raise fail(path, "'preset'", f"{preset!r:.80} is not a preset whose config is 'config'")
     expect_int(data.get("seed"), path, "'seed'", 0, MAX_SEED)
+    if data.get("stored_dtype", "float32") != "float32":
+        raise fail(path, "'stored_dtype'", "must be float32 (goldens are stored in float32)")
+
+
+def check_golden_manifest(data: dict, path: Path) -> None:
+    """The golden manifest: config, seed and, per case, sets of tensor shapes and a sha256 for
+    every tensor file (listed under a valid set name, never a path of its own)."""
+    cfg = config_of(data, path)
+    check_header(data, path, cfg)
     # Written for the reader, not used in a run; still, a manifest is well formed or refused.
     tolerances = expect_object(data.get("tolerances", {}), path, "'tolerances'")
     for row, limits in tolerances.items():
@@ -85,12 +93,8 @@ def check_golden_manifest(data: dict, path: Path) -> None:
             for k in ("atol", "rtol")
         ):
             raise fail(path, f"tolerance {row!r}", "needs finite atol and rtol >= 0")
-    if not isinstance(data.get("preset", ""), str):
-        raise fail(path, "'preset'", "must be a preset's name")
     if not isinstance(data.get("input_sets", []), list):
         raise fail(path, "'input_sets'", "must be a list")
-    if data.get("stored_dtype", "float32") != "float32":
-        raise fail(path, "'stored_dtype'", "must be float32 (goldens are stored in float32)")
     cases = expect_object(data.get("cases"), path, "'cases'")
     for name, entry in cases.items():
         where = f"case {name!r}"

@@ -849,6 +849,14 @@ def every_decoding(key: str, value) -> Callable:
     return lambda ws: copy_generation_golden(ws, edit)
 
 
+def every_case(key: str, edit_value: Callable) -> Callable:
+    def edit(manifest: dict) -> None:
+        for entry in manifest["cases"].values():
+            entry[key] = edit_value(entry[key])
+
+    return lambda ws: copy_generation_golden(ws, edit)
+
+
 def recorded_checkpoint(name) -> Callable:
     def edit(manifest: dict) -> None:
         manifest["checkpoint"]["name"] = name
@@ -1082,6 +1090,27 @@ PLANTED = [
         "decoding-unknown-field",
         "'decoding' must hold",
         every_decoding("temperature", 2),
+    ),
+    verify_gg(  # the strategy comes from the case's name: a recorded other one is not run over
+        "strategy-beam-width-not-the-names",
+        "'strategy' is {'beam_width': 5",
+        every_case("strategy", lambda strategy: {**strategy, "beam_width": 5}),
+    ),
+    verify_gg(
+        "strategy-length-penalty-nan",
+        "'length_penalty': nan",
+        every_case("strategy", lambda strategy: {**strategy, "length_penalty": float("nan")}),
+    ),
+    verify_gg("set-not-the-names", "'set' is 'other'", every_case("set", lambda _: "other")),
+    verify_gg(
+        "generation-stored-float16",
+        "'stored_dtype' must be float32",
+        lambda ws: copy_generation_golden(ws, lambda m: m.update(stored_dtype="float16")),
+    ),
+    verify_gg(
+        "generation-preset-not-its-config",
+        "'base' is not a preset whose config is 'config'",
+        lambda ws: copy_generation_golden(ws, lambda m: m.update(preset="base")),
     ),
     verify_gg(
         "generation-seed-string",

@@ -35,7 +35,7 @@ from typing import ClassVar
 import numpy as np
 
 from tconform import golden as golden_files
-from tconform.config import MAX_SEED, ModelConfig, get_preset
+from tconform.config import ModelConfig, get_preset
 from tconform.errors import EXIT_FAILURE, UsageError
 from tconform.files import require_inside
 from tconform.folders import GOLDEN, MANIFEST, read_json_manifest
@@ -52,7 +52,15 @@ from tconform.generation.driver import (
 from tconform.generation.steppers import CachedStepper, oracle_sessions
 from tconform.golden import Drift, InputSet
 from tconform.reference import Transformer
-from tconform.schema import SHA256, config_of, expect_int, expect_object, expect_str, fail
+from tconform.schema import (
+    SHA256,
+    check_header,
+    config_of,
+    expect_int,
+    expect_object,
+    expect_str,
+    fail,
+)
 from tconform.versions import library_versions, tool_version
 from tconform.weights import available, checkpoint_params, read_record, same_weights_config
 
@@ -278,7 +286,7 @@ def read_generation_manifest(folder: Path) -> dict:
         )  # fmt: skip
     expect_str(recorded["sha256"], path, "'checkpoint' 'sha256'", SHA256)
     cfg = config_of(manifest, path)
-    expect_int(manifest.get("seed"), path, "'seed'", 0, MAX_SEED)
+    check_header(manifest, path, cfg)
     trained = ModelConfig.from_dict(read_record(recorded["name"])["config"])
     if not same_weights_config(trained, cfg):
         raise fail(
@@ -317,6 +325,7 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, dict[str, str], list[Gen
         entry = expect_object(entry, path, where)
         for key in ("sha256", "shapes", "decoding"):
             expect_object(entry.get(key), path, f"{where} {key!r}")
+        _require_named_settings(entry, source_set, strategy, path, where)
         tensors = {}
         for kind, names in (("input", INPUTS), ("output", OUTPUTS)):
             for k, tensor in enumerate(names):
@@ -351,6 +360,18 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, dict[str, str], list[Gen
         )
         cases.append(GenerationCase(name, source_set, replace(strategy), decoding, input_set))
     return cfg, int(manifest["seed"]), dict(manifest["checkpoint"]), cases
+
+
+def _require_named_settings(
+    entry: dict, source_set: SourceSet, strategy: Strategy, path: Path, where: str
+) -> None:
+    """A case's set, mask fill and strategy come from its name; the manifest records them for
+    the reader, and a recorded value that is not the name's is refused, never run over."""
+    named = {"set": source_set.name, "mask_fill": source_set.mask_fill, "strategy": vars(strategy)}
+    for key, value in named.items():
+        if key in entry and entry[key] != value:  # NaN is never equal: refused too
+            raise fail(path, f"{where} {key!r}", f"is {entry[key]!r:.80}, where the case "
+                       f"decodes with {value!r}: a case's settings come from its name")  # fmt: skip
 
 
 def _decoding(settings: dict, path: Path, where: str) -> Decoding:
