@@ -1112,6 +1112,11 @@ PLANTED = [
         "'base' is not a preset whose config is 'config'",
         lambda ws: copy_generation_golden(ws, lambda m: m.update(preset="base")),
     ),
+    verify_gg(  # a plain run checks every golden: one deleted is an error, not a smaller pass
+        "generation-case-deleted",
+        "no generation golden 'ends-beam3' (a plain verify --generation checks every one",
+        lambda ws: copy_generation_golden(ws, lambda m: m["cases"].pop("ends-beam3")),
+    ),
     verify_gg(
         "generation-seed-string",
         "'seed' must be an integer",

@@ -308,6 +308,11 @@ def require_current_checkpoint(folder: Path, recorded: dict[str, str]) -> str:
     return recorded["name"]
 
 
+def named_cases() -> dict[str, tuple[SourceSet, Strategy]]:
+    """Every generation golden this tconform writes, by name: <set>-<strategy>."""
+    return {f"{s.name}-{t.name}": (s, t) for s in SETS for t in s.strategies}
+
+
 def read_cases(folder: Path) -> tuple[ModelConfig, int, dict[str, str], list[GenerationCase]]:
     """Config, seed, checkpoint record (name, sha256) and the stored cases, every file checked
     against the manifest's sha256 and shape, and every case's decoding settings and tensors
@@ -315,7 +320,7 @@ def read_cases(folder: Path) -> tuple[ModelConfig, int, dict[str, str], list[Gen
     manifest = read_generation_manifest(folder)
     path = folder / MANIFEST
     cfg = ModelConfig.from_dict(manifest["config"])
-    by_name = {f"{s.name}-{t.name}": (s, t) for s in SETS for t in s.strategies}
+    by_name = named_cases()
     cases = []
     for name, entry in manifest["cases"].items():
         if name not in by_name:

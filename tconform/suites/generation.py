@@ -331,12 +331,19 @@ class GenerationSuite(Suite):
 def _named(
     cases: list[golden.GenerationCase], names: tuple[str, ...], folder: Path
 ) -> tuple[golden.GenerationCase, ...]:
-    """The goldens named (all where none is), in the folder's order."""
+    """The goldens named (all where none is), in the folder's order. A plain run checks every
+    golden tconform writes, so a folder missing one is an error, not a smaller pass."""
     known = [case.name for case in cases]
     unknown = [name for name in names if name not in known]
     if unknown:
         raise UsageError(
             f"{folder}: no generation golden {unknown[0]!r}; choose from {', '.join(known)}"
+        )
+    missing = [name for name in golden.named_cases() if name not in known]
+    if missing and not names:
+        raise UsageError(
+            f"{folder}: no generation golden {missing[0]!r} (a plain verify --generation checks "
+            "every one; name the ones this folder holds with --case)"
         )
     return tuple(case for case in cases if not names or case.name in names)
 
