@@ -286,12 +286,12 @@ def read_generation_manifest(folder: Path) -> dict:
         )  # fmt: skip
     expect_str(recorded["sha256"], path, "'checkpoint' 'sha256'", SHA256)
     cfg = config_of(manifest, path)
-    check_header(manifest, path, cfg)
     trained = ModelConfig.from_dict(read_record(recorded["name"])["config"])
     if not same_weights_config(trained, cfg):
         raise fail(
             path, "'config'", f"is not the one checkpoint {recorded['name']!r} was trained at"
         )
+    check_header(manifest, path, cfg)
     return manifest
 
 
