@@ -67,6 +67,12 @@ class RuntimeTooOld(TconformError):
     command reports it as `skip` with this message, and the other runtimes run."""
 
 
+class RuntimeRejected(Exception):
+    """A runtime that cannot convert or load a model that is well-formed ONNX (a translation
+    bug, an op its release does not know). The runtime's failure on that model: a row of
+    status error naming it, never a usage error that ends the run for every other runtime."""
+
+
 class WorkerCrashed(Exception):
     """A runtime's worker process (tconform.runtimes.remote) crashed, hung past its timeout or
     was killed while it ran or opened a model. The runtime's failure, not the user's: a result

@@ -39,6 +39,7 @@ from tconform.errors import (
     NATIVE_CALLS,
     KernelMissing,
     ProviderUnavailable,
+    RuntimeRejected,
     RuntimeTooOld,
     TconformError,
     Terminated,
@@ -293,6 +294,8 @@ def open_subject(runtime: Runtime, subject: Subject) -> Iterator[Opened]:
         raise NotRun(Status.SKIP, str(exc)) from None
     except WorkerCrashed as exc:  # the runtime's process died opening it: its verdict
         raise NotRun(Status.CRASH, crash_message(runtime, subject, None, exc)) from None
+    except RuntimeRejected as exc:  # a well-formed model this runtime cannot take: its failure
+        raise NotRun(Status.ERROR, f"{label(runtime)}: {exc}") from None
     except TconformError:
         raise
     except Exception as exc:  # the runtime broke on a model it accepted: its failure

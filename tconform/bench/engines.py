@@ -87,12 +87,14 @@ IO_BINDING = "-iobinding"
 
 
 class NotOpened(RuntimeError):
-    """The engine could not open its model (a runtime release too old for it, ...): a skip
-    row that says why, and, for a runtime in a worker, the exact versions that said so."""
+    """The engine could not open its model: a row of `status` that says why (skip for a
+    runtime release too old for it, error for a runtime that rejects a well-formed model),
+    and, for a runtime in a worker, the exact versions that said so."""
 
-    def __init__(self, why: str, versions: dict[str, str | None] | None) -> None:
+    def __init__(self, why: str, versions: dict[str, str | None] | None, status: Status) -> None:
         super().__init__(why)
         self.versions = versions
+        self.status = status
 
 
 class EngineUnavailable(RuntimeError):
@@ -296,7 +298,7 @@ def open_engine(
         stack.close()
         if why.status == Status.CRASH:  # its worker died opening it: a crash, not a skip
             raise WorkerCrashed(str(why)) from None
-        raise NotOpened(str(why), runtime.versions()) from None
+        raise NotOpened(str(why), runtime.versions(), why.status) from None
     except BaseException:
         stack.close()
         raise

@@ -54,8 +54,9 @@ def measure(
     except Exception as exc:  # torch.compile, torch without CUDA, ...: say why, keep timing
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         versions = getattr(exc, "versions", None)  # a worker's release that could not open it
+        status = getattr(exc, "status", Status.SKIP)  # error: a runtime rejected a sound model
         return {
-            **row, "status": Status.SKIP.value, "reason": reason,
+            **row, "status": Status(status).value, "reason": reason,
             **({"details": {"versions": versions}} if versions else {}),
         }  # fmt: skip
     stats = latency_stats(times)

@@ -356,9 +356,8 @@ def _measure_all(
                 on_change(report)
                 bar.update(1)
                 what = f"{workload.case} {workload.shape} {engine}/{ep}"
-                if row["status"] != Status.PASS:  # skipped, or its worker crashed
-                    done = "skipped" if row["status"] == Status.SKIP else "crashed"
-                    log(f"  {what}: {done}: {row['reason']}")
+                if row["status"] != Status.PASS:  # skipped, rejected, or its worker crashed
+                    log(f"  {what}: {row['status']}: {row['reason']}")
                     continue
                 log(f"  {what}: p50 {row['p50_ms']} ms, p90 {row['p90_ms']} ms")
                 if row.get("accuracy", {}).get("status") == Status.FAIL:

@@ -322,7 +322,7 @@ def _timings(options: tuple, runtime, quiet: bool, report, progress) -> None:
     in this process, a user's model in a child process (its code never ends this one)."""
     from tconform.bench.accuracy import require_within_tolerance
     from tconform.bench.run import bench_settings, run_bench
-    from tconform.results import Status, nothing_checked
+    from tconform.results import FAILING, nothing_checked
 
     settings = bench_settings(*options)
     if settings.module is not None:
@@ -343,10 +343,12 @@ def _timings(options: tuple, runtime, quiet: bool, report, progress) -> None:
             "(--allow-missing-ep reports it as skipped)",
             EXIT_EP_UNAVAILABLE,
         )
-    crashed = [row for row in report.data["results"] if row["status"] == Status.CRASH]
-    if crashed:  # the run went on past it; its rows and reports are all there
+    failed = [row for row in report.data["results"] if row["status"] in FAILING]
+    if failed:  # the run went on past it; its rows and reports are all there
         raise TconformError.with_code(
-            f"{len(crashed)} engine run(s) crashed: {crashed[0]['reason']}", EXIT_FAILURE
+            f"{len(failed)} engine run(s) crashed or could not open their model: "
+            f"{failed[0]['reason']}",
+            EXIT_FAILURE,
         )
     if nothing_checked(row["status"] for row in report.data["results"]):
         raise TconformError.with_code(

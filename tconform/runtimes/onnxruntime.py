@@ -30,6 +30,7 @@ from tconform.compare import BFLOAT16
 from tconform.errors import (
     KernelMissing,
     ProviderUnavailable,
+    RuntimeRejected,
     RuntimeTooOld,
     TconformError,
     UsageError,
@@ -306,8 +307,23 @@ class OrtRuntime(Runtime):
                 f"ONNX Runtime {ort.__version__} reads IR version {too_new.group(2)} at most; "
                 f"{model_path.name} is IR version {too_new.group(1)} (a newer release reads it)"
             )
-        first = text.splitlines()[0] if text else type(exc).__name__
-        return UsageError(f"{model_path}: ONNX Runtime cannot load it: {first}")
+        first = without_location(text.splitlines()[0]) if text else type(exc).__name__
+        if type(exc).__name__ in NOT_A_MODEL:  # the file is not one: the user's to fix
+            return UsageError(f"{model_path}: ONNX Runtime cannot load it: {first}")
+        # a model ONNX reads that this release rejects (its graph checks, an op it lacks)
+        return RuntimeRejected(f"ONNX Runtime {ort.__version__} cannot load it: {first}")
+
+
+# ONNX Runtime's exceptions for a file that is no model at all; any other error loading a file
+# onnx's checker accepted is the release rejecting a model (tconform.errors.RuntimeRejected).
+NOT_A_MODEL = frozenset({"InvalidProtobuf", "NoSuchFile", "NoModel"})
+# "/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...) ": where in its source
+SOURCE_LOCATION = re.compile(r"\S+\.(?:cc|cpp|h):\d+ .*?\) (?=[A-Z])")
+
+
+def without_location(line: str) -> str:
+    """ONNX Runtime's error line without the source file and function it was raised in."""
+    return SOURCE_LOCATION.sub("", line, count=1).strip()
 
 
 def model_dtype(model_path: Path) -> str:

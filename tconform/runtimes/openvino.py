@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tconform.compare import BFLOAT16
-from tconform.errors import ProviderUnavailable, UsageError
+from tconform.errors import ProviderUnavailable, RuntimeRejected, UsageError
 from tconform.runtimes.base import Runtime, RuntimeOption, Session, TensorInfo, TimedCall, select
 
 # OpenVINO's element type names -> tconform's precision names.
@@ -77,13 +77,17 @@ def _core() -> Any:
 
 
 def reason(exc: BaseException) -> str:
-    """OpenVINO's message in one line: its first line that is not a source location."""
-    noise = ("Exception from ", "Check '", "FrontEnd API failed with")
-    for line in str(exc).splitlines():
-        line = line.strip()
-        if line and not line.startswith(noise):
-            return line
-    return type(exc).__name__
+    """OpenVINO's message in one line: its first line that is not a source location, then the
+    first ONNX node it names and the first line below that is not a heading (a translation
+    error's cause, or a conversion report's summary, lies lines below its first)."""
+    noise = ("Exception from ", "Check '", "FrontEnd API failed with", "Shape inference input")
+    lines = [line.strip().removeprefix("-- ") for line in str(exc).splitlines()]
+    lines = [line for line in lines if line and not line.startswith(noise)]
+    if not lines:
+        return type(exc).__name__
+    node = next((line for line in lines if line.startswith("While validating ONNX node")), "")
+    cause = next((line for line in lines[1:] if not line.endswith(":")), "")
+    return " ".join(part for part in (lines[0], node, cause) if part)
 
 
 def _text(value: object) -> object:
@@ -219,20 +223,22 @@ class OpenVinoRuntime(Runtime):
 
     def open(self, model_path: Path) -> OpenVinoSession:
         """The model compiled on this runtime's device: ProviderUnavailable without OpenVINO or
-        the device, UsageError (one line) for a file OpenVINO cannot read or compile."""
+        the device, UsageError (one line) for a file OpenVINO cannot read as ONNX, and
+        RuntimeRejected for a model it reads but cannot convert or compile (its failure)."""
         self.probe()  # the device works: a failure below is the model's
         from openvino.frontend import FrontEndManager
 
         started = time.perf_counter()
         frontend = FrontEndManager().load_by_framework("onnx")  # no guessing at the format
         try:
-            model = frontend.convert(frontend.load(str(model_path)))
+            loaded = frontend.load(str(model_path))
         except Exception as exc:
             raise UsageError(f"{model_path}: OpenVINO cannot read it: {reason(exc)}") from None
         try:
+            model = frontend.convert(loaded)
             compiled = _core().compile_model(model, self.device, self.config())
         except Exception as exc:
-            raise UsageError(f"{model_path}: OpenVINO cannot compile it: {reason(exc)}") from None
+            raise RuntimeRejected(f"OpenVINO cannot convert or compile it: {reason(exc)}") from None
         session = OpenVinoSession(compiled, round(time.perf_counter() - started, 3))
         if self.bf16 and session.precision != "bfloat16":
             session.notes.append(

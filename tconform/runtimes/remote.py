@@ -46,6 +46,7 @@ import numpy as np
 from tconform.errors import (
     KernelMissing,
     ProviderUnavailable,
+    RuntimeRejected,
     RuntimeTooOld,
     TconformError,
     UsageError,
@@ -237,6 +238,8 @@ def _raised(error: dict) -> BaseException:
         return KernelMissing(*error["kernel"])
     if kind == "too_old":
         return RuntimeTooOld(message)
+    if kind == "rejected":
+        return RuntimeRejected(message)
     if kind == "unavailable":
         return ProviderUnavailable(message)
     if kind == "usage":

@@ -42,6 +42,7 @@ import numpy as np
 from tconform.errors import (
     KernelMissing,
     ProviderUnavailable,
+    RuntimeRejected,
     RuntimeTooOld,
     TconformError,
     UsageError,
@@ -57,6 +58,8 @@ def _kind(exc: BaseException) -> str:
         return "kernel"
     if isinstance(exc, RuntimeTooOld):
         return "too_old"
+    if isinstance(exc, RuntimeRejected):
+        return "rejected"
     if isinstance(exc, ProviderUnavailable):
         return "unavailable"
     if isinstance(exc, UsageError):

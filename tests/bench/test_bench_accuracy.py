@@ -155,18 +155,26 @@ def test_a_users_atol_blind_to_the_values_is_no_pass_in_bench_either():
 
 
 @pytest.mark.unit
-def test_a_release_that_cannot_open_the_model_is_a_skip_row_naming_its_versions():
-    """A runtime release in a worker that cannot load the model (ONNX Runtime 1.17 and IR
-    version 10) is a skip with the reason, and the row says which exact packages said so."""
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [
+        (Status.SKIP, "onnxruntime 1.17.3 reads IR version 9 at most"),  # a fact of the release
+        (Status.ERROR, "OpenVINO cannot convert or compile it: ..."),  # it rejects a sound model
+    ],
+)
+def test_a_release_that_cannot_open_the_model_is_a_row_naming_its_versions(status, why):
+    """A runtime release in a worker that cannot load the model is a row with the reason: a
+    skip where the release cannot read the file's IR version (ONNX Runtime 1.17 and IR 10), an
+    error where it rejects a well-formed model; and the row says which exact packages said so."""
     from tconform.bench.engines import NotOpened
 
     shape = example_shape(TINY)
     workload = case_workload(CASE, TINY, {}, shape.batch, shape.src_seq, {})
     versions = {"onnxruntime": "1.17.3", "numpy": "1.26.4", "python": "3.11.7"}
 
-    def too_old():
-        raise NotOpened("onnxruntime 1.17.3 reads IR version 9 at most", versions)
+    def not_opened():
+        raise NotOpened(why, versions, status)
 
-    row = measure(workload, "onnxruntime==1.17.3", "cpu", too_old, CEILING, TIMING)
-    assert row["status"] == Status.SKIP and "IR version 9 at most" in row["reason"]
+    row = measure(workload, "onnxruntime==1.17.3", "cpu", not_opened, CEILING, TIMING)
+    assert row["status"] == status and row["reason"] == why
     assert row["details"]["versions"] == versions

@@ -164,6 +164,39 @@ def test_missing_kernel_becomes_kernel_missing(tmp_path):
     assert raised.value.op_type == "Sqrt"
 
 
+@pytest.mark.parametrize(
+    ("node", "opset", "says"),
+    [
+        (("Relu", ""), 99, "ONNX Runtime only *guarantees* support"),  # an opset it lacks
+        (("Foo", "com.example"), 1, "com.example:Foo(-1) is not a registered function/op"),
+    ],
+)
+def test_a_sound_model_the_release_rejects_is_its_failure_not_a_usage_error(
+    tmp_path, node, opset, says
+):
+    """A model onnx's checker accepts that ONNX Runtime will not load is that runtime's
+    failure on it (RuntimeRejected: an error row, the other runtimes go on), never a usage
+    error that ends the run; its one line leaves out the C++ source location."""
+    from tconform.errors import RuntimeRejected
+
+    op_type, domain = node
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    nodes = [helper.make_node(op_type, ["x"], ["y"], domain=domain)]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    imports = [helper.make_opsetid("", 18 if domain else opset)]
+    imports += [helper.make_opsetid(domain, opset)] if domain else []
+    model = helper.make_model(graph, opset_imports=imports, ir_version=10)
+    onnx.checker.check_model(model)  # well-formed ONNX
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(RuntimeRejected) as raised:
+        OrtRuntime().open(path)
+    message = str(raised.value)
+    assert says in message and "\n" not in message and "onnxruntime_src" not in message
+    assert not isinstance(raised.value, TconformError)
+
+
 def test_bfloat16_outputs_of_integer_inputs_come_back_as_bfloat16(tmp_path):
     """A bfloat16 model fed only integers (an embedding's ids): session.run cannot hand NumPy
     its bfloat16 outputs ("No corresponding Numpy type", seen on CUDA), so they come back as

@@ -25,7 +25,7 @@ from tconform.errors import ProviderUnavailable, UsageError
 from tconform.execution import Subject, open_subject
 from tconform.models import derived_file
 from tconform.runtimes import label, make_runtime
-from tconform.runtimes.openvino import OpenVinoRuntime, _compute_precision
+from tconform.runtimes.openvino import OpenVinoRuntime, _compute_precision, reason
 
 pytestmark = pytest.mark.integration
 
@@ -175,6 +175,48 @@ def test_a_corrupt_or_missing_file_is_one_usage_error_line(tmp_path):
         message = str(caught.value)
         assert "\n" not in message and message.startswith(f"{path}: OpenVINO cannot read it: ")
         assert "Exception from" not in message and "Check '" not in message
+
+
+def test_a_sound_model_openvino_cannot_convert_is_its_failure_with_the_cause(tmp_path):
+    """A well-formed model OpenVINO reads but cannot convert is RuntimeRejected (an error row
+    of OpenVINO; the other runtimes go on), in one line that keeps the cause below the
+    heading: the op it has no rule for."""
+    from tconform.errors import RuntimeRejected
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    node = helper.make_node("Foo", ["x"], ["y"], domain="com.example")
+    imports = [helper.make_opsetid("", 18), helper.make_opsetid("com.example", 1)]
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=imports)
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(RuntimeRejected) as caught:
+        OpenVinoRuntime().open(path)
+    assert str(caught.value) == (
+        "OpenVINO cannot convert or compile it: Model wasn't fully converted. "
+        "No conversion rule found for operations: com.example.Foo"
+    )
+
+
+def test_a_translation_error_says_its_node_and_cause_in_one_line():
+    """OpenVINO 2024.0's error on tconform's mha_causal export: the cause is five lines below
+    the heading, past C++ checks and shape dumps."""
+    message = (
+        "Check 'error_message.empty()' failed at src/frontends/onnx/frontend/src/frontend.cpp:122:"
+        "\nFrontEnd API failed with GeneralFailure:\nErrors during ONNX translation: \n"
+        "While validating ONNX node '<Node(Transpose): node_transpose_2>':\n"
+        "Check 'input_order_shape[0].compatible(...)' failed at src/core/transpose.hpp:70:\n"
+        "While validating node 'opset1::Transpose Transpose_36 (...)' with friendly_name 'T':\n"
+        "Shape inference input shapes {[?,?,?,?,16,4,4],[4]}\n"
+        "Input order must have shape [n], where n is the rank of arg.\n"
+    )
+    assert reason(RuntimeError(message)) == (
+        "Errors during ONNX translation: While validating ONNX node "
+        "'<Node(Transpose): node_transpose_2>': Input order must have shape [n], where n is "
+        "the rank of arg."
+    )
 
 
 def test_an_unknown_device_is_unavailable_with_openvinos_reason(ids_model):

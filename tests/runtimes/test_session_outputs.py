@@ -37,3 +37,23 @@ def test_a_module_returning_more_outputs_than_it_declares_is_one_clear_error():
         open_subject(make_runtime("torch"), Subject(module=target)) as opened,
     ):
         run_judged(opened, InputSet("s", {"x": x}, {"y": x + 1}), None, Result.about("m", "m"))
+
+
+def test_a_runtime_that_rejects_its_subject_is_an_error_row_of_that_runtime(monkeypatch):
+    """open_subject: a runtime that cannot take a sound subject (RuntimeRejected) is NotRun
+    with status error naming the runtime, so the run goes on with the other runtimes."""
+    from tconform.errors import RuntimeRejected
+    from tconform.execution import NotRun
+    from tconform.results import Status
+
+    runtime = make_runtime("torch")
+
+    def rejects(target):
+        raise RuntimeRejected("it cannot convert it: an op it lacks")
+
+    monkeypatch.setattr(runtime, "open", rejects)
+    target = ModuleTarget(TwoOutputs, ("x",), outputs=("y", "z"))
+    with pytest.raises(NotRun) as raised, open_subject(runtime, Subject(module=target)):
+        pass
+    assert raised.value.status == Status.ERROR
+    assert str(raised.value) == "torch: it cannot convert it: an op it lacks"

@@ -320,6 +320,18 @@ def test_a_release_too_old_to_read_the_model_is_a_skip_in_a_worker_too(tmp_path)
     assert isinstance(again, RuntimeTooOld) and str(again) == str(error)
 
 
+def test_a_runtime_rejecting_a_model_crosses_the_pipe_as_what_it_is():
+    """RuntimeRejected in a worker is RuntimeRejected in tconform's process: an error row of
+    that runtime (tconform.execution.open_subject), not a usage error nor an unknown type."""
+    from tconform.errors import RuntimeRejected
+    from tconform.runtimes.remote import _raised
+    from tconform.runtimes.worker import _error
+
+    error = RuntimeRejected("OpenVINO cannot convert or compile it: Input order must ...")
+    again = _raised(json.loads(json.dumps(_error(error))))
+    assert type(again) is RuntimeRejected and str(again) == str(error)
+
+
 @pytest.mark.parametrize(
     "answer",
     [
