@@ -240,8 +240,8 @@ class OutputComparison:
     golden_rms: float | None = None
     atol_scaled_from: float | None = None
     note: str = ""
-    # A given atol at or above the output's RMS: an error as large as its values passes, so a
-    # pass shows nothing (unseen)
+    # A given atol at or above the output's RMS, or a given rtol of 1 or more: an error as
+    # large as its values passes (all zeros pass), so a pass shows nothing (unseen)
     blind: bool = False
 
     @property
@@ -264,6 +264,11 @@ class OutputComparison:
             return (
                 "every element is NaN or infinite alike in the golden and the run: nothing "
                 "finite compared"
+            )
+        if self.blind and self.rtol >= 1:
+            return (
+                f"the rtol given, {self.rtol:g}, is 1 or more: an error as large as each value "
+                "passes (all zeros pass), so this tolerance cannot see it (give an rtol below 1)"
             )
         if self.blind:
             return (
@@ -372,7 +377,7 @@ def compare_output(
         golden_rms=rms,
         atol_scaled_from=tol.atol if atol != tol.atol else None,
         note=_atol_note(name, tol, atol, rms),
-        blind=bool(tol.given and rms and atol >= rms),
+        blind=bool(tol.given and ((rms and atol >= rms) or tol.rtol >= 1)),
     )
     if tally.bad_nonfinite:
         k = tally.first_nonfinite

@@ -179,6 +179,7 @@ def require_replaceable_golden_folder(folder: Path) -> None:
             f"{folder}: a symbolic link; goldens are written into a folder of their own (name "
             "the folder it leads to)"
         )
+    require_not_link(folder, "the golden folder")  # nor through one on the way to it
     if not folder.exists():
         return
     if not folder.is_dir():
@@ -282,6 +283,7 @@ def require_new_or_written_whole(folder: Path, marker: str, tool: str, option: s
     above it. A Refused line naming `option` otherwise."""
     if folder.is_symlink():
         raise Refused(f"{folder}: a symbolic link; {option} writes a folder of its own", folder)
+    require_not_link(folder, option)  # nor through one on the way to it
     if folder.exists() and not folder.is_dir():
         raise Refused(f"{folder}: exists and is not a folder ({option})", folder)
     if Path.cwd().is_relative_to(resolved(folder)):  # not Refused: reports may go below it

@@ -170,6 +170,25 @@ def test_a_pass_under_an_atol_given_above_the_outputs_rms_is_not_a_pass():
     assert judged.status == "fail"
 
 
+@pytest.mark.parametrize("rtol", [1.0, 1e30])
+def test_a_pass_under_an_rtol_given_of_one_or_more_is_not_a_pass(rtol):
+    """|err| <= rtol * |golden| with rtol >= 1 lets an error as large as each value pass (all
+    zeros, a flipped sign at rtol 2): such a given tolerance sees nothing, whatever its atol,
+    and a pass under it is `skip` saying why; an rtol below 1 stays judged."""
+    from tconform.execution import settle
+    from tconform.results import Result
+
+    golden = np.random.default_rng(0).standard_normal(50)
+    wrong = -3 * golden + 1e-3  # far off: four times the value's size
+    blind = Tolerance(0.0, rtol, "set by the user", given=True)
+    result = settle(Result("m", "m", "onnxruntime", "cpu", ["cpu"], "example", "pass"), [
+        compare_output("y", np.zeros_like(golden) if rtol == 1 else wrong, golden, blind)
+    ])  # fmt: skip
+    assert result.status == "skip" and "is 1 or more" in result.message
+    seeing = Tolerance(0.0, 0.5, "set by the user", given=True)
+    assert compare_output("y", wrong, golden, seeing).status == "fail"
+
+
 def test_a_comparison_in_chunks_gives_the_figures_of_one_pass(monkeypatch):
     """The comparator reads a large output a chunk at a time (memory); its figures are those of
     the whole output at once: worst element, counts, SQNR, the worst list, masks."""

@@ -1284,6 +1284,26 @@ PLANTED = [
         earlier_bundle,
         json="{user}/b/r.json",
     ),
+    # --- a link on the way to a folder tconform writes in is refused in every command ------
+    Planted(
+        "repro-through-a-linked-folder",
+        ("check", T(), "--repro", "plink/rp"),
+        "plink: a symbolic link (--repro)",
+        symlink("plink", "{outside}"),
+    ),
+    Planted(
+        "golden-out-through-a-linked-folder",
+        ("golden", "--case", "norm", "--out", "plink/gg"),
+        "plink: a symbolic link (the golden folder)",
+        symlink("plink", "{outside}"),
+    ),
+    Planted(
+        "json-through-a-linked-folder",
+        ("check", T()),
+        "plink: a symbolic link (the report's folder)",
+        symlink("plink", "{outside}"),
+        json="plink/r.json",
+    ),
     # --- reports named inside what the command refuses are not written there ---------------
     Planted(
         "check-json-is-its-own-record",

@@ -182,12 +182,16 @@ class ReportPath(click.ParamType):
             self.fail(f"{shown(path)}: the file must end in {self.suffix}", param, ctx)
         if path.is_symlink():
             self.fail(f"{shown(path)}: a symbolic link; name a file of its own", param, ctx)
+        from tconform.folders import managed_folder, require_not_link
+
+        try:  # nor through a link on the way to it, as every folder tconform writes in
+            require_not_link(path.parent, "the report's folder")
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
         if path.is_dir():
             self.fail(f"{shown(path)}: is a folder", param, ctx)
         if path.suffix.lower() in NOT_A_REPORT:
             self.fail(f"{shown(path)}: a model or tensor file name, not a report's", param, ctx)
-        from tconform.folders import managed_folder
-
         inside = managed_folder(path)
         if inside is not None:
             self.fail(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections import Counter
 from pathlib import Path
 
 from tconform.errors import (
@@ -150,7 +151,11 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
                 f"{path}: result {n} is not a run's result (its case, cell or input set is not "
                 "its unit's)"
             )
-    held = {result_unit(r) for r in results}
+    counted = Counter(result_unit(r) for r in results)
+    twice = [unit for unit, count in counted.items() if count > 1 and unit != documents]
+    if twice:  # a unit is one runtime's run of one input set: one result, merged once
+        raise UsageError(f"{path}: holds {counted[twice[0]]} results of unit {twice[0]}")
+    held = set(counted)
     stray = sorted(held - set(declared))
     if stray:
         raise UsageError(f"{path}: holds a result of unit {stray[0]}, which it does not declare")
@@ -164,13 +169,21 @@ def _contradiction(r: Result) -> str:
     """Why a pass contradicts its own figures ('' where it does not): an output that did not
     pass, counted mismatches, more than its tolerance used, an SQNR below its floor, or a
     largest error beyond what its tolerance allows anywhere in the output (no element exceeds
-    the output's RMS times the square root of its size)."""
+    the output's RMS times the square root of its size), or a tolerance that cannot see the
+    output (tconform makes such an output skip, never a pass): one it marked so, or, without an
+    SQNR floor to see by, an atol at or above the output's RMS or an rtol of 1 or more."""
     if r.status != "pass":
         return ""
     for o in r.outputs:
         said = f"a pass whose output {o.name!r:.80}"
         if o.status != "pass" or o.mismatches:
             return f"{said} is {o.status} with {o.mismatches} mismatches"
+        blind = o.min_sqnr_db is None and (o.rtol >= 1 or 0 < (o.golden_rms or 0) <= o.atol)
+        if o.unseen() or blind:
+            return (
+                f"{said} was held to a tolerance that cannot see it (atol {o.atol:.3g}, "
+                f"rtol {o.rtol:.3g}, RMS {o.golden_rms or 0:.3g})"
+            )
         if (o.tolerance_used or 0.0) > 1 + USED_ROUNDING:
             return f"{said} used {o.tolerance_used:.3g} of its tolerance"
         if o.sqnr_db is not None and o.min_sqnr_db is not None and o.sqnr_db < o.min_sqnr_db:

@@ -90,6 +90,56 @@ def _shard(**changes) -> dict:
             },
             "a pass whose output 'y' used 3 of its tolerance",
         ),
+        # a forged pass under a tolerance that cannot see the output (tconform skips such)
+        (
+            {
+                "results": [
+                    {
+                        **_shard()["results"][0],
+                        "outputs": [
+                            {
+                                **COMPARED,
+                                "atol": 1e30,
+                                "rtol": 1e30,
+                                "max_abs_err": 5.0,
+                                "golden_rms": 1.0,
+                                "tolerance_used": 5e-30,
+                            }
+                        ],
+                    }
+                ]
+            },
+            "a pass whose output 'y' was held to a tolerance that cannot see it",
+        ),
+        (
+            {
+                "results": [
+                    {
+                        **_shard()["results"][0],
+                        "outputs": [
+                            {**COMPARED, "rtol": 1e30, "max_abs_err": 3.0, "golden_rms": 1.0}
+                        ],
+                    }
+                ]
+            },
+            "a pass whose output 'y' was held to a tolerance that cannot see it",
+        ),
+        (
+            {
+                "results": [
+                    {
+                        **_shard()["results"][0],
+                        "outputs": [{**COMPARED, "blind": True, "golden_rms": 1.0}],
+                    }
+                ]
+            },
+            "a pass whose output 'y' was held to a tolerance that cannot see it",
+        ),
+        # one unit's result twice: the merge holds every unit exactly once
+        (
+            {"results": [_shard()["results"][0]] * 2},
+            "holds 2 results of unit norm/dynamo-opset18-float32-all/ort-cpu/test_data_set_0",
+        ),
         # a forged pass that compared nothing merged to a pass
         (
             {"results": [{**_shard()["results"][0], "outputs": []}]},
