@@ -22,7 +22,7 @@ from tconform.request import (
     Tolerances,
     UserModel,
 )
-from tconform.runtimes import RuntimeOptions, declared_settings
+from tconform.runtimes import RuntimeOptions, declared_settings, require_taken
 from tconform.runtimes.providers import parse_eps
 from tconform.suites.module import AUTO, ModuleSuite
 from tconform.units import unchecked
@@ -180,10 +180,12 @@ def _runtimes(
 ) -> RuntimeOptions:
     """The runtimes a call asks for, as the command line's runtime options build them."""
     spec = eps if isinstance(eps, str) else ",".join(eps)
+    settings = declared_settings(options or {})
+    require_taken(tuple(names), settings, threads)
     return RuntimeOptions(
         tuple(names),
         tuple(parse_eps(spec)),
-        settings=declared_settings(options or {}),
+        settings=settings,
         threads=threads,
         crash_folder=Path(crash_folder) if crash_folder is not None else None,
     )

@@ -538,6 +538,7 @@ def generate_run(
         from tconform.bench.run import default_threads
         from tconform.config import get_preset
         from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError, UsageError
+        from tconform.runtimes import require_taken
         from tconform.runtimes.providers import parse_eps
 
         cfg = get_preset(preset)
@@ -546,6 +547,8 @@ def generate_run(
             raise UsageError(
                 f"engine {unknown[0]!r} does not decode; choose from {', '.join(GENERATE_ENGINES)}"
             )
+        runs_on = [DecodeEngine.named(name).runtime for name in engines or DEFAULT_GENERATE_ENGINES]
+        require_taken(runs_on, runtime.settings)  # --threads: the bench's, for every engine
         eps = parse_eps(runtime.ep_spec)
         chosen = [
             (name, ep)

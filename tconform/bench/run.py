@@ -41,7 +41,7 @@ from tconform.registry import Case, Shape
 from tconform.report.environment import environment, utc_now
 from tconform.request import Tolerances, UserModel
 from tconform.results import Status
-from tconform.runtimes import RUNTIMES, Runtime, make_runtime, runtime_class
+from tconform.runtimes import RUNTIMES, Runtime, make_runtime, require_taken, runtime_class
 from tconform.runtimes.providers import parse_eps, unavailable_reason
 from tconform.runtimes.specs import base_name
 from tconform.suites.module import EXAMPLE
@@ -112,6 +112,10 @@ def bench_settings(
     None, () and ()). `crash_folder`: where an engine in a
     worker that crashes leaves its repro bundle. `runtime_settings`: the options runtimes
     declare that were given (tconform.runtimes.RuntimeOptions.settings)."""
+    engines_run_on = [
+        engine_runtime(e) for e in parse_engines(engines, for_module=module is not None)
+    ]
+    require_taken(engines_run_on, runtime_settings)  # --threads is the bench's, for every engine
     common = dict(
         eps=tuple(parse_eps(ep_spec)),
         threads=threads or default_threads(),

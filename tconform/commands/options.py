@@ -543,9 +543,10 @@ class RuntimeChoice:
     def options(self, crash_folder: Path | None = None):
         """The runtimes' options; `crash_folder`: where a runtime in a worker that crashes
         writes its repro bundle (`crash_folder_beside` the command's reports)."""
-        from tconform.runtimes import RuntimeOptions
+        from tconform.runtimes import RuntimeOptions, require_taken
         from tconform.runtimes.providers import parse_eps
 
+        require_taken(self.names, self.settings, self.threads or 0)
         return RuntimeOptions(
             self.names,
             tuple(parse_eps(self.ep_spec)),

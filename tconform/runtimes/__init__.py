@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,10 +142,30 @@ def declared_settings(settings: Mapping[str, object]) -> dict[str, object]:
     return dict(settings)
 
 
+def require_taken(names: Sequence[str], settings: Mapping[str, object], threads: int = 0) -> None:
+    """Every option given (and --threads, where given) is taken by one of the runtimes `names`
+    at least (names or specs), or one UsageError line naming it and the runtimes that take it:
+    an option none of the chosen runtimes takes would change nothing, yet reports say it was
+    given, so it is refused, never passed over."""
+    given = [*settings, *(["threads"] if threads else [])]
+    for option in given:
+        takers = [n for n in RUNTIMES if option in _fields(n)]
+        if not any(option in _fields(name) for name in names):
+            flag = "--threads" if option == "threads" else declared_options()[option].flag
+            raise UsageError(
+                f"{flag}: none of the runtimes chosen ({', '.join(names)}) takes it; "
+                f"{', '.join(takers)} {'does' if len(takers) == 1 else 'do'}"
+            )
+
+
+def _fields(name: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(runtime_class(name))}
+
+
 def takes_option(runtime: Runtime, option: str) -> bool:
     """Whether `runtime` (in tconform's process or in a worker) takes `option`, a field of its
     runtime class (ONNX Runtime's graph_opt, OpenVINO's bf16)."""
-    return option in {f.name for f in dataclasses.fields(runtime_class(runtime.name))}
+    return option in _fields(runtime.name)
 
 
 def spec_of(text: str) -> RuntimeSpec:

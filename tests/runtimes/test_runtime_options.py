@@ -4,6 +4,7 @@ offered by every command that takes runtimes and by the Python API."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import click
 import pytest
@@ -68,6 +69,48 @@ def test_the_options_a_report_records_give_the_same_runtime_options_again():
     assert sorted(words) == sorted(given)
     probe.main(words, standalone_mode=False)
     assert seen[1] == seen[0] and seen[0].settings["provider_options"] == {"a": "b", "c": "d"}
+
+
+@pytest.mark.parametrize(
+    ("names", "settings", "threads", "says"),
+    [
+        (
+            ("torch",),
+            {},
+            1,
+            "--threads: none of the runtimes chosen (torch) takes it; onnxruntime, openvino do",
+        ),
+        (
+            ("openvino",),
+            {"provider_options": {"a": "b"}},
+            0,
+            "--provider-option: none of the runtimes chosen (openvino)",
+        ),
+        (("openvino",), {"flush_denormals": True}, 0, "--flush-denormals: none"),
+        (("onnx-reference",), {}, 2, "--threads: none"),
+        (("torch", "openvino==2025.4.0"), {"graph_opt": "basic"}, 0, "--graph-opt: none"),
+    ],
+)
+def test_an_option_none_of_the_chosen_runtimes_takes_is_refused(names, settings, threads, says):
+    """Passed over, such an option changes nothing while the report says it was given: every
+    command (the runtime group, the API, bench's engines) refuses it, naming who takes it."""
+    from tconform.runtimes import require_taken
+
+    with pytest.raises(UsageError, match=re.escape(says)):
+        require_taken(names, settings, threads)
+    require_taken(names, {})  # nothing given: nothing to refuse
+    require_taken((*names, "onnxruntime==1.20.1"), settings, threads)  # a release takes it
+
+
+def test_every_command_refuses_an_option_its_runtimes_do_not_take(cli):
+    for args in (
+        ["check", "pkg.mod:f", "--runtime", "torch", "--threads", "1"],
+        ["verify", "--runtime", "openvino", "--provider-option", "a=b"],
+        ["bench", "--engine", "openvino", "--graph-opt", "basic"],
+        ["bench", "--generate", "4", "--engine", "torch", "--graph-opt", "basic"],
+    ):
+        code, out, err = cli(*args)
+        assert code == 2 and "none of the runtimes chosen" in err, (args, out + err)
 
 
 def test_the_api_refuses_an_option_no_runtime_declares():
