@@ -104,6 +104,8 @@ def doc(artifacts_dir, runtime, reports, quiet):
         click.echo(format_doc_table(checked))
         for line in report.worker_runtimes().values():
             click.echo(f"in a worker: {line}")
+        if report.versions_text():  # a runtime under two or more specs: where releases part
+            click.echo("\n" + report.versions_text())
         # Its model lanes: the rows of runtimes that run the exported models, as in verify.
         onnx = [r for r in report.results if r.runtime in options.names]
         onnx = [r for r in onnx if runtime_class(r.runtime).consumes == "onnx"]

@@ -44,6 +44,7 @@ class VersionGroup:
             "rows": self.rows,
             "regressions": sum(r["change"].startswith("regression") for r in self.rows),
             "fixes": sum(r["change"].startswith("fix") for r in self.rows),
+            "differences": sum(r["change"].startswith("differs") for r in self.rows),
         }
 
 
@@ -79,7 +80,7 @@ def version_groups(results: list[Result], settings: dict) -> list[VersionGroup]:
     """Every runtime that ran under two or more specs on one provider, compared row by row."""
     specs: dict[tuple[str, str], dict[str, str]] = {}
     for r in results:
-        if r.runtime and not r.case.startswith("doc:"):
+        if r.runtime:
             group = specs.setdefault((base_name(r.runtime), r.ep), {})
             group.setdefault(r.runtime, release_of(r.runtime, r.ep, r.precision, settings))
     groups = []
@@ -128,12 +129,29 @@ def _change(group: VersionGroup, by_spec: dict[str, tuple[str, float | None]]) -
         before, after = by_spec[older][0] in PASSING, by_spec[newer][0] in PASSING
         if before == after:
             continue
-        failing = newer if before else older
+        passing, failing = (older, newer) if before else (newer, older)
         status = by_spec[failing][0]
+        if not _ordered(group.versions[older], group.versions[newer]):
+            # one release twice (two installs, a source build) or one that said none: no
+            # upgrade to read a direction from, so the two sides are named as they are
+            return f"differs: {_named(group, passing)} passes, {_named(group, failing)} {status}"
         how = f" ({status} on {group.versions[failing]})" if status != "fail" else ""
         arrow = f"{group.versions[older]} -> {group.versions[newer]}"
         return f"{'regression' if before else 'fix'} {arrow}{how}"
     return ""
+
+
+def _ordered(older: str, newer: str) -> bool:
+    """Whether two releases make an upgrade: both known by their numbers, and not the same."""
+    unknown = (float("inf"),)
+    return older != newer and _order(older) != unknown and _order(newer) != unknown
+
+
+def _named(group: VersionGroup, spec: str) -> str:
+    """A spec with its release, where the release says more than the spec ('1.31.1 (onnxruntime
+    @/opt/py/bin/python)'); a spec whose runtime said no release is named by itself."""
+    version = group.versions[spec]
+    return spec if version == spec else f"{version} ({spec})"
 
 
 def _worst(errors: list[float | None]) -> float | None:
@@ -167,11 +185,12 @@ def render(groups: list[VersionGroup]) -> str:
             )
         header = ["case", "output", *(group.versions[s] for s in group.specs), "change"]
         lines.append(format_table(header, body))
-        regressions = sum(r["change"].startswith("regression") for r in group.rows)
-        fixes = sum(r["change"].startswith("fix") for r in group.rows)
+        counts = group.to_dict()
         lines.append(
-            f"{regressions} regressions, {fixes} fixes over {len(group.rows)} outputs x input "
-            "sets (a regression passes on the older release and not on the newer)"
+            f"{counts['regressions']} regressions, {counts['fixes']} fixes"
+            + (f", {counts['differences']} differences" if counts["differences"] else "")
+            + f" over {len(group.rows)} outputs x input sets (a regression passes on the older "
+            "release and not on the newer; a difference is between sides of no known order)"
         )
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

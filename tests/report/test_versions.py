@@ -64,6 +64,39 @@ def test_releases_are_ordered_by_number_and_changes_get_a_direction():
     assert "1 regressions, 1 fixes" in text
 
 
+@pytest.mark.parametrize(
+    ("other", "release", "says"),
+    [  # one release twice: two installs of 1.31.1, one crashing (no upgrade between them)
+        (
+            "onnxruntime@/envs/crashing/bin/python",
+            {"onnxruntime": "1.31.1"},
+            "differs: 1.31.1 (onnxruntime) passes, 1.31.1 (onnxruntime@/envs/crashing/bin/python) "
+            "crash",
+        ),
+        # a worker that crashed before saying its release: named by its spec, no direction
+        (
+            "onnxruntime@/shims/segv",
+            None,
+            "differs: 1.31.1 (onnxruntime) passes, onnxruntime@/shims/segv crash",
+        ),
+    ],
+)
+def test_sides_of_no_known_order_differ_and_are_never_a_regression(other, release, says):
+    """A regression reads as an upgrade (older passes, newer does not): between one release
+    installed twice, or a side whose release is unknown, there is no upgrade, so the row says
+    the two differ and names each side, and the counts keep it apart."""
+    settings = {"runtimes": {**SETTINGS["runtimes"]}}
+    if release is not None:
+        settings["runtimes"][f"ort-cpu{other.removeprefix('onnxruntime')}"] = release
+    results = [_result("onnxruntime", "norm", "pass", 1e-7), _result(other, "norm", "crash", None)]
+    (group,) = version_groups(results, settings)
+    (row,) = group.rows
+    assert row["change"] == says
+    summary = group.to_dict()
+    assert (summary["regressions"], summary["fixes"], summary["differences"]) == (0, 0, 1)
+    assert "0 regressions, 0 fixes, 1 differences" in render([group])
+
+
 def test_an_openvino_build_string_is_read_as_its_release():
     results = [_result("openvino==2025.4.0", "norm", "pass", 1e-7),
                _result("openvino", "norm", "pass", 1e-7)]  # fmt: skip
@@ -97,3 +130,18 @@ def test_two_releases_part_at_the_first_call_computed_differently():
     located = [("onnxruntime==1.20.1", "cpu", older), ("openvino", "cpu", newer)]
     pairs = version_partings([*located, ("onnxruntime", "cpu", newer)])
     assert len(pairs) == 1 and pairs[0].runtimes == ("ort-cpu==1.20.1", "ort-cpu")
+
+
+def test_the_document_checks_compare_releases_too():
+    """`tconform doc` with two releases: its rows (cases `doc:...`, beside the oracle's) are
+    grouped and compared like verify's; the oracle, one spec, makes no group."""
+    results = [
+        _result("oracle", "doc:softmax-rows", "pass", 2e-16),
+        _result("onnxruntime==1.20.1", "doc:softmax-rows", "pass", 8.9e-8),
+        _result("onnxruntime", "doc:softmax-rows", "fail", 3e-4),
+    ]
+    (group,) = version_groups(results, SETTINGS)
+    (row,) = group.rows
+    assert (group.runtime, row["case"], row["change"]) == (
+        "onnxruntime", "doc:softmax-rows", "regression 1.20.1 -> 1.31.1",
+    )  # fmt: skip
