@@ -21,6 +21,7 @@ ProviderUnavailable with the reason.
 from __future__ import annotations
 
 import functools
+import importlib
 import threading
 import time
 from collections import Counter
@@ -59,10 +60,20 @@ RECORDED = (
 )
 
 
+# The CPU plugin's properties tconform pins, where the release knows them (_known)
+PINS = {
+    "CPU_DENORMALS_OPTIMIZATION": "NO",  # subnormals kept, as IEEE float32 has them
+    "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",  # no int8 activations (compressed weights)
+}
+
+
 def _openvino() -> Any:
     """The openvino module, or ProviderUnavailable saying how to get it."""
     try:
         import openvino
+
+        if not hasattr(openvino, "Core"):  # 2023.0 keeps Core, Model and its version there
+            import openvino.runtime as openvino
     except ImportError as exc:
         raise ProviderUnavailable(
             f"openvino is not installed (pip install 'tconform[openvino]'): {exc}"
@@ -110,21 +121,38 @@ def precision_name(hint: object) -> str:
     return PRECISIONS.get(str(hint), str(hint))
 
 
+def _opset() -> Any:
+    """An opset module to build the probe with: openvino.opset13 from 2025 on, under
+    openvino.runtime before (2023.0 has opset11 at most)."""
+    for name in ("openvino.opset13", "openvino.runtime.opset13", "openvino.runtime.opset11"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ProviderUnavailable(f"openvino {_openvino().get_version()}: no opset to build a model")
+
+
+def _known(device: str, config: dict[str, str]) -> dict[str, str]:
+    """`config` without the pins of tconform's this release's device does not know: an older
+    OpenVINO (2023) has no dynamic quantization to turn off, so its key is left out rather than
+    failing every compile; what a user gives (--provider-option) is passed as given."""
+    supported = set(_core().get_property(device, "SUPPORTED_PROPERTIES"))
+    return {key: value for key, value in config.items() if key not in PINS or key in supported}
+
+
 @functools.cache
 def _probe(device: str, config: tuple[tuple[str, str], ...]) -> dict[str, object]:
     """What OpenVINO makes of `config` on `device`, from a one-MatMul model compiled with it:
     the compiled properties, the device's name and capabilities. ProviderUnavailable when the
     device cannot compile anything."""
     ov = _openvino()
-    try:
-        from openvino import opset13 as ops
-    except ImportError:  # OpenVINO before 2025 keeps its opsets under openvino.runtime
-        from openvino.runtime import opset13 as ops
-
+    ops = _opset()
     x = ops.parameter([1, 8], np.float32, name="x")
     y = ops.matmul(x, ops.constant(np.ones((8, 8), np.float32)), False, False)
     try:
-        compiled = _core().compile_model(ov.Model([y], [x], "probe"), device, dict(config))
+        compiled = _core().compile_model(
+            ov.Model([y], [x], "probe"), device, _known(device, dict(config))
+        )
     except Exception as exc:  # OpenVINO raises RuntimeError for everything
         raise ProviderUnavailable(f"{device.lower()}: {reason(exc)}") from None
     core = _core()
@@ -171,10 +199,9 @@ class OpenVinoRuntime(Runtime):
         config = {
             "INFERENCE_PRECISION_HINT": self.hint,
             "PERFORMANCE_HINT": "LATENCY",  # one stream: one request uses every thread
-            "CPU_DENORMALS_OPTIMIZATION": "NO",  # subnormals kept, as IEEE float32 has them
-            "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",  # no int8 activations (compressed weights)
+            **PINS,
         }
-        if self.device != "CPU":  # the last three are the CPU plugin's
+        if self.device != "CPU":  # the pins are the CPU plugin's
             config = {"INFERENCE_PRECISION_HINT": self.hint, "PERFORMANCE_HINT": "LATENCY"}
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = str(self.threads)
@@ -236,7 +263,7 @@ class OpenVinoRuntime(Runtime):
             raise UsageError(f"{model_path}: OpenVINO cannot read it: {reason(exc)}") from None
         try:
             model = frontend.convert(loaded)
-            compiled = _core().compile_model(model, self.device, self.config())
+            compiled = _core().compile_model(model, self.device, _known(self.device, self.config()))
         except Exception as exc:
             raise RuntimeRejected(f"OpenVINO cannot convert or compile it: {reason(exc)}") from None
         session = OpenVinoSession(compiled, round(time.perf_counter() - started, 3))
@@ -331,6 +358,16 @@ class OpenVinoSession(Session):
         )
         return call
 
+    def _infer(self, ordered: dict) -> Any:
+        """One inference with outputs copied out of the request (its buffers are reused by the
+        next run); OpenVINO 2023.0 has no share_outputs, and copies them always."""
+        try:
+            return self.compiled(ordered, share_outputs=False)
+        except TypeError as exc:
+            if "share_outputs" not in str(exc):
+                raise
+            return self.compiled(ordered)
+
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
     ) -> dict[str, np.ndarray]:
@@ -339,7 +376,7 @@ class OpenVinoSession(Session):
         ordered = {info.name: _tensor(np.asarray(feeds[info.name])) for info in self.inputs}
         with self._lock:  # the compiled model's own infer request serves one run at a time
             try:
-                result = self.compiled(ordered, share_outputs=False)
+                result = self._infer(ordered)
             except Exception as exc:
                 raise UsageError(f"OpenVINO cannot run it: {reason(exc)}") from None
             values = [
