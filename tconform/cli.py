@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     frame.received.clear()  # an earlier run in this process had its own signals
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, frame.on_signal)
+    sys.unraisablehook = frame.quiet_unraisable  # a signal Python swallowed: no traceback
     # Started with stdout or stderr closed (`>&-`): what would go there goes nowhere.
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the process)

@@ -79,6 +79,11 @@ class WorkerCrashed(Exception):
     of its own kind (Status.CRASH, a conformance failure, exit 1) naming how it ended; never a
     TconformError, so no command takes it for a usage error."""
 
+    # Set where a session's run crashed it (tconform.runtimes.remote.RemoteSession): the model
+    # it ran and its feeds (None where some stayed in the worker: a cache's handles)
+    model_path: Path | None = None
+    feeds: dict | None = None
+
 
 # The runtimes' native calls under way, each in a helper thread (tconform.execution.
 # interruptible) that removes its own when the call returns. One left when a signal ends the

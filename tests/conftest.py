@@ -87,3 +87,17 @@ def pytest_collection_modifyitems(config, items):
     ]
     if untiered:
         raise pytest.UsageError(f"tests without exactly one of {TIERS} markers: {untiered[:5]}")
+
+
+@pytest.fixture(scope="session")
+def generation_artifacts(tmp_path_factory) -> Path:
+    """<root>/generation (mask fill -inf) and <root>/generation-fill-1e9, exported once per
+    test run (shared by xdist's workers), with the goldens' checkpoint weights."""
+    from tconform.suites.generation import export_models
+
+    with built_once(tmp_path_factory, "generation-artifacts") as (root, to_build):
+        if to_build:
+            tiny = PRESETS["tiny"]
+            configs = [tiny, tiny.replace(mask_fill="-1e9")]
+            export_models(configs, tiny, DEFAULT_SEED, root, lambda _: None)
+    return root

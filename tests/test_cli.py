@@ -320,3 +320,32 @@ def test_golden_refuses_an_option_it_would_pass_over(cli, tmp_path, args, says):
     code, out, err = cli("golden", *args, "--out", str(tmp_path / "g"))
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, out + err
     assert not (tmp_path / "g").exists()
+
+
+def test_a_signal_python_swallows_prints_no_traceback(capsys, monkeypatch):
+    """A Ctrl-C raised inside a weakref callback cannot propagate: Python hands it to
+    sys.unraisablehook, whose default prints a traceback. tconform's hook keeps quiet for a
+    signal it recorded (raised again at the next progress line) and passes anything else on."""
+    import signal
+    import sys
+    import weakref
+
+    from tconform.commands import run as frame
+
+    class Held:
+        pass
+
+    def interrupted(_ref):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "unraisablehook", frame.quiet_unraisable)
+    monkeypatch.setattr(frame, "received", [signal.SIGINT])
+    held = Held()
+    ref = weakref.ref(held, interrupted)
+    del held
+    assert ref() is None and capsys.readouterr().err == ""
+    monkeypatch.setattr(frame, "received", [])  # not a signal tconform saw: Python's own hook
+    held = Held()
+    ref = weakref.ref(held, interrupted)
+    del held
+    assert "KeyboardInterrupt" in capsys.readouterr().err

@@ -54,6 +54,15 @@ def on_signal(signum: int, _frame) -> None:
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+def quiet_unraisable(unraisable) -> None:
+    """sys.unraisablehook: a signal's exception that Python swallowed (raised inside a weakref
+    callback or a finaliser) is recorded in `received` and raised again at the next progress
+    line, so it is not printed as a traceback; anything else goes to Python's own hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt | Terminated) and received:
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def raise_received() -> None:
     """The first signal this process received, raised again (nothing where none came), in
     the main thread, where the handlers raised it."""

@@ -57,6 +57,13 @@ def read_shard(path: Path) -> dict:
     settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
     units = settings.get("units")
     if not isinstance(units, dict) or not isinstance(units.get("ids"), list):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            # the run stopped before its plan (a usage error): what it said, not a guess
+            raise UsageError(
+                f"{path}: records no work units: its run stopped first "
+                f"(exit {error.get('exit_code')!r:.8}: {error['message']:.200})"
+            )
         raise UsageError(f"{path}: records no work units (written by an older tconform?)")
     if not (
         all(isinstance(u, str) for u in units["ids"])

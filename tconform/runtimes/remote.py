@@ -459,9 +459,14 @@ class RemoteSession(Session):
         self.device = (f"worker:{kind}", int(index))
 
     def _request(self, op: str, header=None, tensors=None, doing="running it", seconds=None):
-        return self.worker.request(
-            op, {"session": self.number, **(header or {})}, tensors, doing, seconds
-        )
+        try:
+            return self.worker.request(
+                op, {"session": self.number, **(header or {})}, tensors, doing, seconds
+            )
+        except WorkerCrashed as exc:  # which model it ran and with what, for its repro bundle
+            exc.model_path = self.path
+            exc.feeds = dict(tensors) if tensors is not None and op == "run" else None
+            raise
 
     def run(
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None

@@ -34,6 +34,7 @@ from tconform.execution import (
     Opened,
     Subject,
     case_module,
+    crash_message,
     not_run,
     open_subject,
     require_placement,
@@ -297,7 +298,7 @@ class GenerationSuite(Suite):
         except TconformError:  # a usage error (feeds the session refuses) stays one
             raise
         except WorkerCrashed as exc:  # the runtime's worker died mid-decoding: its verdict
-            verdict = Verdict(Status.CRASH, [], None, str(exc))
+            verdict = Verdict(Status.CRASH, [], None, _crash_message(opened, exc))
         except Exception as exc:  # the runtime broke mid-decoding, on valid input
             verdict = Verdict(Status.ERROR, [], None, first_line(exc))
         else:
@@ -326,6 +327,21 @@ class GenerationSuite(Suite):
             "checkpoint": self.recorded,
             "cases": [case.name for case in self.cases],
         }
+
+
+def _crash_message(opened: dict[str, Opened], exc: WorkerCrashed) -> str:
+    """A crash mid-decoding in one line, naming the repro bundle of the model whose run it was
+    (the step model where the worker does not say) and that run's feeds where it had them all
+    (a cached step's cache stays in the worker: the bundle then holds the model alone)."""
+    crashed = next(
+        (
+            o
+            for o in opened.values()
+            if o.onnx_file and o.subject.onnx.path.absolute() == exc.model_path
+        ),
+        opened[STEP.name],
+    )
+    return crash_message(crashed.runtime, crashed.subject, exc.feeds, exc)
 
 
 def _named(

@@ -140,6 +140,11 @@ def _shard(**changes) -> dict:
             {"results": [_shard()["results"][0]] * 2},
             "holds 2 results of unit norm/dynamo-opset18-float32-all/ort-cpu/test_data_set_0",
         ),
+        # a shard whose run stopped before its plan says why, not "an older tconform"
+        (
+            {"settings": {}, "error": {"message": "--shard 2/2 holds no units", "exit_code": 2}},
+            "records no work units: its run stopped first \\(exit 2: --shard 2/2 holds no units",
+        ),
         # a forged pass that compared nothing merged to a pass
         (
             {"results": [{**_shard()["results"][0], "outputs": []}]},

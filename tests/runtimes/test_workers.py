@@ -224,6 +224,29 @@ def test_a_crashing_runtime_is_a_verdict_and_the_run_goes_on(cli, workspace, tmp
     assert ran.returncode == -6
 
 
+def test_a_crash_mid_decoding_writes_its_repro_bundle_too(cli, generation_artifacts, tmp_path):
+    """verify --generation, like every command: a runtime whose worker dies decoding is a
+    crash row naming the repro bundle of the model whose run it was, beside the report."""
+    python = interpreter(tmp_path / "crashes", CRASH_ON_RUN)
+    report = tmp_path / "reports" / "gen.json"
+    report.parent.mkdir()
+    code, _, err = cli(
+        "verify", "--generation", "--case", "ends-greedy", "--artifacts",
+        str(generation_artifacts), "--no-export", "--runtime", f"onnxruntime@{python}",
+        "--no-torch", "--json", str(report), "-q",
+    )  # fmt: skip
+    assert code == 1 and "Traceback" not in err
+    results = json.loads(report.read_text())["results"]
+    # the no-cache decoding runs the session (the cached one binds its cache: another call)
+    crashed = [r for r in results if r["status"] == "crash"]
+    assert [r["input_set"] for r in crashed] == ["no-cache"]
+    bundles = sorted(report.parent.glob("gen.crash-*"))
+    assert sorted(Path(r["message"].split("repro bundle: ")[1]) for r in crashed) == bundles
+    for bundle in bundles:
+        about = json.loads((bundle / "bundle.json").read_text())
+        assert (bundle / "model.onnx").is_file() and "SIGABRT" in about["message"]
+
+
 def test_a_bad_worker_setting_is_one_line(cli, workspace, tmp_path, monkeypatch):
     monkeypatch.setenv("TCONFORM_WORKER_TIMEOUT", "nan")
     code, _, err = cli(
