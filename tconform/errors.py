@@ -83,6 +83,8 @@ class WorkerCrashed(Exception):
     # it ran and its feeds (None where some stayed in the worker: a cache's handles)
     model_path: Path | None = None
     feeds: dict | None = None
+    # Set where bench's engine crashed opening its model: what the row ran (tconform.bench)
+    details: dict | None = None
 
 
 # The runtimes' native calls under way, each in a helper thread (tconform.execution.

@@ -89,11 +89,12 @@ IO_BINDING = "-iobinding"
 class NotOpened(RuntimeError):
     """The engine could not open its model: a row of `status` that says why (skip for a
     runtime release too old for it, error for a runtime that rejects a well-formed model),
-    and, for a runtime in a worker, the exact versions that said so."""
+    with `details` naming the model's bytes and, for a runtime in a worker, the exact versions
+    that said so."""
 
-    def __init__(self, why: str, versions: dict[str, str | None] | None, status: Status) -> None:
+    def __init__(self, why: str, details: dict[str, object], status: Status) -> None:
         super().__init__(why)
-        self.versions = versions
+        self.details = details
         self.status = status
 
 
@@ -178,6 +179,21 @@ def engine_runtime(engine: str) -> str:
     (onnxruntime-sdpa==1.20.1 -> onnxruntime==1.20.1)."""
     variant = engine_variant(engine)
     return (variant.runtime if variant else base_name(engine)) + spec_suffix(engine)
+
+
+def ran_on(runtime: Runtime, subject: Subject) -> dict[str, object]:
+    """What a row names of what it ran, opened or not: the model's exact bytes (path, sha256,
+    origin) where the runtime runs a file, and a runtime in a worker's exact packages."""
+    found: dict[str, object] = {}
+    if runtime.consumes == "onnx" and subject.onnx is not None:
+        provenance = subject.onnx.provenance
+        found.update(
+            model=str(subject.onnx.path), sha256=provenance.sha256, origin=provenance.origin
+        )
+    versions = runtime.versions()
+    if versions is not None:
+        found["versions"] = versions
+    return found
 
 
 Opener = Callable[[], TimedCall]
@@ -297,18 +313,14 @@ def open_engine(
     except NotRun as why:
         stack.close()
         if why.status == Status.CRASH:  # its worker died opening it: a crash, not a skip
-            raise WorkerCrashed(str(why)) from None
-        raise NotOpened(str(why), runtime.versions(), why.status) from None
+            crashed = WorkerCrashed(str(why))
+            crashed.details = ran_on(runtime, subject)
+            raise crashed from None
+        raise NotOpened(str(why), ran_on(runtime, subject), why.status) from None
     except BaseException:
         stack.close()
         raise
-    if opened.onnx_file:  # the exact bytes the row ran
-        call.details["model"] = str(subject.onnx.path)
-        call.details["sha256"] = subject.onnx.provenance.sha256
-    versions = runtime.versions()  # a runtime in a worker: its exact packages
-    if versions is not None:
-        call.details["versions"] = versions
-    call.details.update(details or {})
+    call.details.update({**ran_on(runtime, subject), **(details or {})})
     stack.callback(call.close)
     return EngineCall(
         call.run,

@@ -176,7 +176,16 @@ def _decode_row(engine, runtime, sessions, cfg, settings, feeds, ep: str) -> dic
         "precision": sessions[STEP.name].precision,
         "settings": runtime.settings(),
         "model": _model_of(sessions[STEP.name]),
+        # the exact bytes of each of the three models it ran (path, sha256, origin)
+        "models": {
+            name: opened.provenance.to_dict()
+            for name, opened in sessions.items()
+            if opened.provenance is not None
+        },
     }
+    versions = runtime.versions()  # a runtime in a worker: its exact packages
+    if versions is not None:
+        row["versions"] = versions
     row["cache_bytes"] = cached.cache_bytes()
     row["cache_on"] = cached.cache_location()
     row["encoder_ms"] = round_sig(float(np.median(encoder)) * 1e3)

@@ -50,14 +50,19 @@ def measure(
         times = loop(timing["warmup"], timing["runs"], timing["seconds"])
     except WorkerCrashed as exc:  # the engine's process died: a verdict, the run goes on
         reason = opened.crashed(exc) if opened is not None else str(exc)
-        return {**row, "status": Status.CRASH.value, "reason": reason}
+        # what it ran: the opened call's details, else what the engine knew before opening
+        details = opened.details if opened is not None else getattr(exc, "details", None)
+        return {
+            **row, "status": Status.CRASH.value, "reason": reason,
+            **({"details": details} if details else {}),
+        }  # fmt: skip
     except Exception as exc:  # torch.compile, torch without CUDA, ...: say why, keep timing
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        versions = getattr(exc, "versions", None)  # a worker's release that could not open it
+        details = getattr(exc, "details", None)  # the model and the release that said so
         status = getattr(exc, "status", Status.SKIP)  # error: a runtime rejected a sound model
         return {
             **row, "status": Status(status).value, "reason": reason,
-            **({"details": {"versions": versions}} if versions else {}),
+            **({"details": details} if details else {}),
         }  # fmt: skip
     stats = latency_stats(times)
     flop = workload.flop

@@ -173,7 +173,7 @@ def test_a_release_that_cannot_open_the_model_is_a_row_naming_its_versions(statu
     versions = {"onnxruntime": "1.17.3", "numpy": "1.26.4", "python": "3.11.7"}
 
     def not_opened():
-        raise NotOpened(why, versions, status)
+        raise NotOpened(why, {"versions": versions}, status)
 
     row = measure(workload, "onnxruntime==1.17.3", "cpu", not_opened, CEILING, TIMING)
     assert row["status"] == status and row["reason"] == why

@@ -6,6 +6,7 @@ available, never timed as if it ran, and neither is a shape the model's export f
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -100,6 +101,7 @@ def test_a_runtime_reading_back_the_asked_precision_is_opened(monkeypatch):
 class _Model:
     path = Path("model.onnx")
     precision = "float32"
+    provenance = SimpleNamespace(sha256="0" * 64, origin="given")  # what a row names
 
 
 def test_a_dimension_the_model_fixes_is_named_and_not_timed(tmp_path):

@@ -139,6 +139,11 @@ def test_bench_generate_reports_per_token_figures_floor_and_plot(cli, tmp_path):
         assert row["ep"] == "cpu"
         assert row["step_weight_bytes"] > 0 and row["memory_floor_ms"] > 0
     assert rows["torch"]["vs_torch_cached"] == 1.0
+    # every row names the exact bytes of the three models it decoded with
+    ran = rows["onnxruntime"]["models"]
+    assert set(ran) == {"gen_encoder", "gen_step", "gen_prefix"}
+    for model in ran.values():
+        assert len(model["sha256"]) == 64 and model["origin"] in {"exported", "cached"}
     assert report["fastest_verified"]["engine"] in rows
     assert report["memory_floor_ms"] > 0 and "memory floor per token" in out
     assert plot.read_bytes().startswith(b"\x89PNG")

@@ -247,6 +247,24 @@ def test_a_crash_mid_decoding_writes_its_repro_bundle_too(cli, generation_artifa
         assert (bundle / "model.onnx").is_file() and "SIGABRT" in about["message"]
 
 
+def test_a_bench_row_that_crashed_names_the_bytes_it_ran(cli, tmp_path):
+    """bench: an engine whose worker died timing is a crash row (exit 1) that still names the
+    model's exact bytes and the worker's packages, as a timed row does."""
+    python = interpreter(tmp_path / "crashes", CRASH_ON_RUN)
+    report = tmp_path / "b.json"
+    code, _, err = cli(
+        "bench", "--preset", "tiny", "--case", "norm", "--shape", "1x4", "--runs", "3",
+        "--engine", f"onnxruntime@{python}", "--artifacts", str(tmp_path / "art"),
+        "--json", str(report), "-q",
+    )  # fmt: skip
+    assert code == 1 and "crashed" in err
+    (row,) = json.loads(report.read_text())["results"]
+    assert row["status"] == "crash"
+    details = row["details"]
+    assert len(details["sha256"]) == 64 and Path(details["model"]).name == "model.onnx"
+    assert details["origin"] in {"exported", "cached"} and details["versions"]["python"]
+
+
 def test_a_bad_worker_setting_is_one_line(cli, workspace, tmp_path, monkeypatch):
     monkeypatch.setenv("TCONFORM_WORKER_TIMEOUT", "nan")
     code, _, err = cli(
