@@ -174,6 +174,12 @@ PRESET_TOLERANCES: dict[tuple[str, str, str], Tolerance] = {
     ("base", "float32", "model"): _row(
         1e-4, 1e-4, "float32 over the base model's 512-wide reductions and twelve layers"
     ),
+    # Measured on the base goldens (results/reduced-precision/rows-base.md): one int8 product
+    # over 512-wide rows needs 0.234 where tiny's 32-wide ones need 0.05, and bench's inputs
+    # took torch-int8's SQNR to 27.3 dB; the layer, stack and model rows hold at base as they are.
+    ("base", "int8", "component"): _row(
+        0.35, 0.35, "int8 products over the base model's 512-wide rows", min_sqnr_db=24.0
+    ),
 }
 
 
