@@ -283,9 +283,25 @@ def made_environment(spec: RuntimeSpec, package: str, module: str) -> Environmen
         if found is None:
             _make(spec, package, module, base, folder, say)
             found = _read_record(folder)
+        elif found.packages.get(package) is not None:  # reused: as it was made, or refused
+            _require_as_made(spec, found, module, package)
         if found is None:
             raise UsageError(f"runtime spec {spec.text}: {folder} holds no usable environment")
         return found
+
+
+def _require_as_made(spec: RuntimeSpec, found: Environment, module: str, package: str) -> None:
+    """A reused environment still holds the release it was made with: one changed since (a
+    package installed over it) would run another release under this spec's name, so it is
+    refused with the way on (tconform deletes no environment it cannot vouch for)."""
+    _, modules = probe(spec, found.python, (module, *SUPPORT))
+    installed = _versions(modules)
+    if installed.get(package) != found.packages[package]:
+        raise UsageError(
+            f"runtime spec {spec.text}: {found.folder} holds {package} "
+            f"{installed.get(package) or 'none'}, not the {found.packages[package]} it was made "
+            "with (changed since): remove that folder and tconform makes it again"
+        )
 
 
 def _python_in(folder: Path) -> Path:

@@ -40,3 +40,23 @@ def test_a_link_planted_inside_the_cache_is_refused(tmp_path, monkeypatch, inner
     with pytest.raises(UsageError, match=rf"cache/\{inner}: a symbolic link"):
         cache_root()
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_reused_environment_changed_since_it_was_made_is_refused(tmp_path, monkeypatch):
+    """An environment whose runtime was replaced after tconform made it (another release
+    installed over it) would run that release under the spec's name: refused, in one line
+    naming the folder and the way on; one as it was made is reused."""
+    from tconform.runtimes import environments
+    from tconform.runtimes.specs import parse_spec
+
+    spec = parse_spec("onnxruntime==1.20.1")
+    made = environments.Environment(
+        tmp_path / "bin" / "python", {"onnxruntime": "1.20.1", "numpy": "2.4.6"}, "3.11.7",
+        "uv 0.13.9", tmp_path,
+    )  # fmt: skip
+    installed = {"onnxruntime": {"onnxruntime": "1.31.1"}, "numpy": {"numpy": "2.4.6"}}
+    monkeypatch.setattr(environments, "probe", lambda *args: ("3.11.7", installed))
+    with pytest.raises(UsageError, match=r"holds onnxruntime 1\.31\.1, not the 1\.20\.1 it was"):
+        environments._require_as_made(spec, made, "onnxruntime", "onnxruntime")
+    installed["onnxruntime"] = {"onnxruntime": "1.20.1"}
+    environments._require_as_made(spec, made, "onnxruntime", "onnxruntime")
