@@ -61,3 +61,19 @@ def test_each_failure_lists_its_worst_elements_under_its_own_message():
     # ranked by the tolerance each used, which the line says (the message names the largest |err|)
     # (0.5 / (1e-5 + 1e-5 * |-1|) at the golden's end)
     assert lines[at[0] + 1].endswith("(|err| 0.5, 2.5e+04x its tolerance)")
+
+
+def test_an_overflow_shows_an_unbounded_error_not_its_finite_elements_figures():
+    """float32 overflow: inf where the float64 golden is 8.7e38. The finite elements' max abs
+    error and share of tolerance say little of that row; its error is shown unbounded."""
+    import numpy as np
+
+    from tconform.compare import Tolerance, compare_output
+
+    golden = np.array([1.0, 8.7e38])
+    actual = np.array([1.0, np.inf], dtype=np.float32)
+    compared = compare_output("y", actual, golden, Tolerance(1e-5, 1e-5, "a row"))
+    assert compared.kind == "nonfinite"
+    result = Result("m", "m", "torch", "cpu", ["cpu"], "example", "fail", outputs=[compared])
+    row = table._row(result)
+    assert row[3] == "inf" and row[5] == "inf" and row[6] == "FAIL"
