@@ -31,7 +31,14 @@ import numpy as np
 
 from tconform.bench.ceiling import copy_bandwidth_gbs, cpu_name, device_copy_bandwidth_gbs
 from tconform.bench.engines import engine_runtime, engine_variant, weight_counter
-from tconform.bench.report import BenchReport, ending, is_own_json, is_own_markdown
+from tconform.bench.report import (
+    BenchReport,
+    compared_versions,
+    ending,
+    is_own_json,
+    is_own_markdown,
+    version_lines,
+)
 from tconform.bench.timing import round_sig, timed_runs
 from tconform.compare import compare_output
 from tconform.config import ModelConfig
@@ -427,6 +434,7 @@ def table(report: dict) -> str:
         if fastest.get("floor_ratio") is not None:
             text += f", {fastest['floor_ratio']}x its own memory floor"
         lines.append(text)
+    lines += version_lines(report)
     return "\n".join(lines)
 
 
@@ -518,9 +526,19 @@ class GenerateReport(BenchReport):
             "crashed": [],
         }
 
+    def to_dict(self) -> dict:
+        """The report, with each engine's releases' cached step p50 side by side."""
+        report = super().to_dict()
+        return {**report, "versions": compared_versions(report["rows"], _step, "cached_p50_ms")}
+
     def render(self) -> str:
         report = self.to_dict()
         return table(report) if report["rows"] else ""
+
+
+def _step(row: dict) -> tuple[str, str, str]:
+    """Where a generation row's releases are compared: the cached step on its provider."""
+    return "generation", "cached step", row["ep"]
 
     def summary(self) -> str:
         return ""

@@ -9,6 +9,7 @@ the rows so far.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -198,18 +199,25 @@ def version_comparisons(report: dict) -> list[dict]:
     """Versions of one engine in one run (onnxruntime==1.20.1 beside onnxruntime): per case,
     shape and provider, each one's p50 and its ratio to the first named."""
     rows = [r for r in report.get("results", []) if r.get("status") == Status.PASS]
+    return compared_versions(rows, lambda r: (r["case"], shape_label(r), r["ep"]), "p50_ms")
+
+
+def compared_versions(
+    rows: list[dict], where: Callable[[dict], tuple[str, str, str]], metric: str
+) -> list[dict]:
+    """The rows' versions of one engine, grouped by `where` (case, shape, provider): each
+    one's `metric` as its p50 and its ratio to the first named (what version_lines print)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        key = (r["case"], shape_label(r), r["ep"], base_name(r["engine"]))
-        groups.setdefault(key, []).append(r)
+        groups.setdefault((*where(r), base_name(r["engine"])), []).append(r)
     return [
         {
             "case": case,
             "shape": shape,
             "ep": ep,
             "engine": engine,
-            "p50_ms": {r["engine"]: r["p50_ms"] for r in found},
-            "to_first": {r["engine"]: round(r["p50_ms"] / found[0]["p50_ms"], 4) for r in found},
+            "p50_ms": {r["engine"]: r[metric] for r in found},
+            "to_first": {r["engine"]: round(r[metric] / found[0][metric], 4) for r in found},
         }
         for (case, shape, ep, engine), found in groups.items()
         if len(found) > 1

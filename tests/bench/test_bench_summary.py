@@ -160,3 +160,23 @@ def test_two_releases_of_an_engine_are_compared_in_the_json_and_the_lines():
     assert versions["to_first"] == {"onnxruntime==1.20.1": 1.0, "onnxruntime": 0.75}
     (line,) = version_lines(report)
     assert "versions of onnxruntime, p50: onnxruntime==1.20.1 2.0 ms (1.00x)" in line
+
+
+def test_bench_generate_puts_an_engines_releases_side_by_side():
+    """`bench --generate --engine onnxruntime==1.20.1 --engine onnxruntime`: the JSON's
+    `versions` and the summary compare the releases' cached step, as bench's rows do."""
+    from tconform.bench.generate import GenerateReport
+    from tconform.bench.report import version_lines
+
+    report = GenerateReport()
+    report.data["rows"] = [
+        {"engine": "onnxruntime==1.20.1", "ep": "cpu", "cached_p50_ms": 2.0},
+        {"engine": "onnxruntime", "ep": "cpu", "cached_p50_ms": 1.0},
+        {"engine": "torch", "ep": "cpu", "cached_p50_ms": 3.0},  # one release: no comparison
+    ]
+    (compared,) = report.to_dict()["versions"]
+    assert compared["engine"] == "onnxruntime" and compared["to_first"]["onnxruntime"] == 0.5
+    assert version_lines(report.to_dict()) == [
+        "generation cached step cpu: versions of onnxruntime, p50: onnxruntime==1.20.1 2.0 ms "
+        "(1.00x), onnxruntime 1.0 ms (0.50x)"
+    ]
