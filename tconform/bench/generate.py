@@ -505,6 +505,11 @@ MARKDOWN = Writer(write_markdown, _is_own_markdown)
 PLOT = Writer(write_plot, _is_own_plot)
 
 
+def _step(row: dict) -> tuple[str, str, str]:
+    """Where a generation row's releases are compared: the cached step on its provider."""
+    return "generation", "cached step", row["ep"]
+
+
 class GenerateReport(BenchReport):
     """`bench --generate`'s report kind for the run frame: `data` is run_generate_bench's report
     (filled as the run goes), `error` what ended it early."""
@@ -534,14 +539,6 @@ class GenerateReport(BenchReport):
     def render(self) -> str:
         report = self.to_dict()
         return table(report) if report["rows"] else ""
-
-
-def _step(row: dict) -> tuple[str, str, str]:
-    """Where a generation row's releases are compared: the cached step on its provider."""
-    return "generation", "cached step", row["ep"]
-
-    def summary(self) -> str:
-        return ""
 
 
 def generate_run(

@@ -149,8 +149,8 @@ def require_taken(names: Sequence[str], settings: Mapping[str, object], threads:
     given, so it is refused, never passed over."""
     given = [*settings, *(["threads"] if threads else [])]
     for option in given:
-        takers = [n for n in RUNTIMES if option in _fields(n)]
         if not any(option in _fields(name) for name in names):
+            takers = [n for n in RUNTIMES if option in _fields(n)]
             flag = "--threads" if option == "threads" else declared_options()[option].flag
             raise UsageError(
                 f"{flag}: none of the runtimes chosen ({', '.join(names)}) takes it; "

@@ -133,9 +133,9 @@ def _opset() -> Any:
 
 
 def _known(device: str, config: dict[str, str]) -> dict[str, str]:
-    """`config` without the pins of tconform's this release's device does not know: an older
-    OpenVINO (2023) has no dynamic quantization to turn off, so its key is left out rather than
-    failing every compile; what a user gives (--provider-option) is passed as given."""
+    """`config` without those of tconform's pins (PINS) that this release's device does not
+    know: an older OpenVINO (2023) has no dynamic quantization to turn off, so that key is left
+    out rather than failing every compile; every other property is passed as given."""
     supported = set(_core().get_property(device, "SUPPORTED_PROPERTIES"))
     return {key: value for key, value in config.items() if key not in PINS or key in supported}
 
