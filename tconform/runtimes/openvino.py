@@ -25,7 +25,7 @@ import importlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -132,16 +132,20 @@ def _opset() -> Any:
     raise ProviderUnavailable(f"openvino {_openvino().get_version()}: no opset to build a model")
 
 
-def _known(device: str, config: dict[str, str]) -> dict[str, str]:
+def _known(device: str, config: dict[str, str], given: Iterable[str] = ()) -> dict[str, str]:
     """`config` without those of tconform's pins (PINS) that this release's device does not
     know: an older OpenVINO (2023) has no dynamic quantization to turn off, so that key is left
-    out rather than failing every compile; every other property is passed as given."""
+    out rather than failing every compile. Every other property, and every key the user `given`
+    (a pin's key among them), is passed as given: what a user asks for is never dropped."""
     supported = set(_core().get_property(device, "SUPPORTED_PROPERTIES"))
-    return {key: value for key, value in config.items() if key not in PINS or key in supported}
+    kept = set(given) | supported
+    return {key: value for key, value in config.items() if key not in PINS or key in kept}
 
 
 @functools.cache
-def _probe(device: str, config: tuple[tuple[str, str], ...]) -> dict[str, object]:
+def _probe(
+    device: str, config: tuple[tuple[str, str], ...], given: tuple[str, ...] = ()
+) -> dict[str, object]:
     """What OpenVINO makes of `config` on `device`, from a one-MatMul model compiled with it:
     the compiled properties, the device's name and capabilities. ProviderUnavailable when the
     device cannot compile anything."""
@@ -151,7 +155,7 @@ def _probe(device: str, config: tuple[tuple[str, str], ...]) -> dict[str, object
     y = ops.matmul(x, ops.constant(np.ones((8, 8), np.float32)), False, False)
     try:
         compiled = _core().compile_model(
-            ov.Model([y], [x], "probe"), device, _known(device, dict(config))
+            ov.Model([y], [x], "probe"), device, _known(device, dict(config), given)
         )
     except Exception as exc:  # OpenVINO raises RuntimeError for everything
         raise ProviderUnavailable(f"{device.lower()}: {reason(exc)}") from None
@@ -210,7 +214,9 @@ class OpenVinoRuntime(Runtime):
     def probe(self) -> dict[str, object]:
         """OpenVINO's version, the device and the properties it compiles with (cached);
         ProviderUnavailable without OpenVINO or the device."""
-        return _probe(self.device, tuple(sorted(self.config().items())))
+        return _probe(
+            self.device, tuple(sorted(self.config().items())), tuple(sorted(self.properties))
+        )
 
     @property
     def precision(self) -> str:
@@ -263,7 +269,9 @@ class OpenVinoRuntime(Runtime):
             raise UsageError(f"{model_path}: OpenVINO cannot read it: {reason(exc)}") from None
         try:
             model = frontend.convert(loaded)
-            compiled = _core().compile_model(model, self.device, _known(self.device, self.config()))
+            compiled = _core().compile_model(
+                model, self.device, _known(self.device, self.config(), self.properties)
+            )
         except Exception as exc:
             raise RuntimeRejected(f"OpenVINO cannot convert or compile it: {reason(exc)}") from None
         session = OpenVinoSession(compiled, round(time.perf_counter() - started, 3))

@@ -254,3 +254,19 @@ def test_a_pin_the_release_does_not_know_is_left_out_not_a_failure(monkeypatch):
     kept = openvino._known("CPU", config)
     assert kept == {k: v for k, v in config.items() if k != "DYNAMIC_QUANTIZATION_GROUP_SIZE"}
     assert kept["NUM_STREAMS"] == "1"
+
+
+def test_a_pin_the_user_gives_is_passed_even_where_the_release_does_not_know_it(monkeypatch):
+    """A user who sets a pinned key themselves asked for it: it reaches the compile (where the
+    release refuses it, loudly) rather than being dropped as tconform's own pin would be."""
+    from tconform.runtimes import openvino
+
+    class OldCore:
+        def get_property(self, device, key):
+            return ["INFERENCE_PRECISION_HINT", "PERFORMANCE_HINT"]
+
+    monkeypatch.setattr(openvino, "_core", OldCore)
+    runtime = OpenVinoRuntime(properties={"DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"})
+    kept = openvino._known("CPU", runtime.config(), runtime.properties)
+    assert kept["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "32"
+    assert "CPU_DENORMALS_OPTIMIZATION" not in kept  # tconform's own pin, unknown there
