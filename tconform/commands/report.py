@@ -11,6 +11,7 @@ from tconform.commands.options import (
     require_reports_apart,
 )
 from tconform.commands.run import run_and_report, writes_report
+from tconform.errors import one_line
 
 
 @click.group("report")
@@ -49,5 +50,7 @@ def merge(shard_reports, reports, quiet) -> None:
         progress(
             f"merged {len(shard_reports)} reports: {len(merged.settings['units']['ids'])} units"
         )
+        for found in merged.details.get("localisation", []):  # as each shard printed it
+            progress(f"localisation on {found['runtime']}: {one_line(found['verdict'])}")
 
     run_and_report(RunReport("verify"), run, quiet, reports)  # its table, pivot and versions

@@ -108,7 +108,7 @@ def _localisations(found: list[dict]) -> list[str]:
     module boundaries outside tolerance in execution order (the JSON has every boundary)."""
     lines = []
     for loc in found:
-        lines += ["", f"### Localisation on {loc['runtime']}", "", loc["verdict"], ""]
+        lines += ["", f"### Localisation on {_md(loc['runtime'])}", "", _md(loc["verdict"]), ""]
         failing = [b for b in loc["boundaries"] if b["status"] == "fail"]
         if failing:
             lines += ["| module | class | max abs err | tol used |", "|---|---|---|---|"]
@@ -118,7 +118,7 @@ def _localisations(found: list[dict]) -> list[str]:
             figures = (
                 f"{worst['max_abs_err']:.2e} | {worst['tolerance_used']:.3g}x" if worst else "- | -"
             )
-            name = b["path"] or "(whole module)"
+            name = _md(b.get("path") or "(whole module)")
             lines.append(f"| `{name}` | {b['cls'].rsplit('.', 1)[-1]} | {figures} |")
     return lines
 

@@ -1,6 +1,6 @@
 """`tconform report merge`: the JSON reports of `verify --shard K/N` runs (`--generation`'s
-among them), or of `check --shard K/N` runs of one model, made one report (a check's
-localisations stay in its shard's report).
+among them), or of `check --shard K/N` runs of one model, made one report, each shard's
+localisations and version partings carried into it.
 
 The shards must come from the same goldens (golden manifest sha256), the same tconform version
 and the same unit list (its sha256, tconform.units.digest), and together hold every unit exactly
@@ -172,6 +172,51 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
     return results
 
 
+# What a shard's details hold of its localised lanes, and the fields the reports render of each
+# (tconform.report.markdown): carried into the merged report, each entry checked first.
+CARRIED = {"localisation": ("runtime", "verdict"), "version_partings": ("verdict",)}
+BOUNDARY = {"status": str, "cls": str, "outputs": list}
+
+
+def _carried(path: Path, data: dict, key: str) -> list[dict]:
+    """The shard's `details[key]` entries, each a JSON object with the text fields the reports
+    render (a localisation's boundaries too); anything else is refused in one line."""
+    found = (data.get("details") or {}).get(key) if isinstance(data.get("details"), dict) else None
+    if found is None:
+        return []
+    entries = found if isinstance(found, list) else [None]
+    for n, entry in enumerate(entries):
+        boundaries = entry.get("boundaries", []) if isinstance(entry, dict) else None
+        if not (
+            isinstance(entry, dict)
+            and all(isinstance(entry.get(field), str) for field in CARRIED[key])
+            and isinstance(boundaries, list)
+            and all(_is_boundary(b) for b in boundaries)
+        ):
+            raise UsageError(f"{path}: details.{key}[{n}] is not what tconform writes there")
+    return entries
+
+
+def _is_boundary(b: object) -> bool:
+    """Whether `b` is a localisation's boundary as the reports render it."""
+    return (
+        isinstance(b, dict)
+        and all(isinstance(b.get(field), kind) for field, kind in BOUNDARY.items())
+        and (b.get("path") is None or isinstance(b["path"], str))
+        and all(
+            isinstance(o, dict)
+            and (
+                o.get("tolerance_used") is None or _are_numbers(o, "max_abs_err", "tolerance_used")
+            )
+            for o in b["outputs"]
+        )
+    )
+
+
+def _are_numbers(entry: dict, *fields: str) -> bool:
+    return all(type(entry.get(f)) in (int, float) for f in fields)
+
+
 def _contradiction(r: Result) -> str:
     """Why a pass contradicts its own figures ('' where it does not): an output that did not
     pass, counted mismatches, more than its tolerance used, an SQNR below its floor, or a
@@ -287,6 +332,10 @@ def merge(paths: list[Path]) -> RunReport:
     ]
     for path, data in reports:
         merged.results += _results(path, data, data["settings"]["units"]["ids"])
+        for key in CARRIED:
+            found = _carried(path, data, key)
+            if found:
+                merged.details.setdefault(key, []).extend(found)
         if data.get("error") is not None and merged.error is None:
             shard = data["settings"]["units"].get("shard")
             merged.error = {

@@ -145,6 +145,13 @@ def _shard(**changes) -> dict:
             {"settings": {}, "error": {"message": "--shard 2/2 holds no units", "exit_code": 2}},
             "records no work units: its run stopped first \\(exit 2: --shard 2/2 holds no units",
         ),
+        # a localisation the reports could not render
+        ({"details": {"localisation": [{"runtime": "ort-cpu"}]}}, "details.localisation\\[0\\]"),
+        ({"details": {"localisation": {"runtime": "x"}}}, "details.localisation\\[0\\]"),
+        (
+            {"details": {"version_partings": [{"verdict": "v", "boundaries": [{"status": 1}]}]}},
+            "details.version_partings\\[0\\] is not what tconform writes there",
+        ),
         # a forged pass that compared nothing merged to a pass
         (
             {"results": [{**_shard()["results"][0], "outputs": []}]},
@@ -275,3 +282,30 @@ def test_merged_units_take_their_places_in_the_run_and_no_place_twice(tmp_path):
     assert [r.input_set for r in merged.results] == ["test_data_set_1", "test_data_set_0"]
     with pytest.raises(UsageError, match="a place of its own"):
         merge(_two_shards(tmp_path, {}, {}, places=(0, 0)))
+
+
+LOCALISED = {
+    "runtime": "ort-cpu",
+    "verdict": "first divergence at `fc` (isolated error 40x tolerance)",
+    "boundaries": [
+        {"path": "fc", "cls": "torch.nn.Linear", "status": "fail",
+         "outputs": [{"max_abs_err": 0.5, "tolerance_used": 40.0}]},
+        {"path": None, "cls": "M", "status": "pass", "outputs": [{"tolerance_used": None}]},
+    ],
+}  # fmt: skip
+
+
+def test_each_shards_localisations_and_partings_are_carried_into_the_merged_report(tmp_path):
+    """A sharded `check --localise`: what each shard found is in the merged report (JSON and
+    markdown), in shard order, not left behind in the shard's own file."""
+    from tconform.report import markdown
+
+    details = {"localisation": [LOCALISED], "version_partings": [{"verdict": "they part at fc"}]}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(_shard(details=details)))
+    merged = merge([path])
+    assert merged.details["localisation"] == [LOCALISED]
+    assert merged.details["version_partings"] == [{"verdict": "they part at fc"}]
+    text = markdown.build(merged)
+    assert "### Localisation on ort-cpu" in text and "| `fc` | Linear | 5.00e-01 | 40x |" in text
+    assert "where they part: they part at fc" in text
