@@ -111,6 +111,7 @@ class Localisation:
     # whether the plain run fails only at its padded positions
     real_positions: str = ""
     padding_only: bool = False
+    masked: bool = False  # a mask with padded positions applied (found or --padding-mask)
     isolate_modules: str = "first"
     isolated: int = 0  # modules cut out and run while naming
     not_reached: int = 0  # candidates left when MAX_ISOLATED were cut
@@ -134,6 +135,7 @@ class Localisation:
             "observer": self.observer.to_dict() if self.observer else None,
             "real_positions": self.real_positions or None,
             "padding_only": self.padding_only,
+            "masked": self.masked,
             "isolated": self.isolated,
             "not_reached": self.not_reached,
             "verdict": self.verdict,
@@ -264,6 +266,7 @@ def localise(
         observer=judged.observer,
         real_positions=real_positions,
         padding_only=padded,
+        masked=keep is not None and not keep.all(),
         isolate_modules=isolate_modules,
     )
     if judged.walk or judged.targets:

@@ -150,15 +150,37 @@ def _unnamed(loc: Localisation) -> str:
     return "no module is named: " + "; ".join(parts)
 
 
+def _inside(loc: Localisation) -> str:
+    """The module boundaries outside tolerance in a run whose outputs do not name one. Under a
+    padding mask, a boundary whose tensors do not lead with the mask's (batch, sequence) (a
+    flattened batch x sequence, say) was compared at every position: said so, since padded
+    rows may be all that differs there."""
+    failing = [b for b in loc.boundaries if b.status == "fail" and b.path]
+    where = "at the real positions" if loc.masked else ""
+    if not failing:
+        return " ".join(filter(None, [where, "every matched module boundary is within tolerance"]))
+    everywhere = [b for b in failing if loc.masked and _unmasked(b)]
+    real = [b for b in failing if b not in everywhere]
+    said = [" ".join(filter(None, [", ".join(b.label for b in real), "left it", where]))]
+    said = said if real else []
+    if everywhere:
+        said.append(
+            f"{', '.join(b.label for b in everywhere)} left it compared at every position, "
+            "padded ones included, since their tensors do not lead with the mask's batch and "
+            "sequence"
+        )
+    return f"inside, {'; '.join(said)} (absorbed before the outputs)"
+
+
+def _unmasked(b: Boundary) -> bool:
+    """Whether none of `b`'s outputs outside tolerance left a padded position out."""
+    return all(o.excluded == 0 for o in b.outputs if o.status == "fail")
+
+
 def verdict(loc: Localisation) -> str:
     """One paragraph: what is named and the numbers that prove it, or why nothing is."""
     root = next((b for b in loc.boundaries if b.path == ""), None)
-    failing = [b.label for b in loc.boundaries if b.status == "fail" and b.path]
-    inside_note = (
-        f"inside, {', '.join(failing)} left it (absorbed before the outputs)"
-        if failing
-        else "every matched module boundary is within tolerance"
-    )
+    inside_note = _inside(loc)
     observed = ""
     if loc.observer is not None and loc.observer.changed:
         observed = (
@@ -175,9 +197,10 @@ def verdict(loc: Localisation) -> str:
         advice = f"; compare those only with --padding-mask {mask}"
         return (
             f"no module is named: the outputs leave tolerance only where {mask} is 0 (padding, "
-            f"whose outputs no framework defines); at the real positions {inside_note}{advice}"
+            f"whose outputs no framework defines); {inside_note}{advice}"
         )
     if root is None or root.status != "fail":
+        failing = any(b.status == "fail" and b.path for b in loc.boundaries)
         what = "the outputs are within tolerance; " + inside_note if failing else inside_note
         return f"{observed}no divergence: {what}"
     return observed + (_named(loc, loc.first) if loc.first is not None else _unnamed(loc))

@@ -19,7 +19,7 @@ from tconform.compare import Tolerance
 from tconform.localise import ModuleTree, capture_calls, localise, render
 from tconform.models import derived_file
 from tconform.runtimes import make_runtime
-from tests.localise.graphs import Chain, save_model, scoped_node
+from tests.localise.graphs import Chain, Scale, save_model, scoped_node
 
 pytestmark = pytest.mark.unit
 
@@ -211,6 +211,46 @@ def _masked(path, real_fault=False):
     weights["fault"][0, 0] = int(real_fault)
     inputs = {"x": (TensorProto.FLOAT, [2, 3, 4]), "mask": (TensorProto.INT64, [2, 3])}
     return save_model(path, nodes, inputs, {"y": [2, 3, 4]}, weights)
+
+
+class Flattened(nn.Module):
+    """y = b(a(x) flattened to (batch x sequence, feature)), back in (batch, sequence, feature)
+    shape, as OPT's decoder layers run their feed-forward part."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = Scale(2.0), Scale(3.0)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x).reshape(6, 4)).reshape(2, 3, 4)
+
+
+def test_a_flattened_boundary_that_differs_at_padded_rows_is_not_said_to_at_real_ones(tmp_path):
+    """b's output is (batch x sequence, feature): the mask cannot lead it, so it is compared
+    at every position, and its padded row (the last) differs. The verdict names no module and
+    says b was compared with the padding included, never that it left tolerance at the real
+    positions."""
+    nodes = [
+        scoped_node("Mul", ["x", "two"], ["h1"], ["a"]),
+        scoped_node("Reshape", ["h1", "flat"], ["h2"], []),
+        scoped_node("Mul", ["h2", "three"], ["f0"], ["b"]),
+        scoped_node("Mul", ["f0", "half"], ["f1"], ["b"]),
+        scoped_node("Where", ["real", "f0", "f1"], ["f"], ["b"]),
+        scoped_node("Reshape", ["f", "shape"], ["y"], []),
+    ]
+    weights = {
+        k: np.array(v, np.float32) for k, v in {"two": 2.0, "three": 3.0, "half": 0.5}.items()
+    }
+    weights |= {"flat": np.array([6, 4]), "shape": np.array([2, 3, 4])}
+    weights["real"] = np.array([[1], [1], [1], [1], [1], [0]], bool)
+    inputs = {"x": (TensorProto.FLOAT, [2, 3, 4]), "mask": (TensorProto.INT64, [2, 3])}
+    path = save_model(tmp_path / "m.onnx", nodes, inputs, {"y": [2, 3, 4]}, weights)
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 4)
+    feeds = {"x": x, "mask": np.array([[1, 1, 1], [1, 1, 0]], np.int64)}
+    loc = _localise(Flattened(), path, feeds)
+    assert loc.padding_only and loc.first is None and _failing(loc) == ["b"], loc.verdict
+    assert "b left it compared at every position, padded ones included" in loc.verdict
+    assert "at the real positions" not in loc.verdict, loc.verdict
 
 
 def test_a_failure_only_at_padded_positions_names_no_module(tmp_path):
