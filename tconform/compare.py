@@ -605,7 +605,7 @@ def judge_outputs(
             actual = np.asarray(actual)
             keep = None
             if padding_mask is not None and _leads_with(actual, masks[padding_mask]):
-                keep = _expanded(masks[padding_mask] != 0, actual.ndim)
+                keep = expanded_mask(masks[padding_mask] != 0, actual.ndim)
             tol = tolerance(precision, known(name, outputs))
             comparison = compare_output(name, actual, expected[name], tol, where=keep)
             if comparison.status == "fail" and padding_mask is None:
@@ -628,7 +628,9 @@ def _leads_with(output: np.ndarray, mask: np.ndarray) -> bool:
     return output.ndim >= mask.ndim and output.shape[: mask.ndim] == mask.shape
 
 
-def _expanded(keep: np.ndarray, ndim: int) -> np.ndarray:
+def expanded_mask(keep: np.ndarray, ndim: int) -> np.ndarray:
+    """A (batch, sequence) mask shaped to broadcast over a tensor of `ndim` dimensions that
+    leads with it."""
     return keep.reshape(keep.shape + (1,) * (ndim - keep.ndim))
 
 
@@ -639,7 +641,8 @@ def _padding_note(comparison: OutputComparison, actual, expected, tol: Tolerance
     for name, mask in masks.items():
         if not _leads_with(actual, mask) or mask.all():
             continue
-        real = compare_output("", actual, expected, tol, where=_expanded(mask != 0, actual.ndim))
+        where = expanded_mask(mask != 0, actual.ndim)
+        real = compare_output("", actual, expected, tol, where=where)
         padded = comparison.mismatches - real.mismatches
         if real.status == "pass":
             return (

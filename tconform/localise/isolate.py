@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from tconform.compare import GROWN_ABOVE, OutputComparison, Tolerance
+from tconform.compare import GROWN_ABOVE, OutputComparison, Tolerance, expanded_mask
 from tconform.execution import Subject, open_subject
 from tconform.files import atomic_write_bytes
 from tconform.folders import BUNDLE_MARKER, BUNDLE_TOOL, replace_whole
@@ -292,7 +292,7 @@ def _write_files(
         tensor = numpy_helper.from_array(expected, name=value)
         atomic_write_bytes(data / f"output_{k}.pb", tensor.SerializeToString())
         if keep is not None and expected.shape[: keep.ndim] == keep.shape:  # as judged
-            where = keep.reshape(keep.shape + (1,) * (expected.ndim - keep.ndim)) != 0
+            where = expanded_mask(keep, expected.ndim) != 0
             buffer = io.BytesIO()
             np.save(buffer, np.broadcast_to(where, expected.shape))
             atomic_write_bytes(data / f"compared_{k}.npy", buffer.getvalue())

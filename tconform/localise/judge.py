@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from tconform.compare import OutputComparison, Tolerance, compare_output
+from tconform.compare import OutputComparison, Tolerance, compare_output, expanded_mask
 from tconform.localise.capture import Call, ModuleTree
 from tconform.localise.scopes import Graph
 
@@ -140,7 +140,7 @@ def compare_boundary(
         expected = expected.reshape(actual.shape)
     where = None
     if keep is not None and actual.shape[: keep.ndim] == keep.shape:
-        where = keep.reshape(keep.shape + (1,) * (actual.ndim - keep.ndim))
+        where = expanded_mask(keep, actual.ndim)
     limit = actual.dtype if range_of is None else range_of
     return compare_output(name, clamped(actual, limit), clamped(expected, limit), tol, where=where)
 

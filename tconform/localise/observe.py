@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tconform.compare import Tolerance, mask_like
+from tconform.compare import Tolerance, expanded_mask, mask_like
 from tconform.execution import Subject, open_subject
 from tconform.localise.judge import clamped, compare_boundary
 from tconform.models import ModelUnderTest
@@ -111,7 +111,7 @@ def observer(
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(allowed > 0, beyond / allowed, np.where(beyond > 0, math.inf, 0.0))
         if keep is not None and base.shape[: keep.ndim] == keep.shape:
-            share = np.where(keep.reshape(keep.shape + (1,) * (base.ndim - keep.ndim)), share, 0)
+            share = np.where(expanded_mask(keep, base.ndim), share, 0)
         if diff.size:
             max_diff = max(max_diff, float(diff.max()))
             noise = max(noise, float(plain.noise[name].max()))
