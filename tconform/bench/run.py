@@ -112,10 +112,9 @@ def bench_settings(
     None, () and ()). `crash_folder`: where an engine in a
     worker that crashes leaves its repro bundle. `runtime_settings`: the options runtimes
     declare that were given (tconform.runtimes.RuntimeOptions.settings)."""
-    engines_run_on = [
-        engine_runtime(e) for e in parse_engines(engines, for_module=module is not None)
-    ]
-    require_taken(engines_run_on, runtime_settings)  # --threads is the bench's, for every engine
+    engines = parse_engines(engines, for_module=module is not None)
+    # --threads is the bench's, for every engine
+    require_taken([engine_runtime(e) for e in engines], runtime_settings)
     common = dict(
         eps=tuple(parse_eps(ep_spec)),
         threads=threads or default_threads(),
@@ -153,16 +152,16 @@ def bench_settings(
         cfg=cfg,
         cases=selected,
         shapes=shapes,
-        engines=parse_engines(engines),
+        engines=engines,
         artifacts=artifacts or Path("artifacts") / BENCH_AREA / preset,
         **common,
     )
 
 
 def module_settings(
-    preset, cases, shapes, engines, artifacts, module: UserModel, input_sets, common
+    preset, cases, shapes, engines: tuple, artifacts, module: UserModel, input_sets, common
 ) -> BenchSettings:  # fmt: skip
-    """A user's model's bench: its engines, its export folder (tconform check's, as check
+    """A user's model's bench: its engines (parsed), its export folder (tconform check's, as check
     --out names it), the input sets asked for (the example's by default); tconform's own
     cases, shapes and presets are refused, naming the option."""
     from tconform.check_folder import export_folder, require_own_export_folder, require_target
@@ -177,8 +176,7 @@ def module_settings(
     folder = export_folder(module.target, artifacts)
     require_own_export_folder(folder)  # before the factory runs
     wanted = tuple(dict.fromkeys(input_sets)) or (EXAMPLE,)
-    chosen = parse_engines(engines, for_module=True)
-    made = [e for e in chosen if engine_variant(e) and engine_variant(e).export != PLAIN_EXPORT]
+    made = [e for e in engines if engine_variant(e) and engine_variant(e).export != PLAIN_EXPORT]
     if module.model is not None and made:
         raise UsageError(
             f"--engine {made[0]} times a model tconform makes from its export; --model times "
@@ -189,7 +187,7 @@ def module_settings(
         cfg=None,
         cases=(),
         shapes=(),
-        engines=chosen,
+        engines=engines,
         artifacts=folder,
         # the shapes the example never had are made only where one of them is timed
         module=replace(module, out_dir=folder, shapes=wanted != (EXAMPLE,)),
