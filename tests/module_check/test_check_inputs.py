@@ -123,6 +123,25 @@ def test_default_tolerance_is_the_model_row_with_overrides():
         Tolerances(("a",), per_output=(("c", (1.0, 1.0)),))
 
 
+def test_an_rtol_given_alone_of_one_or_more_cannot_see_and_is_no_pass():
+    """--rtol 1 without --atol: all zeros pass |err| <= |golden|, so the output is `skip`
+    saying why (it was a pass: only a given atol marked a tolerance as the user's); the row's
+    atol beside it, still scaled to the output, is never what makes it blind."""
+    from tconform.compare import compare_output
+
+    golden = np.random.default_rng(0).standard_normal(50)
+    blind = compare_output(
+        "y", np.zeros_like(golden), golden, Tolerances(("y",), rtol=1.0).module("float32")
+    )
+    assert blind.unseen() and "is 1 or more" in blind.unseen()  # settled as skip, never a pass
+    seeing = Tolerances(("y",), rtol=0.5).module("float32")
+    assert seeing.given and seeing.atol_rms is not None
+    assert compare_output("y", np.zeros_like(golden), golden, seeing).status == "fail"
+    tiny = golden * 1e-9  # below the row's atol, which is scaled to it: judged, not blind
+    tol = Tolerances(("y",), rtol=1e-3).module("float32")
+    assert compare_output("y", tiny * 1.5, tiny, tol).status == "fail"
+
+
 def _package(tmp_path, monkeypatch, name: str, source: str) -> str:
     """A throwaway importable module in the current folder, as a user's own code would be."""
     (tmp_path / f"{name}.py").write_text(source)
