@@ -224,8 +224,14 @@ def _contradiction(r: Result) -> str:
     the output's RMS times the square root of its size), or a tolerance that cannot see the
     output (tconform makes such an output skip, never a pass): one it marked so, or, without an
     SQNR floor to see by, an atol at or above the output's RMS or an rtol of 1 or more."""
+    failed = next((o.name for o in r.outputs if o.status == "fail"), None)
+    if r.status in ("skip", "unavailable") and failed is not None:
+        return f"a {r.status} whose output {failed!r:.80} failed"
     if r.status != "pass":
         return ""
+    ran_on = _ran_elsewhere(r)
+    if ran_on:
+        return ran_on
     for o in r.outputs:
         said = f"a pass whose output {o.name!r:.80}"
         if o.status != "pass" or o.mismatches:
@@ -244,6 +250,23 @@ def _contradiction(r: Result) -> str:
         allowed = (o.atol + o.rtol * largest) * (1 + USED_ROUNDING)
         if o.max_abs_err is not None and o.golden_rms is not None and o.max_abs_err > allowed:
             return f"{said} erred by {o.max_abs_err:.3g}, beyond what its tolerance allows"
+    return ""
+
+
+def _ran_elsewhere(r: Result) -> str:
+    """Why a pass did not run on what it names ('' where it did): no provider recorded, or an
+    ONNX Runtime pass on a provider its session did not have (a session that fell back to the
+    CPU is never the requested provider's pass: tconform.runtimes.onnxruntime)."""
+    from tconform.runtimes.providers import PROVIDERS
+
+    if result_unit(r) == documents_unit().id:  # a document property's row holds no session
+        return ""
+    if not r.ep_actual:
+        return "a pass that records nothing it ran on"
+    family = re.split(r"==|@", r.runtime, maxsplit=1)[0]
+    wanted = PROVIDERS.get(r.ep)
+    if family == "onnxruntime" and wanted and wanted not in r.ep_actual:
+        return f"a pass on {r.ep} whose session ran on {', '.join(map(str, r.ep_actual))}"
     return ""
 
 

@@ -145,6 +145,25 @@ def _shard(**changes) -> dict:
             {"settings": {}, "error": {"message": "--shard 2/2 holds no units", "exit_code": 2}},
             "records no work units: its run stopped first \\(exit 2: --shard 2/2 holds no units",
         ),
+        # a CUDA pass whose session ran on the CPU alone, or that records no session at all
+        (
+            {"results": [{**_shard()["results"][0], "ep": "cuda"}]},
+            "a pass on cuda whose session ran on CPUExecutionProvider",
+        ),
+        ({"results": [{**_shard()["results"][0], "ep_actual": []}]}, "records nothing it ran on"),
+        # a failure relabelled as a skip
+        (
+            {
+                "results": [
+                    {
+                        **_shard()["results"][0],
+                        "status": "skip",
+                        "outputs": [{**COMPARED, "status": "fail", "mismatches": 3}],
+                    }
+                ]
+            },
+            "a skip whose output 'y' failed",
+        ),
         # a localisation the reports could not render
         ({"details": {"localisation": [{"runtime": "ort-cpu"}]}}, "details.localisation\\[0\\]"),
         ({"details": {"localisation": {"runtime": "x"}}}, "details.localisation\\[0\\]"),
