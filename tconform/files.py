@@ -168,6 +168,28 @@ def require_inside(root: Path, path: Path) -> Path:
 MAX_REPORT_BYTES = 512 * 2**20  # far above a full matrix's report; refused before reading
 
 
+# The largest integer a tconform file holds (sizes, counts, seeds): one beyond it (10**400)
+# would overflow every float it is compared with.
+MAX_JSON_INT = 2**63
+
+
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > MAX_JSON_INT:
+        raise ValueError(f"the integer {text:.20}... is beyond {MAX_JSON_INT}")
+    return value
+
+
+def _why(exc: Exception) -> str:
+    """What was wrong with a JSON file, briefly: the exception's type, or what _bounded_int
+    refused, or that a string is no text."""
+    if isinstance(exc, UnicodeEncodeError):
+        return "a string holds a lone surrogate, which is no text"
+    if isinstance(exc, ValueError) and str(exc).startswith("the integer"):
+        return str(exc)
+    return type(exc).__name__
+
+
 def read_json_object(path: Path, max_bytes: int = MAX_REPORT_BYTES, what: str = "JSON") -> dict:
     """A JSON file holding an object, or one-line UsageError naming the file: a regular file
     (never a pipe, which would block), no larger than `max_bytes`, valid UTF-8 JSON."""
@@ -177,9 +199,11 @@ def read_json_object(path: Path, max_bytes: int = MAX_REPORT_BYTES, what: str = 
     if size > max_bytes:
         raise UsageError(f"{path}: {size} bytes, too large for a {what} file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_int=_bounded_int)
+        # a lone surrogate (a valid JSON escape) is no text: it would fail every report written
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
     except (OSError, ValueError, RecursionError) as exc:  # undecodable, invalid, too deep
-        raise UsageError(f"{path}: not a readable {what} file ({type(exc).__name__})") from None
+        raise UsageError(f"{path}: not a readable {what} file ({_why(exc)})") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: not a tconform {what} file (a JSON object is expected)")
     return data

@@ -46,3 +46,25 @@ def test_a_folder_written_whole_has_the_mode_mkdir_gives_it(tmp_path):
     folder = replace_whole(tmp_path / "b", BUNDLE_MARKER, {"tool": BUNDLE_TOOL}, write, "--repro")
     os.mkdir(tmp_path / "plain")
     assert (folder.stat().st_mode & 0o777) == ((tmp_path / "plain").stat().st_mode & 0o777)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"config": {"norm_eps": 1' + "0" * 400 + "}}", "the integer 1000"),
+        ('{"seed": -1' + "0" * 400 + "}", "the integer -1000"),
+        ('{"message": "\\ud800"}', "a string holds a lone surrogate"),
+        ('{"size": 1' + "0" * 5000 + "}", "ValueError"),  # beyond Python's digit limit
+    ],
+)
+def test_json_no_tconform_file_holds_is_one_line_naming_the_file(tmp_path, text, says):
+    """An integer no float can hold (it overflowed the config's checks, a report's figures
+    and a bench comparison) and a lone surrogate (no report could be written with it) are
+    refused where every tconform JSON file is read: manifests, records, reports."""
+    from tconform.errors import UsageError
+    from tconform.folders import read_json_manifest
+
+    path = tmp_path / "manifest.json"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=f"manifest.json: not a readable manifest file .*{says}"):
+        read_json_manifest(path)
