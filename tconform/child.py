@@ -203,8 +203,10 @@ def _child_main(
         os.setpgid(0, 0)
     # What the user's code prints goes to stderr, beside the progress lines: stdout holds the
     # results the command prints, which a script reads.
-    sys.stdout.flush()
-    os.dup2(2, 1)
+    if sys.stdout is not None:  # None where the command was started with stdout closed
+        sys.stdout.flush()
+    with contextlib.suppress(OSError):  # stderr closed too: nothing to send it to
+        os.dup2(2, 1)
     sys.stdout = sys.stderr
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -3,6 +3,8 @@ traceback; an export failure names the log that holds the exporter's full output
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -242,6 +244,22 @@ def test_a_second_check_into_the_same_folder_waits_for_the_first(cli, user_packa
         code, out_text, err = cli("check", f"{user_package}:good", "--out", str(out), "-q")
     assert code == 2 and "another tconform run holds" in err, out_text + err
     assert "Traceback" not in err and not out.exists()  # nothing exported
+
+
+def test_a_check_started_with_stdout_closed_runs_as_if_it_went_nowhere(user_package, tmp_path):
+    """`>&-`: the check's process inherited no stdout, and its first flush ended it before the
+    check ("exited with status 1 while starting"); it runs, and its report is written."""
+    import subprocess
+    import sys
+
+    report = tmp_path / "closed.json"
+    done = subprocess.run(
+        f"'{sys.executable}' -m tconform check {user_package}:good --no-shapes --no-torch "
+        f"--out export --json '{report}' >&-",
+        shell=True, capture_output=False, stderr=subprocess.PIPE, text=True, timeout=100,
+    )  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert json.loads(report.read_text())["exit_code"] == 0
 
 
 def test_the_user_code_s_prints_and_forks_stay_out_of_the_command_s_output(user_package):
