@@ -372,6 +372,10 @@ def read_tensor(path: Path, expected_sha: str, shape: list[int] | None, root: Pa
         array = numpy_helper.to_array(proto)
     except Exception as exc:
         raise UsageError(f"{path}: not a serialized TensorProto ({exc})") from None
+    if list(proto.dims) != list(array.shape) or (shape is not None and array.shape != tuple(shape)):
+        raise UsageError(
+            f"{path}: dims {list(proto.dims)[:8]} are not the shape {shape} its manifest records"
+        )
     return proto.name, array
 
 

@@ -209,3 +209,18 @@ def test_force_never_replaces_goldens_of_the_other_kind(tmp_path):
     with pytest.raises(UsageError, match="holds the components' goldens; golden --force"):
         generation_golden.write(folder, TINY, 1, "tiny", force=True)
     assert _tree(folder) == before
+
+
+@pytest.mark.parametrize("dims", [[-2, 3], [3, 2]])
+def test_a_tensor_whose_dims_are_not_its_manifest_shape_is_refused(tmp_path, dims):
+    """A golden .pb rewritten with negative dims (its data unchanged, its sha256 updated) was
+    read as a tensor and passed; so was one of another shape of the same size."""
+    proto = golden.numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "y")
+    del proto.dims[:]
+    proto.dims.extend(dims)
+    data = proto.SerializeToString()
+    (tmp_path / "g").mkdir()
+    path = tmp_path / "g" / "output_0.pb"
+    path.write_bytes(data)
+    with pytest.raises(golden.UsageError, match=r"output_0.pb: dims .* are not the shape \[2, 3\]"):
+        golden.read_tensor(path, golden.sha256_bytes(data), [2, 3], tmp_path / "g")
