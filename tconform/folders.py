@@ -356,20 +356,21 @@ def is_lock(path: Path) -> bool:
 
 
 def _open_lock(path: Path, shared: bool) -> int | None:
-    """The lock file's descriptor, created if missing, never through a symlink (O_NOFOLLOW: a
-    link planted at the lock's name would make tconform create or open its target, anywhere)
-    and only if it is a regular file. None: a shared lock that cannot be created (a folder
-    whose parent cannot be written, or is missing, is read without one)."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    """The lock file's descriptor, created by a writer if missing, never through a symlink
+    (O_NOFOLLOW: a link planted at the lock's name would make tconform create or open its
+    target, anywhere) and only if it is a regular file. None: a shared lock with no lock file
+    to take (or one that cannot be opened): the folder is read without one."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, 0o666)
+        # a reader takes the lock its writer left, never making one beside a folder it reads
+        fd = os.open(path, flags if shared else flags | os.O_CREAT, 0o666)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UsageError(
                 f"{path}: the lock's name is a symbolic link; tconform follows no link it did not "
                 "make (remove it)"
             ) from None
-        if shared:  # a folder whose parent cannot be written, or that is missing: read as it is
+        if shared:  # no lock file (no writer made one), or one that cannot be opened
             return None
         raise UsageError(f"{path}: cannot create the lock ({exc.strerror or exc})") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -382,8 +383,8 @@ def _open_lock(path: Path, shared: bool) -> int | None:
 def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
     """Hold the folder's lock: exclusive to write it, shared to read it. Concurrent runs on one
     folder wait for each other (saying so), and give up after TCONFORM_LOCK_TIMEOUT seconds.
-    A folder whose parent cannot be written is read without a lock (no tconform can write
-    there either)."""
+    A reader never creates the lock: a folder no tconform run has written (a copy, a folder
+    whose parent cannot be written) is read without one, its files checked by their sha256."""
     wait_s = value("TCONFORM_LOCK_TIMEOUT")
     path = lock_path(resolved(folder))
     fd = _open_lock(path, shared)

@@ -68,3 +68,24 @@ def test_json_no_tconform_file_holds_is_one_line_naming_the_file(tmp_path, text,
     path.write_text(text)
     with pytest.raises(UsageError, match=f"manifest.json: not a readable manifest file .*{says}"):
         read_json_manifest(path)
+
+
+def test_a_reader_makes_no_lock_beside_a_folder_it_reads_and_takes_a_writers(tmp_path):
+    """A shared lock on a folder no tconform run wrote (a copied golden folder) creates no
+    `.NAME.lock` beside it; where a writer left one, the reader holds it."""
+    import fcntl
+    import os
+
+    from tconform.folders import folder_lock, lock_path
+
+    (tmp_path / "g").mkdir()
+    with folder_lock(tmp_path / "g", shared=True):
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]
+    with folder_lock(tmp_path / "g"):  # a writer makes it
+        pass
+    lock = lock_path(tmp_path / "g")
+    with folder_lock(tmp_path / "g", shared=True):
+        fd = os.open(lock, os.O_RDWR)
+        with pytest.raises(BlockingIOError):  # held shared: no writer can have it
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(fd)

@@ -971,9 +971,9 @@ VERIFY_A_RELEASE = ("verify", "--golden", "{user}/g", "--no-doc", "--case", "nor
 
 
 def verify_gg(id: str, says: str, plant: Callable) -> Planted:
-    """`verify --generation` on a planted golden folder: refused, leaving only its own shared
-    lock beside the folder (.gg.lock), as verify leaves .g.lock."""
-    return Planted(id, VERIFY_GG, says, plant, writes=("user/.gg.lock",))
+    """`verify --generation` on a planted golden folder: refused, creating nothing (a reader
+    makes no lock beside a folder it reads)."""
+    return Planted(id, VERIFY_GG, says, plant)
 
 
 COMMANDS = {  # one cheap command line of each command, for what every command must refuse
@@ -1414,21 +1414,18 @@ PLANTED = [
         ("export", "--case", "norm", "--out", "{user}/d"),
         "d/manifest.json: neither a golden nor an artifacts manifest",
         write_file("d/manifest.json", '{"my": "config"}'),
-        writes=("user/.d.lock",),
     ),
     Planted(
         "verify-artifacts-a-users-manifest",
         ("verify", "--golden", "{user}/g", "--artifacts", "{user}/d", "--no-doc", "--case", "norm"),
         "d/manifest.json: neither a golden nor an artifacts manifest",
         then(copy_golden, write_file("d/manifest.json", '{"kind": "my-tool"}')),
-        writes=("user/.d.lock", "user/.g.lock"),
     ),
     Planted(
         "export-among-a-users-files",
         ("export", "--case", "norm", "--out", "{user}/d"),
         "d: holds 'notes.txt' and no artifacts manifest",
         write_file("d/notes.txt"),
-        writes=("user/.d.lock",),
     ),
     verify_gg(  # its models go to DIR/generation: DIR is held to an artifacts folder's rule
         "verify-generation-artifacts-among-a-users-files",
@@ -1446,14 +1443,12 @@ PLANTED = [
         ("export", "--case", "norm", "--out", "{user}/d"),
         "d/manifest.json: neither a golden nor an artifacts manifest",
         write_file("d/manifest.json", '{"tool": "other-tool", "models": {}}'),
-        writes=("user/.d.lock",),
     ),
     Planted(
         "export-among-a-users-files-in-case-named-folders",
         ("export", "--case", "norm", "--out", "{user}/d"),
         "d: holds 'doc' and no artifacts manifest",
         then(write_file("d/doc/thesis.tex"), write_file("d/norm/notes.txt")),
-        writes=("user/.d.lock",),
     ),
     Planted(
         "export-staging-holds-a-users-folder-named-like-an-export",

@@ -213,7 +213,10 @@ def require_new_or_artifacts(out_dir: Path) -> None:
     Checked too on DIR where a command's models go to an area of it (DIR/doc/CONFIG,
     DIR/generation). Never through a symbolic link, whichever command writes there."""
     require_not_link(out_dir, "an artifacts folder")
-    if (out_dir / MANIFEST).exists() or not out_dir.is_dir():
+    if (out_dir / MANIFEST).exists():
+        manifest_kind(out_dir)  # another tool's manifest.json is refused, never replaced
+        return
+    if not out_dir.is_dir():
         return
     others = sorted(p.name for p in out_dir.iterdir() if not _laid_out(p))
     if others:
@@ -376,8 +379,9 @@ class ArtifactsFolder:
         self.settings = settings
         require_artifacts_folder(out_dir)
         require_not_link(out_dir, "an artifacts folder")
+        require_new_or_artifacts(out_dir)  # before the lock file goes beside it
         stack.enter_context(folder_lock(_made(out_dir)))
-        require_new_or_artifacts(out_dir)
+        require_new_or_artifacts(out_dir)  # and under the lock, which another run may have held
         clear_staging(out_dir)  # an earlier run's leftovers
         self.models: dict = dict(read_artifacts_manifest(out_dir).get("models", {}))
         held = folder_settings(out_dir)
