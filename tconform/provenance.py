@@ -223,14 +223,35 @@ INT8_SHARE = 0.5
 STRICTNESS = ("float64", "float32", "float16", "bfloat16", "int8", "int4")
 
 
+# The ops whose rounding dominates a model's error (long sums of products): where any reaches
+# the outputs, their input types decide the float type it computes in. A float16 conversion
+# keeps elementwise ops (Min, Max, CumSum, Range, Resize) in float32 around float16 products;
+# those do not make its error float32's.
+MATRIX_PRODUCTS = frozenset(
+    {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention", "LSTM", "GRU", "RNN"}
+)
+
+
+def _votes(nodes, types: dict[str, int]) -> Counter:
+    """How many of `nodes`' inputs have each float type."""
+    return Counter(
+        _ELEM_TYPES[types[name]]
+        for node in nodes
+        for name in node.input
+        if types.get(name) in _ELEM_TYPES
+    )
+
+
 def compute_type(model) -> tuple[str, str]:
     """The type `model` computes in ('' when none is known) and, where its live compute mixes
     precisions, why it is judged by the stricter one. Only what reaches the outputs counts. It
     is "int8" ("int4") when its weights are int8 (4-bit) read by quantised ops; otherwise the
     float type its node inputs have. A float16 conversion that kept float32 inputs and outputs
     computes in float16, while float16 weights Cast back to float32, or a Cast pair in between,
-    leave it float32. Where int8 weights hold between MIXED_SHARE and INT8_SHARE of it, or a
-    second float type at least MIXED_SHARE, the model is mixed and takes the stricter row."""
+    leave it float32. The float type is that of its matrix products' inputs (MATRIX_PRODUCTS),
+    or of every node's where none reaches the outputs. Where int8 weights hold between
+    MIXED_SHARE and INT8_SHARE of it, or a second float type at least MIXED_SHARE, the model is
+    mixed and takes the stricter row."""
     import onnx
 
     share, quantized = _quantized(model)
@@ -247,12 +268,11 @@ def compute_type(model) -> tuple[str, str]:
     for node in nodes:  # Casts say their output type even where inference stopped
         if node.op_type == "Cast":
             types[node.output[0]] = next((a.i for a in node.attribute if a.name == "to"), 0)
-    votes = Counter(
-        _ELEM_TYPES[types[name]]
-        for node in nodes
-        for name in node.input
-        if types.get(name) in _ELEM_TYPES
-    )
+    products = [node for node in nodes if node.op_type in MATRIX_PRODUCTS]
+    votes = _votes(products, types)
+    counted = "matrix products' inputs"
+    if not votes:  # no live matrix product: every node input has its say
+        votes, counted = _votes(nodes, types), "node inputs"
     total = sum(votes.values())
     live = {t: n / total for t, n in votes.items() if n / total >= MIXED_SHARE}
     if share >= MIXED_SHARE:
@@ -263,7 +283,7 @@ def compute_type(model) -> tuple[str, str]:
     if len(live) == 1:
         return chosen, ""
     parts = ", ".join(
-        f"{t} {live[t]:.0%} of its {'weights' if t in ('int8', 'int4') else 'node inputs'}"
+        f"{t} {live[t]:.0%} of its {'weights' if t in ('int8', 'int4') else counted}"
         for t in sorted(live, key=STRICTNESS.index)
     )
     why = (

@@ -141,3 +141,31 @@ def test_float16_and_float32_compute_mixed_take_the_stricter_row():
     only_half = [helper.make_node("Cast", ["x"], ["h"], to=F16), *half]
     only_half.append(helper.make_node("Cast", [end16], ["y"], to=F32))
     assert compute_type(_model(only_half, [])) == ("float16", "")
+
+
+def test_matrix_products_decide_the_float_type_where_any_reaches_the_outputs():
+    """A float16 conversion that keeps a clamp's Min and Max (and their float32 bounds) around
+    its float16 MatMuls computes in float16: it was judged mixed by the float32 row, and its
+    float16 rounding failed it. MatMuls in both types are mixed, and take the stricter row."""
+    weights = [numpy_helper.from_array(np.eye(4, dtype=np.float16), f"w{k}") for k in range(2)]
+    bounds = [
+        numpy_helper.from_array(np.full(4, v, np.float32), n) for n, v in (("lo", -1), ("hi", 1))
+    ]
+    products = [
+        helper.make_node("Cast", ["x"], ["h"], to=F16),
+        helper.make_node("MatMul", ["h", "w0"], ["h1"]),
+        helper.make_node("MatMul", ["h1", "w1"], ["h2"]),
+        helper.make_node("Cast", ["h2"], ["f"], to=F32),
+    ]
+    clamp = [
+        helper.make_node("Max", ["f", "lo"], ["f1"]),
+        helper.make_node("Min", ["f1", "hi"], ["f2"]),
+        helper.make_node("Max", ["f2", "lo"], ["f3"]),
+        helper.make_node("Min", ["f3", "hi"], ["y"]),
+    ]
+    assert compute_type(_model(products + clamp, weights + bounds)) == ("float16", "")
+    full = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w2")
+    mixed = [*products[:-1], helper.make_node("Cast", ["h2"], ["f"], to=F32)]
+    mixed.append(helper.make_node("MatMul", ["f", "w2"], ["y"]))
+    precision, why = compute_type(_model(mixed, [*weights, full]))
+    assert precision == "float32" and "matrix products' inputs" in why, why
