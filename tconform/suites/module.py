@@ -316,10 +316,13 @@ class ModuleSuite(Suite):
                 self.sets.append(BatchRows(BATCH_CONSISTENCY, feeds, rows, count, mixed=mixed))
 
     def _mixed_rows(self, larger: str, count: int) -> tuple[str, ...]:
-        """The outputs in which the module itself mixes its batch's rows: the larger batch
-        starts with the example's rows (and so batch-1's), yet its reference there is not
-        theirs (a module that centres its batch). Their batch consistency is not the
-        runtime's to keep: noted, and not judged."""
+        """The outputs in which the module itself mixes its batch's rows: the larger batch is
+        the example's rows, then the same rows in reverse (tconform.module_check.shapes.
+        variants), yet its reference at either end is not theirs run as the example or as
+        batch-1 (a module that centres its batch; one whose row depends on the rows before it,
+        as a recurrent net or a cumulative sum along a sequence-first axis 0, which only the
+        reversed end shows). Their batch consistency is not the runtime's to keep: noted, and
+        not judged."""
         theirs = self.references[larger]
         mixed = []
         for name, whole in theirs.outputs.items():
@@ -335,14 +338,15 @@ class ModuleSuite(Suite):
                 both64 = ours.kind == theirs.kind == "float64"
                 noise = 1e-9 if both64 else 1e-3
                 scale = float(np.sqrt(np.mean(np.square(part)))) if part.size else 0.0
-                differ = np.abs(whole[: len(part)] - part)
-                if np.nanmax(differ, initial=0.0) > noise * max(scale, 1e-300):
+                ends = (whole[: len(part)], np.flip(whole, 0)[: len(part)])
+                differ = max(np.nanmax(np.abs(end - part), initial=0.0) for end in ends)
+                if differ > noise * max(scale, 1e-300):
                     mixed.append(name)
                     break
         if mixed:
             self.notes.append(
                 f"{BATCH_CONSISTENCY}: {', '.join(mixed)} not judged: the module mixes the rows "
-                f"of its batch there (its reference's first rows at {larger} differ from theirs "
+                f"of its batch there (its reference's rows at {larger} differ from the same rows "
                 "run as a smaller batch), so a row run alone is rightly another value"
             )
         return tuple(mixed)
