@@ -39,7 +39,11 @@ def _folder(text: str) -> Path:
     if not text.strip() or "\0" in text:
         raise ValueError("a folder's path")
     path = Path(text)
-    if path.exists() and not path.is_dir():
+    try:
+        elsewhere = path.exists() and not path.is_dir()
+    except OSError as exc:  # a name too long for the file system, say
+        raise ValueError(f"a folder's path the system can take ({exc.strerror})") from None
+    if elsewhere:
         raise ValueError("a folder; it names something else")
     return path.absolute()
 

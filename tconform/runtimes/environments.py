@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tconform.errors import UsageError
-from tconform.files import new_folder
+from tconform.files import new_folder, require_name_fits
 from tconform.folders import managed_folder, require_not_link
 from tconform.runtimes.specs import RuntimeSpec
 from tconform.variables import value
@@ -99,6 +99,10 @@ def cache_root() -> Path:
 def _own_cache(folder: Path, named_by: str) -> Path:
     """The cache folder, a folder of its own: no link, nowhere in a golden or artifacts folder
     (whose checks would then hold environments of hundreds of MB)."""
+    try:  # a name too long for the file system fails later, without naming where it came from
+        require_name_fits(folder)
+    except UsageError as exc:
+        raise UsageError(f"{named_by}: {exc}") from None
     require_not_link(folder, named_by)
     for inner in (LOCKS, INSTALLERS):  # made inside it, never through a link planted there
         require_not_link(folder / inner, named_by)

@@ -28,6 +28,22 @@ def test_a_cache_under_a_file_is_named_by_its_variable(tmp_path, monkeypatch):
         cache_root()
 
 
+@pytest.mark.parametrize(
+    ("names", "says"),
+    [
+        (("a" * 300,), "TCONFORM_RUNTIME_CACHE=.*: must be a folder's path the system can take"),
+        (("a" * 20, "b" * 250), "TCONFORM_RUNTIME_CACHE: .*a name of 250 bytes"),
+    ],
+)
+def test_a_cache_path_too_long_for_the_file_system_is_named_by_its_variable(
+    tmp_path, monkeypatch, names, says
+):
+    """It was `File name too long` alone, naming neither the variable nor the limit."""
+    monkeypatch.setenv("TCONFORM_RUNTIME_CACHE", str(tmp_path.joinpath(*names)))
+    with pytest.raises(UsageError, match=says):
+        cache_root()
+
+
 @pytest.mark.parametrize("inner", [".locks", ".installers"])
 def test_a_link_planted_inside_the_cache_is_refused(tmp_path, monkeypatch, inner):
     """The makers' locks and the installers' caches are written inside the cache folder: a link
