@@ -97,13 +97,28 @@ def test_a_wrong_given_model_fails_and_is_left_byte_identical(cli, workspace, tm
     assert sha(faulty) == before
 
 
-def test_a_given_model_of_another_case_is_refused_naming_the_difference(cli, workspace):
-    attention = workspace["artifacts"] / "attention" / "model.onnx"
+def test_a_given_model_of_another_case_is_refused_naming_the_difference(cli, workspace, tmp_path):
+    attention = Path(shutil.copy(workspace["artifacts"] / "attention" / "model.onnx", tmp_path))
     before = sha(attention)
     code, _, err = verify(cli, workspace, "--model", f"norm={attention}", *QUIET)
     assert code == 2 and str(attention) in err and "case 'norm'" in err
     assert len(err.strip().splitlines()) == 1
     assert sha(attention) == before
+
+
+def test_a_given_model_in_the_artifacts_folder_the_run_exports_into_is_refused(cli, workspace):
+    """The run may re-export that folder's models: a given file there could be rewritten (one
+    case's model given for another, a manifest that no longer knows it). Refused before the
+    run, naming the way on; with --no-export nothing is written, and it is verified."""
+    norm = workspace["artifacts"] / "norm" / "model.onnx"
+    before = norm.stat().st_mtime_ns, sha(norm)
+    code, _, err = verify(cli, workspace, "--model", f"norm={norm}", "--case", "norm", *QUIET)
+    assert code == 2 and "lies in the artifacts folder" in err and "--no-export" in err, err
+    code, out, err = verify(
+        cli, workspace, "--model", f"norm={norm}", "--case", "norm", "--no-export", *QUIET
+    )
+    assert code == 0, out + err
+    assert (norm.stat().st_mtime_ns, sha(norm)) == before
 
 
 def test_a_float16_model_gets_the_float16_row(cli, workspace, tmp_path):

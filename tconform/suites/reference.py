@@ -176,6 +176,13 @@ class ReferenceSuite(Suite):
             dict.fromkeys(lane.case for lane in lanes if lane.runtime.consumes == "onnx")
         )
         subject = self.subject
+        for name, path in subject.models.items():
+            if subject.export and path.resolve().is_relative_to(subject.artifacts_dir.resolve()):
+                raise UsageError(
+                    f"--model {name}={path}: lies in the artifacts folder {subject.artifacts_dir}, "
+                    "which this run exports into and may rewrite; give a copy outside it (the "
+                    "model under test is only read), or --no-export"
+                )
         chosen = {
             name: given_model(registry.get_case(name), self.cfg, path)
             for name, path in subject.models.items()
