@@ -970,6 +970,11 @@ VERIFY_A_RELEASE = ("verify", "--golden", "{user}/g", "--no-doc", "--case", "nor
                     "--runtime", "onnxruntime==1.20.1")  # fmt: skip
 
 
+# bench with a graph variant, whose models go to a folder beside --artifacts (ab-sdpa)
+BENCH_SDPA = ("bench", "--preset", "tiny", "--case", "norm", "--artifacts", "{user}/ab",
+              "--engine", "onnxruntime", "--engine", "onnxruntime-sdpa", "--ep", "cpu")  # fmt: skip
+
+
 def verify_gg(id: str, says: str, plant: Callable) -> Planted:
     """`verify --generation` on a planted golden folder: refused, creating nothing (a reader
     makes no lock beside a folder it reads)."""
@@ -1407,6 +1412,15 @@ PLANTED = [
         ("doc", "--artifacts", "{user}/art", "--no-torch"),
         "holds 'doc' and no artifacts manifest",  # a link is no area of its own
         then(make_folder("art"), symlink("art/doc", "{outside}")),
+    ),
+    Planted(  # the graph variant's folder beside --artifacts: refused before either is made
+        "bench-variant-folder-a-file", BENCH_SDPA, "ab-sdpa: not a folder", write_file("ab-sdpa")
+    ),
+    Planted(
+        "bench-variant-folder-a-users",
+        BENCH_SDPA,
+        "ab-sdpa: holds 'notes.txt' and no artifacts manifest",
+        write_file("ab-sdpa/notes.txt"),
     ),
     # --- a folder the user named is theirs until tconform made it ------------------------------
     Planted(

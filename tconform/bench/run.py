@@ -34,7 +34,14 @@ from tconform.bench.summary import best_variants, shape_label
 from tconform.bench.workload import Workload, case_workload
 from tconform.config import ModelConfig, get_preset
 from tconform.errors import ProviderUnavailable, UsageError
-from tconform.export import ExportJob, ExportSettings, build_module, default_opset, export_jobs
+from tconform.export import (
+    ExportJob,
+    ExportSettings,
+    build_module,
+    default_opset,
+    export_jobs,
+    require_new_or_artifacts,
+)
 from tconform.folders import BENCH_AREA
 from tconform.models import ModelUnderTest, derived_file, model_from_record
 from tconform.registry import Case, Shape
@@ -147,7 +154,7 @@ def bench_settings(
     )
     for shape in shapes:
         check_shape(shape, selected, cfg)
-    return BenchSettings(
+    settings = BenchSettings(
         preset=preset,
         cfg=cfg,
         cases=selected,
@@ -156,6 +163,9 @@ def bench_settings(
         artifacts=artifacts or Path("artifacts") / BENCH_AREA / preset,
         **common,
     )
+    for export in settings.exports:  # every folder, before the first is made
+        require_new_or_artifacts(settings.artifacts_for(export))
+    return settings
 
 
 def module_settings(

@@ -216,7 +216,9 @@ def require_new_or_artifacts(out_dir: Path) -> None:
     if (out_dir / MANIFEST).exists():
         manifest_kind(out_dir)  # another tool's manifest.json is refused, never replaced
         return
-    if not out_dir.is_dir():
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"{out_dir}: not a folder; models go into a new or artifacts folder")
+    if not out_dir.exists():
         return
     others = sorted(p.name for p in out_dir.iterdir() if not _laid_out(p))
     if others:
