@@ -331,6 +331,10 @@ CORPUS = [
     Hostile("check-unknown-first", ("check", "--bogus", T()), "--bogus"),
     Hostile("doc-unknown-first", ("doc", "--bogus", "-q"), "--bogus"),
     Hostile("bench-unknown-first", ("bench", "--bogus"), "--bogus"),
+    Hostile(
+        "generation-golden", ("verify", "--generation", "--golden", "x"), "--golden-generation"
+    ),
+    Hostile("golden-generation-alone", ("verify", "--golden-generation", "x"), "--generation only"),
     Hostile("bench-generate-bad", ("bench", "--generate", "0"), "--generate"),
     Hostile("merge-unknown-first", ("report", "merge", "--bogus", "x.json"), "--bogus"),
     Hostile("verify-bad-value-first", ("verify", "--opset", "x", "--matrix"), "--opset"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from tconform.commands.options import (
     AXIS_OPTIONS,
@@ -130,6 +131,14 @@ def _refuse_conflicts(axes, generation: bool, attention: str | None) -> None:
         raise click.UsageError(
             "--attention picks the kernel of the cases' models; --generation's are plain"
         )
+    given = click.get_current_context().get_parameter_source
+    typed = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    if generation and given("golden_dir") in typed:  # it would be ignored without a word
+        raise click.UsageError(
+            "--golden names the cases' goldens; --generation reads --golden-generation DIR"
+        )
+    if not generation and given("golden_generation_dir") in typed:
+        raise click.UsageError("--golden-generation is read with --generation only")
 
 
 def _component_case():
