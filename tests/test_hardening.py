@@ -271,6 +271,8 @@ def test_malformed_golden_manifests_are_one_line_exit_2(cli, workspace, edit, me
         (lambda m: m.__setitem__("dtype", []), "'dtype' is not one of"),
         (lambda m: m["models"].__setitem__("norm", 5), "model 'norm' must be an object"),
         (lambda m: m["models"]["norm"].__setitem__("path", "../../etc/passwd"), "'path' must be"),
+        (lambda m: m.__setitem__("seed", "zero"), "'seed' must be an integer"),
+        (lambda m: m.__setitem__("seed", -1), "'seed'"),
     ],
 )
 def test_malformed_artifacts_manifests_are_one_line_exit_2(cli, workspace, edit, message):

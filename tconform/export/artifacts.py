@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from tconform import registry
-from tconform.config import ATTENTION_KERNELS
+from tconform.config import ATTENTION_KERNELS, MAX_SEED
 from tconform.errors import UsageError
 from tconform.export.exporter import checked_model, dynamic_axes, export_to, exporter_error_line
 from tconform.export.settings import (
@@ -135,6 +135,8 @@ def check_artifacts_manifest(data: dict, path: Path) -> None:
         raise fail(path, "'dtype'", f"is not one of {', '.join(DTYPES)}")
     if "opset" in data:
         expect_int(data["opset"], path, "'opset'", 1, 100)
+    if "seed" in data:  # the seed the models' weights were drawn with
+        expect_int(data["seed"], path, "'seed'", 0, MAX_SEED)
     if "attention" in data and not one_of(data["attention"], ATTENTION_KERNELS):
         raise fail(path, "'attention'", f"is not one of {', '.join(ATTENTION_KERNELS)}")
     _check_checkpoint(data, path, "'checkpoint'")
