@@ -318,7 +318,10 @@ def merge(paths: list[Path]) -> RunReport:
     _same(reports, "model checked", lambda d: d["settings"].get("reference_model"))
     _same(reports, "tconform version", lambda d: d.get("version"))
     _same(reports, "unit list sha256", lambda d: d["settings"]["units"].get("sha256"))
-    _same(reports, "strict placement", lambda d: d["settings"].get("strict_placement"))
+    # how the run was asked for: one request, whichever machine ran a shard of it
+    for key in ("strict_placement", "allow_missing_ep", "eps", "runtime_options", "matrix", "seed"):
+        _same(reports, key.replace("_", " "), lambda d, key=key: d["settings"].get(key))
+    _same(reports, "unit count", lambda d: d["settings"]["units"].get("total"))
     runtimes = _runtimes(reports)
     owner: dict[str, Path] = {}
     for path, data in reports:

@@ -294,6 +294,26 @@ def test_shards_whose_runtime_ran_with_other_settings_are_not_one_run(tmp_path):
     assert merged.settings["runtimes"] == {**one, **torch}
 
 
+@pytest.mark.parametrize(
+    ("key", "first", "second", "says"),
+    [
+        ("eps", ["cpu"], ["cpu", "cuda"], "eps differs"),
+        ("allow_missing_ep", False, True, "allow missing ep differs"),
+        ("seed", 0, 1, "seed differs"),
+    ],
+)
+def test_shards_of_other_requests_are_not_one_run(tmp_path, key, first, second, says):
+    """A shard run with other providers, another seed, or unavailable rows allowed to skip
+    is another run's: merged, it borrowed the first shard's settings."""
+    paths = _two_shards(tmp_path, {}, {})
+    for path, value in zip(paths, (first, second), strict=True):
+        data = json.loads(path.read_text())
+        data["settings"][key] = value
+        path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match=f"s2.json: {says} from"):
+        merge(paths)
+
+
 def test_merged_units_take_their_places_in_the_run_and_no_place_twice(tmp_path):
     merged = merge(_two_shards(tmp_path, {}, {}, places=(1, 0)))  # shard 2 held the first
     ids = merged.settings["units"]["ids"]
