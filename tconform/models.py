@@ -47,10 +47,6 @@ _FLOAT_TYPES = {
     TensorProto.FLOAT16: "float16",
     TensorProto.BFLOAT16: "bfloat16",
 }
-# The rows of models that compute in a narrower type than float32, narrowest last.
-NARROW = ("float16", "bfloat16")
-# The compute types of quantised graphs (tconform.provenance.compute_type).
-QUANTIZED_TYPES = ("int8", "int4")
 _KIND_TYPES = {
     "src_ids": TensorProto.INT64,
     "tgt_ids": TensorProto.INT64,
@@ -78,20 +74,8 @@ class ModelUnderTest:
 
     @property
     def precision(self) -> str:
-        """Its tolerance row, earned by what reaches its outputs (dead nodes and weights do
-        not count; tconform.provenance.compute_type): int8 (int4) when its live weights are
-        int8 (4-bit) read by quantised ops (onnxruntime.quantization's graphs); float16 or
-        bfloat16 when its inputs and outputs are, or its live operations take that type (a
-        conversion that kept float32 inputs and outputs); float16 weights Cast back to float32,
-        or a Cast pair, do not loosen it, and live compute that mixes precisions takes the
-        stricter row."""
-        compute = self.provenance.compute_elem_type
-        if compute in QUANTIZED_TYPES:
-            return compute
-        for narrow in NARROW:
-            if narrow in (self.io_type, compute):
-                return narrow
-        return self.io_type
+        """Its tolerance row (tconform.provenance.ModelProvenance.precision)."""
+        return self.provenance.precision
 
     def confirm_unchanged(self) -> None:
         """The bytes that ran are the bytes hashed: re-hash after a session has read the file

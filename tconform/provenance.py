@@ -24,6 +24,12 @@ ORIGINS = ("exported", "cached", "given", "module", "oracle", "derived")
 _ELEM_TYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
 
 
+# The rows of models that compute in a narrower type than float32, narrowest last.
+NARROW = ("float16", "bfloat16")
+# The compute types of quantised graphs (compute_type).
+QUANTIZED_TYPES = ("int8", "int4")
+
+
 @dataclass(frozen=True)
 class ModelProvenance:
     path: str
@@ -39,6 +45,23 @@ class ModelProvenance:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    @property
+    def precision(self) -> str:
+        """The row the model earns, by what reaches its outputs (dead nodes and weights do not
+        count; compute_type): int8 (int4) when its live weights are int8 (4-bit) read by
+        quantised ops (onnxruntime.quantization's graphs); float16 or bfloat16 when its inputs
+        and outputs are, or its live operations take that type (a conversion that kept float32
+        inputs and outputs); float16 weights Cast back to float32, or a Cast pair, do not
+        loosen it, and live compute that mixes precisions takes the stricter row."""
+        compute = self.compute_elem_type
+        if compute in QUANTIZED_TYPES:
+            return compute
+        io_type = self.elem_type or "float32"
+        for narrow in NARROW:
+            if narrow in (io_type, compute):
+                return narrow
+        return io_type
 
     @property
     def short(self) -> str:

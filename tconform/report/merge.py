@@ -137,8 +137,10 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
             raise UsageError(
                 f"{path}: result {n} is not a run's result (a pass that compared no output)"
             )
+    own_rows = data["command"] == "verify"  # verify takes no tolerance: its rows are known
+    preset = data["settings"].get("preset")
     for n, r in enumerate(results):
-        contradiction = _contradiction(r)
+        contradiction = _contradiction(r) or (_not_its_row(r, preset) if own_rows else "")
         if contradiction:
             raise UsageError(f"{path}: result {n} is not a run's result ({contradiction})")
     error = data.get("error")
@@ -250,6 +252,37 @@ def _contradiction(r: Result) -> str:
         allowed = (o.atol + o.rtol * largest) * (1 + USED_ROUNDING)
         if o.max_abs_err is not None and o.golden_rms is not None and o.max_abs_err > allowed:
             return f"{said} erred by {o.max_abs_err:.3g}, beyond what its tolerance allows"
+    return ""
+
+
+def _not_its_row(r: Result, preset: object) -> str:
+    """Why a verify result of one of tconform's cases was not judged by its row ('' where it
+    was): each output's tolerance is the row of (the result's precision, the case's class, the
+    goldens' preset), its atol scaled to the output's RMS, and the precision is the row its
+    model earns (a float32 model's is the runtime's: float32, tf32 or bfloat16)."""
+    from tconform.compare import TOLERANCES, tolerance_for
+    from tconform.registry import case_names, get_case
+
+    if r.case not in case_names():  # a document check, a generation golden: rows of their own
+        return ""
+    earned = r.model.precision if r.model is not None else "float32"
+    if earned != "float32" and r.precision != earned:
+        return f"precision {r.precision!r:.20} for a model whose row is {earned}"
+    case = get_case(r.case)
+    if (r.precision, case.tolerance) not in TOLERANCES:
+        return f"precision {r.precision!r:.20}, which has no {case.tolerance} row"
+    row = tolerance_for(r.precision, case.tolerance, str(preset))
+    for o in r.outputs:
+        held = (o.atol, o.rtol, o.min_sqnr_db)
+        due = (row.atol_for(o.golden_rms), row.rtol, row.min_sqnr_db)
+        if not all(
+            a == b or (a is not None and b is not None and math.isclose(a, b, rel_tol=1e-6))
+            for a, b in zip(held, due, strict=True)
+        ):
+            return (
+                f"output {o.name!r:.80} held to atol {o.atol:.3g}, rtol {o.rtol:.3g}, not its "
+                f"{r.precision} {case.tolerance} row's {due[0]:.3g}, {due[1]:.3g}"
+            )
     return ""
 
 

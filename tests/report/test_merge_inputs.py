@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from tconform.compare import tolerance_for
 from tconform.errors import UsageError
+from tconform.registry import get_case
 from tconform.report.merge import _missing_shards, merge, read_shard
 
 pytestmark = pytest.mark.unit
@@ -38,7 +40,10 @@ def test_missing_shards_are_named_when_the_reports_say_which_they_are():
     assert _missing_shards(["1/2", None]) == "the reports hold shards 1/2, None"
 
 
-COMPARED = {"name": "y", "shape": [2], "status": "pass", "kind": "ok", "atol": 1e-5, "rtol": 1e-5}
+# norm's float32 row: verify's results are held to their case's row, and merge checks that
+NORM_ROW = tolerance_for("float32", get_case("norm").tolerance)
+COMPARED = {"name": "y", "shape": [2], "status": "pass", "kind": "ok", "atol": NORM_ROW.atol,
+            "rtol": NORM_ROW.rtol}  # fmt: skip
 
 
 def _shard(**changes) -> dict:
@@ -164,6 +169,46 @@ def _shard(**changes) -> dict:
             },
             "a skip whose output 'y' failed",
         ),
+        # a pass under a tolerance of the forger's choosing, self-consistent as it is
+        (
+            {
+                "results": [
+                    {
+                        **_shard()["results"][0],
+                        "outputs": [
+                            {
+                                **COMPARED,
+                                "atol": 0.2,
+                                "rtol": 0.2,
+                                "max_abs_err": 0.1,
+                                "golden_rms": 1.0,
+                                "tolerance_used": 0.5,
+                            }
+                        ],
+                    }
+                ]
+            },
+            "output 'y' held to atol 0.2, rtol 0.2, not its float32",
+        ),
+        # a looser row claimed for a model whose graph computes in float32
+        (
+            {
+                "results": [
+                    {
+                        **_shard()["results"][0],
+                        "precision": "int4",
+                        "model": {
+                            "path": "m.onnx",
+                            "sha256": "0" * 64,
+                            "origin": "exported",
+                            "compute_elem_type": "float16",
+                        },
+                    }
+                ]
+            },
+            "precision 'int4' for a model whose row is float16",
+        ),
+        ({"results": [{**_shard()["results"][0], "precision": "float64"}]}, "has no component row"),
         # a localisation the reports could not render
         ({"details": {"localisation": [{"runtime": "ort-cpu"}]}}, "details.localisation\\[0\\]"),
         ({"details": {"localisation": {"runtime": "x"}}}, "details.localisation\\[0\\]"),
