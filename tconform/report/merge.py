@@ -263,8 +263,8 @@ def _not_its_row(r: Result, preset: object) -> str:
     from tconform.compare import TOLERANCES, tolerance_for
     from tconform.registry import case_names, get_case
 
-    if r.case not in case_names():  # a document check, a generation golden: rows of their own
-        return ""
+    if r.status != "pass" or r.case not in case_names():  # a generation golden, a document
+        return ""  # check: rows of their own; a row that did not pass claims nothing
     earned = r.model.precision if r.model is not None else "float32"
     if earned != "float32" and r.precision != earned:
         return f"precision {r.precision!r:.20} for a model whose row is {earned}"
