@@ -173,21 +173,23 @@ MAX_REPORT_BYTES = 512 * 2**20  # far above a full matrix's report; refused befo
 MAX_JSON_INT = 2**63
 
 
+class _Unheld(ValueError):
+    """A JSON value no tconform file holds, saying which."""
+
+
 def _bounded_int(text: str) -> int:
     value = int(text)
     if abs(value) > MAX_JSON_INT:
-        raise ValueError(f"the integer {text:.20}... is beyond {MAX_JSON_INT}")
+        raise _Unheld(f"the integer {text:.20}... is beyond {MAX_JSON_INT}")
     return value
 
 
 def _why(exc: Exception) -> str:
-    """What was wrong with a JSON file, briefly: the exception's type, or what _bounded_int
-    refused, or that a string is no text."""
+    """What was wrong with a JSON file, briefly: what it holds that no tconform file does, or
+    the exception's type."""
     if isinstance(exc, UnicodeEncodeError):
         return "a string holds a lone surrogate, which is no text"
-    if isinstance(exc, ValueError) and str(exc).startswith("the integer"):
-        return str(exc)
-    return type(exc).__name__
+    return str(exc) if isinstance(exc, _Unheld) else type(exc).__name__
 
 
 def read_json_object(path: Path, max_bytes: int = MAX_REPORT_BYTES, what: str = "JSON") -> dict:

@@ -161,8 +161,7 @@ def _inside(loc: Localisation) -> str:
         return " ".join(filter(None, [where, "every matched module boundary is within tolerance"]))
     everywhere = [b for b in failing if loc.masked and _unmasked(b)]
     real = [b for b in failing if b not in everywhere]
-    said = [" ".join(filter(None, [", ".join(b.label for b in real), "left it", where]))]
-    said = said if real else []
+    said = [f"{', '.join(b.label for b in real)} left it {where}".rstrip()] if real else []
     if everywhere:
         said.append(
             f"{', '.join(b.label for b in everywhere)} left it compared at every position, "

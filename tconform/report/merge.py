@@ -291,14 +291,14 @@ def _ran_elsewhere(r: Result) -> str:
     ONNX Runtime pass on a provider its session did not have (a session that fell back to the
     CPU is never the requested provider's pass: tconform.runtimes.onnxruntime)."""
     from tconform.runtimes.providers import PROVIDERS
+    from tconform.runtimes.specs import base_name
 
     if result_unit(r) == documents_unit().id:  # a document property's row holds no session
         return ""
     if not r.ep_actual:
         return "a pass that records nothing it ran on"
-    family = re.split(r"==|@", r.runtime, maxsplit=1)[0]
     wanted = PROVIDERS.get(r.ep)
-    if family == "onnxruntime" and wanted and wanted not in r.ep_actual:
+    if base_name(r.runtime) == "onnxruntime" and wanted and wanted not in r.ep_actual:
         return f"a pass on {r.ep} whose session ran on {', '.join(map(str, r.ep_actual))}"
     return ""
 
