@@ -93,8 +93,9 @@ class BatchRows:
     """Batch consistency: an input set run whole and then row by row, each row of the whole
     run's outputs judged against the run of that row alone (the runtime is its own reference:
     "row i of a batch equals the run on row i alone"). `rows`: the batch size; an input without
-    an axis in `batch_axes` is shared by every row. Outputs whose leading axis is not the batch
-    are not judged."""
+    an axis in `batch_axes` is shared by every row. An output is judged along its own row axis
+    (`row_axis`: a sequence-first module's outputs hold the batch on axis 1); one without a
+    single such axis is not judged."""
 
     name: str
     inputs: Mapping[str, np.ndarray]
@@ -443,20 +444,37 @@ def _outputs(opened: Opened, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
     return outputs
 
 
+def row_axis(whole: Sequence[int], part: Sequence[int], rows: int, part_rows: int) -> int | None:
+    """The one axis along which an output of shape `whole` (a batch of `rows`) holds the rows
+    that an output of shape `part` (`part_rows` of them) holds, the other sizes equal; None
+    where no axis or more than one fits (a (batch, batch) similarity, CLIP's
+    logits_per_image, pairs the rows by design)."""
+    if len(whole) != len(part):
+        return None
+    fits = [
+        axis
+        for axis in range(len(whole))
+        if whole[axis] == rows
+        and part[axis] == part_rows
+        and all(w == p for k, (w, p) in enumerate(zip(whole, part, strict=True)) if k != axis)
+    ]
+    return fits[0] if len(fits) == 1 else None
+
+
 def rows_run_alone(opened: Opened, batched: BatchRows, whole: Mapping[str, np.ndarray]):
-    """`batched` with its expected outputs: each batch-led output of the whole run (`whole`)
-    rebuilt from the runs of one row at a time. Only an output that splits by row is judged:
-    one whose run on a row alone has the whole's shape but for a leading 1 (a (batch, batch)
-    similarity, CLIP's logits_per_image, mixes rows by design)."""
+    """`batched` with its expected outputs: each output of the whole run (`whole`) rebuilt
+    from the runs of one row at a time, along its own row axis. Only an output that splits by
+    row is judged: one whose run on a row alone has the whole's shape but for a 1 on one axis
+    where the whole has the batch."""
     runs = [_outputs(opened, opened.feeds(batched.row(k))) for k in range(batched.rows)]
-    expected = {
-        name: np.concatenate([run[name] for run in runs], axis=0)
-        for name, value in whole.items()
-        if name not in batched.mixed
-        and np.ndim(value)
-        and np.shape(value)[0] == batched.rows
-        and all(np.shape(run[name]) == (1, *np.shape(value)[1:]) for run in runs)
-    }
+    expected = {}
+    for name, value in whole.items():
+        shapes = {np.shape(run[name]) for run in runs}
+        if name in batched.mixed or len(shapes) != 1:
+            continue
+        axis = row_axis(np.shape(value), shapes.pop(), batched.rows, 1)
+        if axis is not None:
+            expected[name] = np.concatenate([run[name] for run in runs], axis=axis)
     return replace(batched, outputs=expected)
 
 

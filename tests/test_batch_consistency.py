@@ -64,6 +64,42 @@ def test_an_output_that_pairs_the_rows_is_not_judged_by_rows(tmp_path):
     assert [o.name for o in result.outputs] == ["y"]
 
 
+@pytest.mark.parametrize(
+    ("whole", "part", "axis"),
+    [
+        ((4, 3), (1, 3), 0),
+        ((5, 4, 2), (5, 1, 2), 1),
+        ((4, 4), (1, 1), None),
+        ((4, 3), (2, 3), None),
+    ],
+)
+def test_an_outputs_row_axis_is_the_one_axis_that_holds_the_rows(whole, part, axis):
+    from tconform.execution import row_axis
+
+    assert row_axis(whole, part, 4, 1) == axis
+
+
+def test_a_sequence_first_output_is_judged_along_its_batch_axis(tmp_path):
+    """x and y are (sequence, batch, features): a row alone is (sequence, 1, features), and
+    the whole run's rows are its axis 1; the model that mixes them there fails."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "batch", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, "batch", 2])
+    mixing = [
+        helper.make_node("Constant", [], ["axes"], value_ints=[1]),
+        helper.make_node("ReduceMean", ["x", "axes"], ["m"], keepdims=1),
+        helper.make_node("Sub", ["x", "m"], ["y"]),
+    ]
+    data = np.random.default_rng(0).standard_normal((3, 4, 2)).astype(np.float32)
+    for name, nodes, status in [("plain", [helper.make_node("Relu", ["x"], ["y"])], "pass"),
+                                ("mixing", mixing, "fail")]:  # fmt: skip
+        graph = helper.make_graph(nodes, "g", [x], [y])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+        onnx.save(model, tmp_path / f"{name}.onnx")
+        subject = Subject(given_file(tmp_path / f"{name}.onnx"))
+        (result,) = _run(subject, [BatchRows("batch-consistency", {"x": data}, {"x": 1}, 4)])
+        assert result.status == status and result.outputs[0].compared == 24, result.message
+
+
 def test_a_model_that_mixes_the_rows_of_a_batch_fails_it(tmp_path):
     # y = x - mean over the batch: row i alone is zero, in a batch it is not
     nodes = [

@@ -28,6 +28,7 @@ The model file itself is only ever read.
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -460,6 +461,10 @@ def _growth(b: Boundary) -> float:
 
 
 def _share(comparisons) -> float | None:
+    """The largest share of the tolerance used; unbounded where a comparison failed without
+    figures (a shape or a dtype that differs)."""
+    if any(c.status == "fail" and c.max_abs_err is None for c in comparisons):
+        return math.inf
     worst = worst_of(comparisons)
     return None if worst is None else share_used(worst)
 

@@ -27,12 +27,18 @@ def _share(used: float | None) -> str:
     return f"{used:.1%}" if used < 10 else f"{used:.0f}x"
 
 
+def _unfigured(comparisons: list) -> str:
+    """The failures of `comparisons` that have no figures (a shape or a dtype that differs),
+    in their own words: the figures of the others do not show them."""
+    return "; ".join(c.message for c in comparisons if c.status == "fail" and c.max_abs_err is None)
+
+
 def _figures(comparisons: list) -> str:
-    """The worst of `comparisons` in figures; where none has any (a shape that differs), the
-    first failure's own words."""
+    """A failure without figures (a shape that differs) in its own words, else the worst of
+    `comparisons` in figures."""
     worst = worst_of(comparisons)
-    if worst is None:
-        return next((c.message for c in comparisons if c.status == "fail"), "no figures")
+    if _unfigured(comparisons) or worst is None:
+        return _unfigured(comparisons) or "no figures"
     return f"max abs err {worst.max_abs_err:.3g}, {_share(share_used(worst))} of the tolerance"
 
 
@@ -61,6 +67,12 @@ def _named(loc: Localisation, first: Boundary) -> str:
             f"{_share(share_used(cumulative))} of the tolerance used"
         )
     )
+    if _unfigured(first.outputs):
+        figures = f"in {where} {_unfigured(first.outputs)}" + (
+            f" (the outputs compared in figures: {figures.removeprefix(f'in {where} ')})"
+            if cumulative is not None
+            else ""
+        )
     inputs = {
         "pass": f"its inputs were within tolerance ({_share(first.worst_input_used)} used)",
         "fail": "its inputs were already outside tolerance",

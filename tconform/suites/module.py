@@ -34,7 +34,7 @@ from tconform.errors import (
     calling_user_code,
     first_line,
 )
-from tconform.execution import BatchRows, InputSet, Judge
+from tconform.execution import BatchRows, InputSet, Judge, row_axis
 from tconform.golden import InputSet as ExpectedSet
 from tconform.localise import ISOLATE, Localisation, localise
 from tconform.models import ModelUnderTest, given_file
@@ -322,24 +322,26 @@ class ModuleSuite(Suite):
         batch-1 (a module that centres its batch; one whose row depends on the rows before it,
         as a recurrent net or a cumulative sum along a sequence-first axis 0, which only the
         reversed end shows). Their batch consistency is not the runtime's to keep: noted, and
-        not judged."""
+        not judged. Each output is compared along its own row axis (row_axis)."""
         theirs = self.references[larger]
         mixed = []
         for name, whole in theirs.outputs.items():
-            if np.ndim(whole) == 0 or np.shape(whole)[0] != count:
-                continue
-            for first in (self.example, "batch-1"):  # each the larger batch's first rows
+            for first, rows in ((self.example, count // 2), ("batch-1", 1)):
                 ours = self.references.get(first)
                 part = ours.outputs.get(name) if ours is not None else None
-                if part is None or np.shape(part)[1:] != np.shape(whole)[1:] or len(part) > count:
+                axis = None if part is None else row_axis(whole.shape, part.shape, count, rows)
+                if axis is None:
                     continue
                 # of the output's RMS: float64's rounding where both are float64 copies, else
                 # the module's own dtype's (one set's copy may have fallen back to it)
                 both64 = ours.kind == theirs.kind == "float64"
                 noise = 1e-9 if both64 else 1e-3
                 scale = float(np.sqrt(np.mean(np.square(part)))) if part.size else 0.0
-                ends = (whole[: len(part)], np.flip(whole, 0)[: len(part)])
-                differ = max(np.nanmax(np.abs(end - part), initial=0.0) for end in ends)
+                ends = (np.flip(whole, axis) if end else whole for end in (False, True))
+                differ = max(
+                    np.nanmax(np.abs(np.take(end, range(rows), axis) - part), initial=0.0)
+                    for end in ends
+                )
                 if differ > noise * max(scale, 1e-300):
                     mixed.append(name)
                     break
@@ -347,9 +349,28 @@ class ModuleSuite(Suite):
             self.notes.append(
                 f"{BATCH_CONSISTENCY}: {', '.join(mixed)} not judged: the module mixes the rows "
                 f"of its batch there (its reference's rows at {larger} differ from the same rows "
-                "run as a smaller batch), so a row run alone is rightly another value"
+                f"run as a smaller batch), so a row run alone is rightly another value"
+                f"{self._batch_guess_note(mixed)}"
             )
         return tuple(mixed)
+
+    def _batch_guess_note(self, mixed: list[str]) -> str:
+        """Where every output mixes the rows along a batch axis tconform inferred (axis 0 of
+        every input), that axis is likely no batch at all: a sequence-first module's."""
+        inferred = sorted(
+            f"{name} axis {axis}"
+            for name, found in self.axes.items()
+            for axis, label in found.items()
+            if label == BATCH and axis not in self.declared.get(name, {})
+        )
+        if not inferred or set(mixed) != set(self.references[self.example].outputs):
+            return ""
+        return (
+            f"; {', '.join(inferred)} was taken for the batch (every input leads with that size) "
+            "and mixes rows in every output, so it is likely not the batch (a sequence-first "
+            "module's): name the axes with --dynamic NAME=AXIS:batch,AXIS:seq (or the "
+            "factory's third item) and the shapes vary those"
+        )
 
     # --- planning ---------------------------------------------------------------------------
 

@@ -415,3 +415,27 @@ def test_a_module_called_again_and_again_is_never_named_for_a_later_fault(tmp_pa
         Repeated(), _repeated(tmp_path / "c.onnx", shared_cast=shared_cast), {"x": _x()}
     )
     assert not _failing(clean) and clean.first is None, render(clean)
+
+
+class TwoOutputs(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.relu(x), x * 1.0
+
+
+def test_an_output_of_another_shape_is_said_in_its_own_words_not_by_the_others_figures(tmp_path):
+    """The second output comes back (3, 2) where the module's is (2, 3) (an exporter that
+    fixed a Reshape at the export's sizes, as dynamo did for a GRU): the named module's figures
+    say the shape, not only the first output's error, which is within tolerance."""
+    nodes = [
+        scoped_node("Relu", ["x"], ["y"], []),
+        scoped_node("Reshape", ["x", "shape"], ["z"], []),
+    ]
+    weights = {"shape": np.array([3, 2], np.int64)}
+    outputs = {"y": [2, 3], "z": [3, 2]}
+    path = save_model(
+        tmp_path / "m.onnx", nodes, {"x": (TensorProto.FLOAT, [2, 3])}, outputs, weights
+    )
+    loc = _localise(TwoOutputs(), path, {"x": _x()})
+    assert loc.first is not None and loc.first.path == ""
+    assert "in the run shape [3, 2] != golden [2, 3]" in loc.verdict, loc.verdict
+    assert "it fails too (shape [3, 2] != golden [2, 3])" in loc.verdict, loc.verdict

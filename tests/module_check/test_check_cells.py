@@ -128,8 +128,30 @@ class RunningMean(torch.nn.Linear):
 
     def forward(self, x):
         z = super().forward(x)
-        count = torch.arange(1, z.shape[0] + 1, dtype=z.dtype).unsqueeze(-1)
-        return z.cumsum(0) / count
+        count = torch.arange(1, z.shape[0] + 1, dtype=z.dtype)
+        return z.cumsum(0) / count.reshape(-1, *[1] * (z.dim() - 1))
+
+
+def test_a_sequence_first_module_is_pointed_to_its_batch_axis_and_judged_along_it(tmp_path):
+    """x is (sequence, batch, features): axis 0 is taken for the batch (every input leads with
+    its size), the running mean mixes it in every output, and the note names the option that
+    says which axis is the batch; with the axes named, each row is judged along output axis 1
+    (a row run alone is (sequence, 1, features))."""
+    import tconform
+
+    torch.manual_seed(0)
+    module, example = RunningMean(8, 8), (torch.randn(5, 3, 8),)
+    guessed = tconform.check(module, example, runtimes=("onnxruntime",), out_dir=tmp_path / "a")
+    notes = " ".join(r for result in guessed.results for r in result.notes)
+    assert guessed.exit_code == 0 and "x axis 0 was taken for the batch" in notes, notes
+    assert "--dynamic NAME=AXIS:batch,AXIS:seq" in notes
+    named = tconform.check(
+        module, example, runtimes=("onnxruntime",), out_dir=tmp_path / "b",
+        dynamic={"x": {0: "seq", 1: "batch"}},
+    )  # fmt: skip
+    (row,) = [r for r in named.results if r.input_set == "batch-consistency"]
+    assert named.exit_code == 0 and row.status == "pass", row.message
+    assert row.outputs and row.outputs[0].compared == 5 * 6 * 8
 
 
 @pytest.mark.parametrize("mixing", [Centred, RunningMean])
