@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from tconform.errors import UsageError
+from tconform.errors import Refused, UsageError
 
 
 def _umask() -> int:
@@ -32,9 +35,56 @@ def new_folder(parent: Path, prefix: str) -> Path:
     return folder
 
 
+# The folders this process writes under an exclusive lock (tconform.folders.folder_lock), each
+# by its absolute path with the identity (device, inode) it had when locked.
+_HELD: dict[Path, tuple[int, int]] = {}
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    """(device, inode) of `folder` itself, a real folder (not through a link), or None."""
+    try:
+        found = os.lstat(folder)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISDIR(found.st_mode) else None
+
+
+@contextlib.contextmanager
+def writing_into(folder: Path) -> Iterator[None]:
+    """While held, every write tconform makes under `folder` (require_unchanged) first checks
+    that it is still the folder it was: one moved away mid-run, and another (a user's) put in
+    its place, is never written into."""
+    key = Path(os.path.abspath(folder))
+    identity = _identity(key)
+    if identity is None or key in _HELD:
+        yield
+        return
+    _HELD[key] = identity
+    try:
+        yield
+    finally:
+        del _HELD[key]
+
+
+def require_unchanged(path: Path) -> None:
+    """Refused where `path` lies in a folder this process locked for writing that is no longer
+    the folder it locked (moved away, replaced, made a link): a write there would land among
+    files tconform did not write."""
+    target = Path(os.path.abspath(path))
+    for folder, identity in _HELD.items():
+        if target.is_relative_to(folder) and _identity(folder) != identity:
+            raise Refused(
+                f"{folder}: no longer the folder this run locked (moved, replaced or made a "
+                "link while it ran); tconform writes nothing into a folder it did not lock",
+                folder,
+            )
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename it into place. A failure (a full
-    disk, a folder that cannot be written) names `path` and leaves the old file as it was."""
+    disk, a folder that cannot be written) names `path` and leaves the old file as it was;
+    so does a locked folder replaced under the run (require_unchanged)."""
+    require_unchanged(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,7 @@ from tconform.files import (
     read_json_object,
     resolved,
     sha256_file,
+    writing_into,
 )
 from tconform.variables import value
 
@@ -409,6 +410,10 @@ def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
                     print(f"tconform: waiting for another run using {folder} ...", file=sys.stderr)
                     told = True
                 time.sleep(0.2)
-        yield
+        if shared:
+            yield
+        else:
+            with writing_into(folder):
+                yield
     finally:
         os.close(fd)  # closing releases the lock

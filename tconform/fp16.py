@@ -107,24 +107,34 @@ def ops_run_in_float32(model_path: Path | str) -> dict[str, int]:
     off, so only the Cast insertion changes the graph), with ONNX shape inference giving each
     node's output type.
     """
+    given = onnx.load(str(model_path), load_external_data=False)
+    # nodes the file itself computes in float32 (a converter's kept ones): ONNX Runtime inserted
+    # nothing around them, and keeps their names
+    in_file = {node.name for node in _float32_nodes(given) if node.name}
     with tempfile.TemporaryDirectory() as tmp:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.optimized_model_filepath = str(Path(tmp) / "as_run.onnx")
         options.log_severity_level = 3
         ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-        graph = onnx.shape_inference.infer_shapes(onnx.load(options.optimized_model_filepath)).graph
+        as_run = onnx.load(options.optimized_model_filepath)
+    return dict(Counter(n.op_type for n in _float32_nodes(as_run) if n.name not in in_file))
+
+
+def _float32_nodes(model) -> list:
+    """`model`'s nodes other than Casts with a float32 output (by ONNX shape inference)."""
+    graph = onnx.shape_inference.infer_shapes(model).graph
     elem_types = {
         value.name: value.type.tensor_type.elem_type
         for value in (*graph.value_info, *graph.input, *graph.output)
     }
-    in_float32: Counter[str] = Counter()
-    for node in graph.node:
-        if node.op_type != "Cast" and any(
-            elem_types.get(out) == TensorProto.FLOAT for out in node.output
-        ):
-            in_float32[node.op_type] += 1
-    return dict(in_float32)
+    elem_types.update({t.name: t.data_type for t in graph.initializer})
+    return [
+        node
+        for node in graph.node
+        if node.op_type != "Cast"
+        and any(elem_types.get(out) == TensorProto.FLOAT for out in node.output)
+    ]
 
 
 def float16_notes(model_path: Path, ep: str) -> list[str]:

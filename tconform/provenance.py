@@ -78,7 +78,7 @@ def onnx_provenance(path: Path, origin: str, sha256: str, model) -> ModelProvena
         if elem_type:
             break
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
-    compute, why = compute_type(model)
+    compute, why = compute_type(model, path)
     return ModelProvenance(
         path=str(path),
         sha256=sha256,
@@ -255,6 +255,113 @@ MATRIX_PRODUCTS = frozenset(
 )
 
 
+# Ops that move, copy or relabel values without arithmetic: the type they carry says nothing
+# of the precision a model computes in (Cast pairs, Identity chains, reshapes).
+MOVES = frozenset(
+    {
+        "Identity", "Cast", "CastLike", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
+        "Flatten", "Expand", "Concat", "Split", "Slice", "Gather", "GatherElements",
+        "GatherND", "Pad", "Tile", "Shape", "Size", "DepthToSpace", "SpaceToDepth", "Dropout",
+    }
+)  # fmt: skip
+# Elementwise ops and the constant that makes each an identity (x + 0, x * 1, ...).
+_NEUTRAL = {"Add": 0.0, "Sub": 0.0, "Mul": 1.0, "Div": 1.0}
+
+
+class Constants:
+    """The values a graph holds fixed (initializers, Constant nodes, and what Cast or Identity
+    make of them: a Cast keeps which entries are zero or one, as far as `computes` asks), read
+    on demand. A weight the graph was read without (tconform.models.read_graph drops large
+    ones) is read from `path`, the file it came from, where the caller allows it."""
+
+    def __init__(self, graph, path: Path | None = None) -> None:
+        self._tensors = {t.name: t for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant":
+                value = next((a.t for a in node.attribute if a.name == "value"), None)
+                if value is not None:
+                    self._tensors[node.output[0]] = value
+            elif node.op_type in ("Cast", "Identity") and node.input[0] in self._tensors:
+                self._tensors[node.output[0]] = self._tensors[node.input[0]]
+        self._path = path
+        self._file: dict | None = None
+
+    def get(self, name: str, read: bool = False):
+        """The array named `name`, or None (not fixed, or left out and not to be `read`)."""
+        from onnx import TensorProto, numpy_helper
+
+        tensor = self._tensors.get(name)
+        if tensor is None:
+            return None
+        if not (tensor.raw_data or _typed_data(tensor)) and any(tensor.dims):  # not held here
+            if not (read and self._path):
+                return None
+            if tensor.data_location != TensorProto.EXTERNAL:  # dropped by read_graph
+                tensor = self._from_file().get(tensor.name, tensor)
+        try:  # external data lies in the model's folder (tconform.models.check_external_data)
+            return numpy_helper.to_array(tensor, str(self._path.parent) if self._path else "")
+        except (ValueError, OSError):
+            return None
+
+    def _from_file(self) -> dict:
+        import onnx
+
+        if self._file is None:
+            model = onnx.load(str(self._path), load_external_data=False)
+            self._file = {t.name: t for t in model.graph.initializer}
+        return self._file
+
+
+def _typed_data(tensor) -> bool:
+    """Whether `tensor` holds its values in a typed field (float_data, int32_data, ...)."""
+    return any(
+        getattr(tensor, f) for f in ("float_data", "int32_data", "int64_data", "double_data")
+    )
+
+
+def _sums_nothing(weight, axis: int) -> bool:
+    """Whether each output of a product with this constant weight reads one input at most
+    (an identity, a permutation, a diagonal, their signed or scaled forms): such a product
+    adds no terms, so it rounds once and computes nothing a row is earned by. `axis` is the
+    weight's axis summed over."""
+    import numpy as np
+
+    weight = np.asarray(weight)
+    if weight.ndim < 2:
+        return False
+    return bool(((weight != 0).sum(axis=axis) <= 1).all())
+
+
+def computes(node, constants: Constants, inner: dict[str, int], read: bool = False) -> bool:
+    """Whether `node` does arithmetic that decides a model's error: not a move (MOVES), not
+    an elementwise op with its neutral constant (x + 0, x * 1), not a product that sums
+    nothing (a constant weight per _sums_nothing, or an inner size of 1: the outer product
+    that rotary embeddings compute in float32 inside float16 models). No-op nodes in a narrow
+    type around a float32 model would otherwise buy it the float16 row. `inner`: each tensor's
+    last size where shape inference knows it; `read`: read weights the graph left out."""
+    inputs = [constants.get(name, read) for name in node.input]
+    if node.op_type in MOVES:
+        return False
+    if node.op_type == "MatMul" and node.input and inner.get(node.input[0]) == 1:
+        return False
+    if node.op_type in _NEUTRAL and len(inputs) == 2:
+        neutral = _NEUTRAL[node.op_type]
+        # Sub and Div are neutral only with the constant second
+        tried = inputs[1:] if node.op_type in ("Sub", "Div") else inputs
+        return not any(c is not None and (c == neutral).all() for c in tried)
+    if node.op_type in ("MatMul", "Gemm") and len(inputs) >= 2:
+        trans = {a.name: a.i for a in node.attribute}  # Gemm's transA/transB swap the axes
+        summed = (-2 if trans.get("transA") else -1, -1 if trans.get("transB") else -2)
+        return not any(
+            c is not None and _sums_nothing(c, axis)
+            for c, axis in zip(inputs[:2], summed, strict=True)
+        )
+    if node.op_type == "Conv" and len(inputs) >= 2 and inputs[1] is not None:
+        kernel = inputs[1]
+        return not _sums_nothing(kernel.reshape(kernel.shape[0], -1).T, 0)
+    return True
+
+
 def _votes(nodes, types: dict[str, int]) -> Counter:
     """How many of `nodes`' inputs have each float type."""
     return Counter(
@@ -265,16 +372,20 @@ def _votes(nodes, types: dict[str, int]) -> Counter:
     )
 
 
-def compute_type(model) -> tuple[str, str]:
+def compute_type(model, path: Path | None = None) -> tuple[str, str]:
     """The type `model` computes in ('' when none is known) and, where its live compute mixes
-    precisions, why it is judged by the stricter one. Only what reaches the outputs counts. It
-    is "int8" ("int4") when its weights are int8 (4-bit) read by quantised ops; otherwise the
-    float type its node inputs have. A float16 conversion that kept float32 inputs and outputs
-    computes in float16, while float16 weights Cast back to float32, or a Cast pair in between,
-    leave it float32. The float type is that of its matrix products' inputs (MATRIX_PRODUCTS),
-    or of every node's where none reaches the outputs. Where int8 weights hold between
-    MIXED_SHARE and INT8_SHARE of it, or a second float type at least MIXED_SHARE, the model is
-    mixed and takes the stricter row."""
+    precisions, why it is judged by the stricter one. Only what reaches the outputs counts, and
+    of that only nodes that compute (`computes`: no moves, Casts or no-op products). It is
+    "int8" ("int4") when its weights are int8 (4-bit) read by quantised ops; otherwise the
+    float type its computing nodes' inputs have. A float16 conversion that kept float32 inputs
+    and outputs computes in float16, while float16 weights Cast back to float32 leave it
+    float32. The float type is that of its matrix products' inputs (MATRIX_PRODUCTS), or of
+    every computing node's where no product reaches the outputs. Where int8 weights hold
+    between MIXED_SHARE and INT8_SHARE of it, or a second float type at least MIXED_SHARE, the
+    model is mixed and takes the stricter row; a float32 product that reaches the outputs
+    always keeps the float32 row (its rounding is what the outputs carry, however many
+    narrower products sit beside it). `path`: the file `model` was read from, where weights
+    it was read without may be read."""
     import onnx
 
     share, quantized = _quantized(model)
@@ -287,17 +398,32 @@ def compute_type(model) -> tuple[str, str]:
         graph = model.graph
     types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info)}
     types.update({t.name: t.data_type for t in graph.initializer})
-    nodes = live_part(graph).nodes
-    for node in nodes:  # Casts say their output type even where inference stopped
+    live_nodes = live_part(graph).nodes
+    for node in live_nodes:  # Casts say their output type even where inference stopped
         if node.op_type == "Cast":
             types[node.output[0]] = next((a.i for a in node.attribute if a.name == "to"), 0)
+    constants = Constants(graph, path)
+    inner = {}
+    for value in (*graph.input, *graph.value_info):
+        dims = value.type.tensor_type.shape.dim
+        if dims and dims[-1].HasField("dim_value"):
+            inner[value.name] = dims[-1].dim_value
+    # a narrow node must earn its row: its weights are read even where the graph left them out
+    narrow = {code for code, name in _ELEM_TYPES.items() if name in NARROW}
+    nodes = [
+        node
+        for node in live_nodes
+        if computes(node, constants, inner, read=any(types.get(i) in narrow for i in node.input))
+    ]
     products = [node for node in nodes if node.op_type in MATRIX_PRODUCTS]
     votes = _votes(products, types)
     counted = "matrix products' inputs"
-    if not votes:  # no live matrix product: every node input has its say
+    if not votes:  # no live matrix product: every computing node's inputs have their say
         votes, counted = _votes(nodes, types), "node inputs"
     total = sum(votes.values())
     live = {t: n / total for t, n in votes.items() if n / total >= MIXED_SHARE}
+    if counted.startswith("matrix") and votes.get("float32"):
+        live["float32"] = votes["float32"] / total
     if share >= MIXED_SHARE:
         live[quantized] = share
     if not live:

@@ -89,3 +89,36 @@ def test_a_reader_makes_no_lock_beside_a_folder_it_reads_and_takes_a_writers(tmp
         with pytest.raises(BlockingIOError):  # held shared: no writer can have it
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.close(fd)
+
+
+@pytest.mark.parametrize("swap", ["folder", "link"])
+def test_a_locked_folder_replaced_mid_run_is_never_written_into(tmp_path, swap):
+    """Outsider's finding: an artifacts folder moved away during a verify, and a user's folder
+    (their model.onnx and manifest.json) put in its place, had its files overwritten. A write
+    under a folder this run locked checks first that it is still that folder."""
+    from tconform.errors import Refused
+    from tconform.export.artifacts import _made
+    from tconform.files import atomic_write_json
+    from tconform.folders import folder_lock
+
+    ours = tmp_path / "art"
+    ours.mkdir()
+    users = {"model.onnx": b"the user's model", "manifest.json": b'{"theirs": 1}'}
+    with folder_lock(ours):
+        atomic_write_json(ours / "manifest.json", {"kind": "artifacts"})  # still ours: written
+        ours.rename(tmp_path / "moved")
+        if swap == "link":
+            (tmp_path / "elsewhere").mkdir()
+            ours.symlink_to(tmp_path / "elsewhere")
+        else:
+            ours.mkdir()
+        for name, data in users.items():
+            (ours / name).write_bytes(data)
+        with pytest.raises(Refused, match="no longer the folder this run locked"):
+            atomic_write_json(ours / "manifest.json", {"kind": "artifacts"})
+        with pytest.raises(Refused, match="no longer the folder this run locked"):
+            _made(ours / ".staging")
+    assert {p.name: p.read_bytes() for p in ours.iterdir()} == users
+    with folder_lock(tmp_path / "moved"):  # a later run locks the folder where it is now
+        atomic_write_json(tmp_path / "moved" / "manifest.json", {"kind": "artifacts"})
+    assert (tmp_path / "moved" / "manifest.json").is_file()

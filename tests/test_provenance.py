@@ -3,6 +3,7 @@
 from itertools import pairwise
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -143,11 +144,16 @@ def test_float16_and_float32_compute_mixed_take_the_stricter_row():
     assert compute_type(_model(only_half, [])) == ("float16", "")
 
 
+def _dense(dtype, seed=0):
+    """A 4x4 weight every output of which sums four inputs."""
+    return np.random.default_rng(seed).uniform(0.5, 1.5, (4, 4)).astype(dtype)
+
+
 def test_matrix_products_decide_the_float_type_where_any_reaches_the_outputs():
     """A float16 conversion that keeps a clamp's Min and Max (and their float32 bounds) around
     its float16 MatMuls computes in float16: it was judged mixed by the float32 row, and its
     float16 rounding failed it. MatMuls in both types are mixed, and take the stricter row."""
-    weights = [numpy_helper.from_array(np.eye(4, dtype=np.float16), f"w{k}") for k in range(2)]
+    weights = [numpy_helper.from_array(_dense(np.float16), f"w{k}") for k in range(2)]
     bounds = [
         numpy_helper.from_array(np.full(4, v, np.float32), n) for n, v in (("lo", -1), ("hi", 1))
     ]
@@ -164,8 +170,111 @@ def test_matrix_products_decide_the_float_type_where_any_reaches_the_outputs():
         helper.make_node("Min", ["f3", "hi"], ["y"]),
     ]
     assert compute_type(_model(products + clamp, weights + bounds)) == ("float16", "")
-    full = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w2")
+    full = numpy_helper.from_array(_dense(np.float32), "w2")
     mixed = [*products[:-1], helper.make_node("Cast", ["h2"], ["f"], to=F32)]
     mixed.append(helper.make_node("MatMul", ["f", "w2"], ["y"]))
     precision, why = compute_type(_model(mixed, [*weights, full]))
     assert precision == "float32" and "matrix products' inputs" in why, why
+
+
+def _narrow_tail(count, make):
+    """Nodes that take float32 `t` to the output `y` through `count` float16 nodes made by
+    make(k, input, output), between a Cast pair."""
+    names = ["h", *(f"h{k}" for k in range(count))]
+    nodes = [helper.make_node("Cast", ["t"], ["h"], to=F16)]
+    nodes += [make(k, a, b) for k, (a, b) in enumerate(pairwise(names))]
+    return [*nodes, helper.make_node("Cast", [names[-1]], ["y"], to=F32)]
+
+
+def test_no_op_float16_nodes_do_not_buy_a_float32_model_the_float16_row():
+    """Outsider's spoof: a float32 model with no-op float16 nodes appended (identity or
+    permutation products, Identity chains, x * 1, x + 0) outnumbered its own nodes, and was
+    judged (and passed) by the float16 row. Only arithmetic that sums counts."""
+    head = [helper.make_node("MatMul", ["x", "w"], ["t"])]
+    weight = [numpy_helper.from_array(_dense(np.float32), "w")]
+    eye = numpy_helper.from_array(np.eye(4, dtype=np.float16), "eye")
+    permutation = numpy_helper.from_array(np.eye(4, dtype=np.float16)[::-1] * 2, "perm")
+    one = numpy_helper.from_array(np.ones(4, np.float16), "one")
+    zero = numpy_helper.from_array(np.zeros(4, np.float16), "zero")
+    spoofs = {
+        "identity products": (lambda k, a, b: helper.make_node("MatMul", [a, "eye"], [b]), [eye]),
+        "permutation Gemms": (
+            lambda k, a, b: helper.make_node("Gemm", [a, "perm"], [b], transB=1),
+            [permutation],
+        ),
+        "Identity chain": (lambda k, a, b: helper.make_node("Identity", [a], [b]), []),
+        "x * 1 and x + 0": (
+            lambda k, a, b: helper.make_node(
+                ("Mul", "Add")[k % 2], [a, ("one", "zero")[k % 2]], [b]
+            ),
+            [one, zero],
+        ),
+    }
+    for what, (make, extra) in spoofs.items():
+        nodes = head + _narrow_tail(20, make)
+        assert compute_type(_model(nodes, weight + extra)) == ("float32", ""), what
+    gain = [numpy_helper.from_array(_dense(np.float32)[0], "w")]  # no product: a scaled input
+    scaled = [helper.make_node("Mul", ["x", "w"], ["t"])]
+    make, extra = spoofs["identity products"]
+    assert compute_type(_model(scaled + _narrow_tail(8, make), gain + extra))[0] == "float32"
+
+
+def test_a_float32_product_keeps_the_float32_row_however_many_float16_ones_sit_beside():
+    dense16 = numpy_helper.from_array(_dense(np.float16, 1), "d")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"])]
+    nodes += _narrow_tail(20, lambda k, a, b: helper.make_node("MatMul", [a, "d"], [b]))
+    precision, why = compute_type(
+        _model(nodes, [numpy_helper.from_array(_dense(np.float32), "w"), dense16])
+    )
+    assert precision == "float32" and "float16 95%" in why and "float32 5%" in why, why
+
+
+def test_a_float32_outer_product_in_a_float16_model_computes_nothing_a_row_is_earned_by():
+    """Rotary embeddings multiply their frequencies by the positions in float32 inside a
+    float16 model: an inner size of 1 sums nothing, and the model stays float16."""
+    freq = numpy_helper.from_array(np.ones((1, 1, 4), np.float32), "freq")
+    positions = helper.make_tensor_value_info("pos", F32, [1, 4, 1])
+    nodes = [
+        helper.make_node("MatMul", ["pos", "freq"], ["angles"]),
+        helper.make_node("Cos", ["angles"], ["cos"]),
+        helper.make_node("Cast", ["cos"], ["c16"], to=F16),
+        helper.make_node("Cast", ["x"], ["h"], to=F16),
+        helper.make_node("MatMul", ["h", "d"], ["p"]),
+        helper.make_node("Mul", ["p", "c16"], ["q"]),
+        helper.make_node("Cast", ["q"], ["y"], to=F32),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F32, [1, 4, 4]), positions],
+        [helper.make_tensor_value_info("y", F32, [1, 4, 4])],
+        initializer=[freq, numpy_helper.from_array(_dense(np.float16), "d")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert compute_type(model) == ("float16", "")
+
+
+def test_no_op_weights_the_graph_was_read_without_are_read_from_the_file(tmp_path):
+    """A given model is read without its large weights (tconform.models.read_graph): a 64x64
+    float16 identity (8 KB) is left out of the graph, and read from the file to be seen."""
+    from tconform.models import WEIGHT_BYTES, read_graph
+    from tconform.provenance import onnx_provenance
+
+    size = 64
+    eye = numpy_helper.from_array(np.eye(size, dtype=np.float16), "eye")
+    assert len(eye.raw_data) > WEIGHT_BYTES
+    dense = np.random.default_rng(0).uniform(0.5, 1.5, (size, size)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"])]
+    nodes += _narrow_tail(8, lambda k, a, b: helper.make_node("MatMul", [a, "eye"], [b]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F32, [2, size])],
+        [helper.make_tensor_value_info("y", F32, [2, size])],
+        initializer=[numpy_helper.from_array(dense, "w"), eye],
+    )
+    path = tmp_path / "spoof.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    read = read_graph(path)
+    assert not next(t for t in read.graph.initializer if t.name == "eye").raw_data
+    assert onnx_provenance(path, "given", "0" * 64, read).precision == "float32"

@@ -36,7 +36,13 @@ from tconform.export.settings import (
     cache_key,
     quantization,
 )
-from tconform.files import atomic_write_bytes, atomic_write_json, require_inside, sha256_file
+from tconform.files import (
+    atomic_write_bytes,
+    atomic_write_json,
+    require_inside,
+    require_unchanged,
+    sha256_file,
+)
 from tconform.folders import (
     ARTIFACTS,
     BENCH_AREA,
@@ -343,6 +349,7 @@ def export_case(case: Case, settings: ExportSettings, out_dir: Path) -> ExportRe
 
 
 def _made(folder: Path) -> Path:
+    require_unchanged(folder)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -404,6 +411,7 @@ class ArtifactsFolder:
             entry["previous_sha256"] = sha256_file(target)
         self.models[record.case] = entry
         self._write_manifest()
+        require_unchanged(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staged, target)
         shutil.rmtree(staged.parent, ignore_errors=True)

@@ -52,6 +52,20 @@ def git_commit() -> str | None:
     return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
+def _temporaries_refused() -> str:
+    """Why no provider may be probed here ('' where one may): a probe's log goes to a temporary
+    file, and the temporary folder lies in one tconform keeps (the run's own error, in the
+    report beside, names the variable)."""
+    from tconform.errors import UsageError
+    from tconform.folders import require_caches_apart
+
+    try:
+        require_caches_apart()
+    except UsageError:
+        return "not probed: the temporary folder is refused"
+    return ""
+
+
 def providers() -> dict[str, object]:
     """What ONNX Runtime offers, and which of tconform's providers really run here (with the
     reason for each that does not)."""
@@ -60,7 +74,10 @@ def providers() -> dict[str, object]:
     from tconform.runtimes.providers import PROVIDERS, unavailable_reason
 
     offered = onnxruntime.get_available_providers()
-    reasons = {ep: unavailable_reason(ep) for ep, name in PROVIDERS.items() if name in offered}
+    refused = _temporaries_refused()
+    reasons = {
+        ep: refused or unavailable_reason(ep) for ep, name in PROVIDERS.items() if name in offered
+    }
     return {
         "providers_available": offered,
         "providers_running": [ep for ep, reason in reasons.items() if reason is None],

@@ -28,6 +28,7 @@ from tconform.errors import (
 from tconform.files import read_json_object
 from tconform.report import RunReport
 from tconform.results import Result, exit_code
+from tconform.runtimes.specs import base_name
 from tconform.units import SEPARATOR, digest, documents_unit, result_unit, unchecked_models
 
 # The exit codes a run that stopped early records (README, "Exit codes").
@@ -137,19 +138,6 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
             raise UsageError(
                 f"{path}: result {n} is not a run's result (a pass that compared no output)"
             )
-    own_rows = data["command"] == "verify"  # verify takes no tolerance: its rows are known
-    preset = data["settings"].get("preset")
-    for n, r in enumerate(results):
-        contradiction = _contradiction(r) or (_not_its_row(r, preset) if own_rows else "")
-        if contradiction:
-            raise UsageError(f"{path}: result {n} is not a run's result ({contradiction})")
-    error = data.get("error")
-    recorded = error["exit_code"] if error is not None else exit_code(r.status for r in results)
-    if data.get("exit_code") != recorded or type(data.get("exit_code")) is not int:
-        raise UsageError(
-            f"{path}: its exit code {data.get('exit_code')!r:.20} is not its "
-            f"{'error entry' if error is not None else 'results'}' ({recorded})"
-        )
     for n, r in enumerate(results):  # a unit's id names its case, cell and input set
         unit = result_unit(r)
         if unit != documents and not (
@@ -160,6 +148,24 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
                 f"{path}: result {n} is not a run's result (its case, cell or input set is not "
                 "its unit's)"
             )
+    own_rows = data["command"] == "verify"  # verify takes no tolerance: its rows are known
+    preset = data["settings"].get("preset")
+    for n, r in enumerate(results):
+        contradiction = (
+            _impossible(r, own_rows)
+            or _not_its_lane(r, data["settings"])
+            or _contradiction(r)
+            or (_not_its_row(r, preset) if own_rows else "")
+        )
+        if contradiction:
+            raise UsageError(f"{path}: result {n} is not a run's result ({contradiction})")
+    error = data.get("error")
+    recorded = error["exit_code"] if error is not None else exit_code(r.status for r in results)
+    if data.get("exit_code") != recorded or type(data.get("exit_code")) is not int:
+        raise UsageError(
+            f"{path}: its exit code {data.get('exit_code')!r:.20} is not its "
+            f"{'error entry' if error is not None else 'results'}' ({recorded})"
+        )
     counted = Counter(result_unit(r) for r in results)
     twice = [unit for unit, count in counted.items() if count > 1 and unit != documents]
     if twice:  # a unit is one runtime's run of one input set: one result, merged once
@@ -217,6 +223,59 @@ def _is_boundary(b: object) -> bool:
 
 def _are_numbers(entry: dict, *fields: str) -> bool:
     return all(type(entry.get(f)) in (int, float) for f in fields)
+
+
+# The figures of an output that are never negative, as tconform writes them.
+NON_NEGATIVE = (
+    "atol", "rtol", "max_abs_err", "max_rel_err", "mean_abs_err", "mismatches",
+    "tolerance_used", "excluded", "both_nonfinite", "golden_rms",
+)  # fmt: skip
+# What the expected outputs can have been computed in (Result.reference): verify's goldens are
+# float64; check falls back to float32 where its float64 copy of the model cannot run.
+REFERENCES = ("float64", "float32")
+
+
+def _impossible(r: Result, goldens: bool) -> str:
+    """Why a result holds what tconform never writes ('' where it does not): a negative figure,
+    a mean error above the largest, a reference that is not one (float64 only, against
+    `goldens`), or a pass that lists worst elements (only a failure lists them)."""
+    allowed = REFERENCES[:1] if goldens and result_unit(r) != documents_unit().id else REFERENCES
+    if r.reference not in allowed:
+        return f"expected outputs computed in {r.reference!r:.20}, not {' or '.join(allowed)}"
+    for o in r.outputs:
+        negative = next((f for f in NON_NEGATIVE if (getattr(o, f) or 0) < 0), None)
+        if negative:
+            return f"output {o.name!r:.80} has a negative {negative}"
+        if (o.mean_abs_err or 0) > (o.max_abs_err or 0) * (1 + USED_ROUNDING):
+            return f"output {o.name!r:.80} has a mean error above its largest"
+        if r.status == "pass" and o.worst:
+            return f"a pass whose output {o.name!r:.80} lists worst elements (a failure's)"
+    return ""
+
+
+def _not_its_lane(r: Result, settings: dict) -> str:
+    """Why a result did not run on its unit's lane ('' where it did): its runtime is none
+    tconform has, its provider is not one the run asked for, or its unit (and the run's
+    runtimes) name another runtime or provider. A shard's CPU row edited to claim CUDA is
+    not a CUDA pass."""
+    from tconform.runtimes import RUNTIMES
+    from tconform.runtimes.labels import runtime_label
+
+    unit = result_unit(r)
+    if unit == documents_unit().id:  # the documents' rows run the oracle, on no provider
+        return ""
+    if base_name(r.runtime) not in RUNTIMES:
+        return f"runtime {r.runtime!r:.40}, which tconform does not have"
+    if r.ep not in (settings.get("eps") or []):
+        return f"provider {r.ep!r:.20}, which the run did not ask for ({settings.get('eps')})"
+    lane = unit[len(f"{r.case}{SEPARATOR}{r.cell}{SEPARATOR}") : -len(f"{SEPARATOR}{r.input_set}")]
+    own = runtime_label(r.runtime, r.ep)
+    if lane != own and not lane.startswith(f"{own} ("):
+        return f"a row of {own} in a unit of {lane!r:.60}"
+    runtimes = settings.get("runtimes")
+    if isinstance(runtimes, dict) and lane not in runtimes:
+        return f"a row of {lane!r:.60}, which the run's runtimes do not hold"
+    return ""
 
 
 def _contradiction(r: Result) -> str:
@@ -291,7 +350,6 @@ def _ran_elsewhere(r: Result) -> str:
     ONNX Runtime pass on a provider its session did not have (a session that fell back to the
     CPU is never the requested provider's pass: tconform.runtimes.onnxruntime)."""
     from tconform.runtimes.providers import PROVIDERS
-    from tconform.runtimes.specs import base_name
 
     if result_unit(r) == documents_unit().id:  # a document property's row holds no session
         return ""

@@ -53,7 +53,7 @@ def _shard(**changes) -> dict:
 
     report = {
         "tool": "tconform", "command": "verify", "version": "1", "error": None, "exit_code": 0,
-        "settings": {"golden_manifest_sha256": "0" * 64,
+        "settings": {"golden_manifest_sha256": "0" * 64, "eps": ["cpu"],
                      "units": {"ids": [unit], "total": 1, "sha256": digest([unit]),
                                "shard": "1/1"}},
         "results": [{"case": "norm", "component": "norm", "runtime": "onnxruntime", "ep": "cpu",
@@ -63,6 +63,23 @@ def _shard(**changes) -> dict:
     }  # fmt: skip
     report.update(changes)
     return report
+
+
+def _edited(**fields) -> dict:
+    """The changes that edit the shard's one result's `fields`."""
+    return {"results": [{**_shard()["results"][0], **fields}]}
+
+
+def _on_cuda(ep_actual: list[str]) -> dict:
+    """The changes that make the shard a CUDA run's, its row's session on `ep_actual`."""
+    from tconform.units import digest
+
+    unit = "norm/dynamo-opset18-float32-all/ort-cuda/test_data_set_0"
+    units = {"ids": [unit], "total": 1, "sha256": digest([unit]), "shard": "1/1"}
+    return {
+        "settings": {**_shard()["settings"], "eps": ["cpu", "cuda"], "units": units},
+        **_edited(ep="cuda", ep_actual=ep_actual, unit=unit),
+    }
 
 
 @pytest.mark.parametrize(
@@ -151,10 +168,28 @@ def _shard(**changes) -> dict:
             "records no work units: its run stopped first \\(exit 2: --shard 2/2 holds no units",
         ),
         # a CUDA pass whose session ran on the CPU alone, or that records no session at all
+        (_on_cuda(["CPUExecutionProvider"]), "a pass on cuda whose session ran on CPUExecutionP"),
+        # a CPU shard's row edited to claim CUDA, a runtime tconform lacks, another's row
+        (_edited(ep="cuda", ep_actual=["CUDAExecutionProvider"]), "provider 'cuda', which the"),
+        (_edited(runtime="../../etc"), "runtime '../../etc', which tconform does not have"),
+        (_edited(runtime="openvino"), "a row of openvino in a unit of 'ort-cpu'"),
         (
-            {"results": [{**_shard()["results"][0], "ep": "cuda"}]},
-            "a pass on cuda whose session ran on CPUExecutionProvider",
+            {"settings": {**_shard()["settings"], "runtimes": {"openvino": {}}}},
+            "a row of 'ort-cpu', which the run's runtimes do not hold",
         ),
+        # figures tconform never writes, and a reference that is not verify's float64 golden
+        (_edited(outputs=[{**COMPARED, "max_abs_err": -1.0}]), "has a negative max_abs_err"),
+        (_edited(outputs=[{**COMPARED, "tolerance_used": -0.5}]), "has a negative tolerance_used"),
+        (
+            _edited(outputs=[{**COMPARED, "max_abs_err": 1e-9, "mean_abs_err": 1e-6}]),
+            "a mean error above its largest",
+        ),
+        (
+            _edited(outputs=[{**COMPARED, "worst": [{"index": [0], "abs_err": 9.0}]}]),
+            "a pass whose output 'y' lists worst elements",
+        ),
+        (_edited(reference="float16"), "expected outputs computed in 'float16', not float64"),
+        (_edited(reference="float32"), "expected outputs computed in 'float32', not float64"),
         ({"results": [{**_shard()["results"][0], "ep_actual": []}]}, "records nothing it ran on"),
         # a failure relabelled as a skip
         (
@@ -227,6 +262,8 @@ def test_malformed_shards_are_one_line_errors(tmp_path, changes, says):
     path = tmp_path / "s.json"
     path.write_text(json.dumps(_shard()))
     assert merge([path]).results[0].status == "pass"  # the well-formed one merges
+    path.write_text(json.dumps(_shard(**_on_cuda(["CUDAExecutionProvider", "CPUExecution"]))))
+    assert merge([path]).results[0].status == "pass"  # and so does a CUDA run's
     path.write_text(json.dumps(_shard(**changes)))
     with pytest.raises(UsageError, match=says):
         merge([path])
@@ -321,7 +358,7 @@ def _two_shards(tmp_path, first: dict, second: dict, places: tuple = ()) -> list
         report["settings"]["units"] = {
             "ids": [unit], "total": 2, "sha256": digest(units), "shard": f"{k}/2"
         }  # fmt: skip
-        report["settings"]["runtimes"] = runtimes
+        report["settings"]["runtimes"] = {"ort-cpu": {}, **runtimes}  # its own lane's
         if places:
             report["settings"]["units"]["positions"] = [places[k - 1]]
         report["results"][0].update(unit=unit, input_set=unit.rsplit("/", 1)[1])

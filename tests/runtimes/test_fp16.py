@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from tconform import registry
@@ -125,6 +126,30 @@ def test_cpu_runs_fp16_matmul_in_float32(fp16_artifacts):
     # ORT 1.31's CPU provider has no float16 MatMul kernel: it inserts Casts instead of failing.
     in_float32 = ops_run_in_float32(fp16_artifacts / "feed_forward" / "model.onnx")
     assert in_float32.get("MatMul", 0) >= 2
+
+
+def test_a_node_the_file_keeps_in_float32_is_not_said_to_be_run_so_for_want_of_a_kernel(tmp_path):
+    """A float16 model whose converter kept a LayerNormalization in float32 between its own
+    Casts: the CPU provider inserted nothing there, so only the float16 MatMul it widened is
+    named."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT, name="c0"),
+        helper.make_node("LayerNormalization", ["x32", "g", "b"], ["n32"], name="kept"),
+        helper.make_node("Cast", ["n32"], ["n16"], to=TensorProto.FLOAT16, name="c1"),
+        helper.make_node("MatMul", ["n16", "w"], ["y"], name="product"),
+    ]
+    weights = [
+        numpy_helper.from_array(np.ones(4, np.float32), "g"),
+        numpy_helper.from_array(np.zeros(4, np.float32), "b"),
+        numpy_helper.from_array(np.ones((4, 4), np.float16), "w"),
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT16, [2, 4]) for n in ("x", "y")]
+    graph = helper.make_graph(nodes, "g", io[:1], io[1:], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    onnx.save(model, tmp_path / "kept.onnx")
+    assert ops_run_in_float32(tmp_path / "kept.onnx") == {"MatMul": 1}
 
 
 def test_verify_notes_name_the_minus_inf_fill_and_the_ops_run_in_float32(fp16_artifacts):
