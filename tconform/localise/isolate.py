@@ -85,12 +85,13 @@ class Isolation:
 def not_isolatable(graph: Graph, boundary: Boundary) -> str:
     """Why `boundary` cannot be cut out and fed the reference's inputs ('' where it can): a
     float tensor entering it that no reference input was paired with would be fed the model's
-    own value, error and all, and prove nothing."""
+    own value, error and all, and prove nothing; one the model made exactly (Graph.exact: a
+    mask another module's scope built) is fed as it is."""
     if not boundary.region:
         return "no ONNX node carries its scope"
     if not boundary.onnx_outputs:
         return "its outputs are not matched"
-    fed = set(boundary.onnx_inputs.values())
+    fed = set(boundary.onnx_inputs.values()) | graph.exact
     unfed = [n for n in graph.entering(boundary.region) if n not in fed]
     if unfed:
         return f"its input {unfed[0]} is not matched to one of the reference's"
@@ -143,7 +144,7 @@ def isolate(
             exact[name] = reference.inputs[by_onnx[name]].reshape(own.shape)
             feeds[name] = exact[name].astype(own.dtype)
             inputs_from[name] = "reference"
-        else:  # an integer or boolean input (exact), or a float one not matched
+        else:  # an integer or boolean input, or a float one made exactly (Graph.exact)
             feeds[name] = exact[name] = own
             inputs_from[name] = "model"
     expected = {

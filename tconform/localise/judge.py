@@ -5,7 +5,8 @@ Pairing (reference tensor -> ONNX tensor) is by shape. Where several tensors of 
 a call's boundary (a rotary embedding's cos and sin), they pair by value, the assignment with
 the smallest error. An input that no tensor of its shape carries pairs with the one tensor of
 its element count (an exporter that moved a reshape across the boundary), compared reshaped;
-anything else is listed as not matched, never guessed.
+several of one count (cos and sin unsqueezed outside the layers that read them) pair by value
+as same-shape ones do. Anything else is listed as not matched, never guessed.
 
 Comparing clamps both sides to the model type's finite range, so that a mask fill at the type's
 minimum (-1.8e308 in the float64 reference, -3.4e38 in float32) compares equal: both mean
@@ -79,8 +80,10 @@ def pair_tensors(
             )
     if by_size:
         used = {p.onnx for p in pairs.values()}
-        for k in list(reasons):
-            size = reference[k].size
+        unpaired: dict[int, list[int]] = defaultdict(list)
+        for k in reasons:
+            unpaired[reference[k].size].append(k)
+        for size, keys in unpaired.items():
             # Floats only, as by shape: a quantised model's uint8 copy of a float tensor has
             # its size, and is no value of it.
             same = [
@@ -91,9 +94,13 @@ def pair_tensors(
                 and values[n].dtype.kind == "f"
                 and values[n].size == size
             ]
-            if len(same) == 1:
-                pairs[k] = Pair(same[0], reshaped=True)
-                used.add(same[0])
+            if len(same) != len(keys):
+                continue
+            # a rotary embedding's cos and sin, unsqueezed in the first layer's scope and read
+            # by every later layer: each paired by value, as tensors of one shape are
+            for k, name in _assign(keys, same, reference, values):
+                pairs[k] = Pair(name, reshaped=True)
+                used.add(name)
                 del reasons[k]
     return pairs, reasons
 
@@ -112,6 +119,8 @@ def _assign(keys, names, reference, values) -> list[tuple[int, str]]:
 
 
 def _distance(expected: np.ndarray, actual: np.ndarray) -> float:
+    """The largest difference, `expected` read in `actual`'s shape (one size, paired by it)."""
+    expected = expected.reshape(actual.shape)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(clamped(actual, actual.dtype) - clamped(expected, actual.dtype))
     return float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else np.inf

@@ -26,11 +26,16 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto
 
+from tconform.provenance import MOVES
+
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 SCOPE_SOURCES = ("dynamo metadata", "TorchScript node names", "none")
 # Ops whose output is their input unchanged in value: such an output leaving a region carries
 # what entered it, not what the module made.
 PASS_THROUGH = {"Identity", "Cast"}
+# Ops that compute no float value, only choose, copy or convert one: what they make from
+# integers, booleans and constants is exact (a mask's Where(mask, 0, -inf)).
+CHOOSES = MOVES | {"Where", "ConstantOfShape"}
 
 
 def dynamo_modules(namespace: str | None) -> list[tuple[str, str]] | None:
@@ -114,6 +119,11 @@ def _common_scope(scopes: list[tuple[str, ...]]) -> tuple[str, ...]:
     return common or ("",)
 
 
+def _is_float(elem_types: dict[str, int], name: str) -> bool:
+    elem_type = elem_types.get(name, TensorProto.UNDEFINED)
+    return elem_type in FLOAT_TYPES or elem_type == TensorProto.UNDEFINED
+
+
 @dataclass
 class Graph:
     """The top-level graph of a model with each node's module scope."""
@@ -126,6 +136,9 @@ class Graph:
     consumers: dict[str, set[int]]
     elem_types: dict[str, int]
     dynamic: set[str]  # tensors that depend on a graph input (the rest are constants)
+    # float tensors made from the inputs' integers and booleans and from constants by ops that
+    # compute no float value (CHOOSES): exact, whatever the runtime (an attention mask's fill)
+    exact: set[str]
     inputs: list[str]
     outputs: list[str]
     initializers: set[str]
@@ -166,6 +179,11 @@ class Graph:
             v.name: v.type.tensor_type.elem_type for v in (*g.value_info, *g.input, *g.output)
         }
         elem_types.update({t.name: t.data_type for t in g.initializer})
+        exact: set[str] = set()
+        for node in nodes:  # in graph order: a node's inputs are settled before it
+            floats = [n for n in node.input if n in dynamic and _is_float(elem_types, n)]
+            if node.op_type in CHOOSES and all(n in exact for n in floats):
+                exact.update(o for o in node.output if o in dynamic and _is_float(elem_types, o))
         scopes = []
         for index, node in enumerate(nodes):
             scope = recorded[index]
@@ -177,13 +195,12 @@ class Graph:
             scopes.append(scope)
         return cls(
             model, source, scopes, calls, producer, dict(consumers), elem_types, dynamic,
-            inputs, [o.name for o in g.output], initializers,
+            exact, inputs, [o.name for o in g.output], initializers,
         )  # fmt: skip
 
     def is_float(self, name: str) -> bool:
         """Floating-point, or of unknown type (settled by the value it takes at run time)."""
-        elem_type = self.elem_types.get(name, TensorProto.UNDEFINED)
-        return elem_type in FLOAT_TYPES or elem_type == TensorProto.UNDEFINED
+        return _is_float(self.elem_types, name)
 
     def region(self, path: str) -> list[int]:
         return [i for i, scope in enumerate(self.scopes) if path in scope]

@@ -137,6 +137,50 @@ def test_pairing_by_shape_then_by_value_then_by_size():
     assert pairs[0].onnx == "r" and pairs[0].reshaped and why == {}
 
 
+def test_several_tensors_of_one_size_pair_by_value_reshaped():
+    """Mistral's later layers read cos and sin as the first layer's scope unsqueezed them, in
+    another shape than the layer's own call takes: two of one size, paired by value (left
+    unpaired, the faulty layer could not be isolated and its parent was named)."""
+    cos, sin = np.full((3, 4), 0.5), np.full((3, 4), -0.25)
+    values = {"sin_u": sin[None].astype(np.float32), "cos_u": cos[None].astype(np.float32)}
+    pairs, why = pair_tensors([cos, sin], ["sin_u", "cos_u"], values, by_size=True)
+    assert {k: (p.onnx, p.reshaped) for k, p in pairs.items()} == {
+        0: ("cos_u", True),
+        1: ("sin_u", True),
+    }
+    assert why == {}
+
+
+def test_a_float_made_only_by_choosing_among_constants_is_exact():
+    """An attention mask's fill, Where(mask, 0, -inf), built in the first layer's scope and
+    read by the next: exact, so the next layer is isolated with it as the model made it; a
+    float computed from the inputs' floats is not."""
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("Where", ["mask", "zero", "fill"], ["bias"]),
+        helper.make_node("Unsqueeze", ["bias", "axis"], ["bias_u"]),
+        helper.make_node("Add", ["x", "bias_u"], ["y"]),
+    ]
+    consts = [
+        onnx.numpy_helper.from_array(np.zeros(1, np.float32), "zero"),
+        onnx.numpy_helper.from_array(np.full(1, -np.inf, np.float32), "fill"),
+        onnx.numpy_helper.from_array(np.zeros(1, np.int64), "axis"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("mask", TensorProto.BOOL, [2, 2]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2])],
+        consts,
+    )
+    found = Graph.read(helper.make_model(graph), {""})
+    assert found.exact == {"bias", "bias_u"}
+
+
 def test_pairing_by_size_takes_no_integer_tensor():
     """int8 models: DynamicQuantizeLinear's uint8 copy of an activation has its size but holds
     no value of it; paired, isolation would feed the reference's floats cast to uint8."""
