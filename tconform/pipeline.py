@@ -144,6 +144,7 @@ def _settings(
     axes = request.axes
     return {
         "eps": list(request.runtimes.eps),
+        "threads": request.runtimes.threads,  # 0: each runtime's default
         "allow_missing_ep": request.allow_missing_ep,
         "strict_placement": request.strict_placement,
         "runtimes": {label(lane.runtime): lane.runtime.settings() for lane in lanes},

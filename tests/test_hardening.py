@@ -217,11 +217,12 @@ def test_a_full_disk_names_the_file(tmp_path, monkeypatch):
 def test_every_report_carries_the_environment_block(cli, workspace, tmp_path):
     code, _, _ = verify(
         cli, workspace, "--case", "norm", "--no-doc", "-q", "--json", str(tmp_path / "v.json"),
-        "--junit", str(tmp_path / "v.xml"),
+        "--junit", str(tmp_path / "v.xml"), "--threads", "1", "--runtime", "onnxruntime",
     )  # fmt: skip
     assert code == 0
     env = json.loads((tmp_path / "v.json").read_text())["environment"]
     assert set(env) >= ENV_KEYS and "cpu" in env["providers_running"]
+    assert env["threads"] == 1  # as given (outsider: check's and verify's said none)
     properties = {p.get("name") for p in ET.parse(tmp_path / "v.xml").getroot()[0]}
     assert properties >= ENV_KEYS
     code, _, _ = cli(

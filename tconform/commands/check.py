@@ -268,7 +268,7 @@ def check_in_child(send, request, started: str) -> dict:
         # environment's torch version is torch's own str type, say).
         **_plain(
             {
-                "environment": environment(started),
+                "environment": environment(started, request.runtimes.threads),
                 "settings": report.settings,
                 "details": report.details,
             }

@@ -96,7 +96,7 @@ def run_and_report(
     A report replaces only a report of its own kind that tconform wrote: a path that holds
     anything else (the user's notes, the inputs file this run reads) is refused before the run
     starts, and the other reports say so."""
-    from tconform.report import write_reports
+    from tconform.report import RunReport, write_reports
     from tconform.report.environment import environment, utc_now
     from tconform.runtimes.environments import announced_to
 
@@ -122,8 +122,9 @@ def run_and_report(
             interrupted = exc
     # The first signal decides: a second Ctrl-C or SIGTERM waits until the reports are written.
     with ignored_signals() if interrupted is not None else contextlib.nullcontext():
-        if not report.environment:
-            report.environment = environment(started)
+        if not report.environment:  # a run's settings say the threads it gave its runtimes
+            threads = report.settings.get("threads") if isinstance(report, RunReport) else None
+            report.environment = environment(started, threads)
         text = render(report) if render is not None else report.render()
         if text:
             click.echo(text)

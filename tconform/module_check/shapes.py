@@ -50,6 +50,29 @@ def infer_axes(inputs: ModuleInputs, declared: Axes) -> Axes:
     return axes
 
 
+def unseen_sequence(inputs: ModuleInputs, axes: Axes) -> str:
+    """Why no sequence shape is checked though the module reads token ids ('' where one is, or
+    none are read): its integer inputs' axis 1 sizes differ (an encoder-decoder's source and
+    target ids), so no length is taken for the sequence."""
+    if any(SEQUENCE in found.values() for found in axes.values()):
+        return ""
+    tokens = {
+        name: t.shape[1]
+        for name, t in inputs.named().items()
+        if t.dim() == 2 and not t.is_floating_point()
+    }
+    if len(set(tokens.values())) < 2:
+        return ""
+    sizes = ", ".join(f"{name} {size}" for name, size in tokens.items())
+    return (
+        f"seq-N: not checked: no sequence axis was inferred, its integer inputs' axis 1 sizes "
+        f"differ ({sizes}); one name marks one size, so name one input's axis seq and each "
+        "other length's a name of its own (--dynamic NAME=0:batch,1:seq --dynamic "
+        "OTHER=0:batch,1:tgt, or the factory's third item): the seq axis is varied, the "
+        "others kept free"
+    )
+
+
 def without_batch(axes: Axes, declared: Axes) -> Axes:
     """`axes` without the batch axes it inferred (those `declared` stay as given)."""
     kept: Axes = {}

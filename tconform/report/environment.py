@@ -86,7 +86,8 @@ def providers() -> dict[str, object]:
 
 
 def environment(started: str | None = None, threads: int | None = None) -> dict[str, object]:
-    """The block every report carries. `started`: the command's UTC start time."""
+    """The block every report carries. `started`: the command's UTC start time; `threads`: the
+    intra-op threads its runtimes were given (None or 0: their defaults)."""
     import psutil
 
     versions = library_versions()
@@ -97,7 +98,7 @@ def environment(started: str | None = None, threads: int | None = None) -> dict[
         "instruction_sets": instruction_sets(),
         "cores_physical": psutil.cpu_count(logical=False),
         "cores_logical": os.cpu_count(),
-        "threads": threads,
+        "threads": threads or None,
         "python": versions["python"],
         "torch": versions["torch"],
         "onnx": versions["onnx"],

@@ -72,6 +72,7 @@ from tconform.module_check.shapes import (
     batch_axes,
     infer_axes,
     input_axis_size,
+    unseen_sequence,
     variants,
     without_batch,
 )
@@ -222,6 +223,8 @@ class ModuleSuite(Suite):
             given[input_name] = {axis % rank: label for axis, label in axes.items()}
         self.declared = given
         self.axes = infer_axes(self.inputs, given) if subject.shapes else given
+        if subject.shapes and (unseen := unseen_sequence(self.inputs, self.axes)):
+            self.notes.append(unseen)
         if subject.shapes and given and input_axis_size(self.inputs, self.axes, BATCH) is None:
             self.notes.append(  # the batch is inferred only for inputs whose axes are not given
                 "batch-N, batch-consistency: not checked: the axes given (--dynamic or the "

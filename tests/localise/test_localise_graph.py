@@ -217,3 +217,20 @@ def test_the_float64_copy_of_a_graph_widens_constant_of_shape_s_default_zero():
     x = np.arange(6, dtype=np.float64).reshape(2, 3) / 7
     (y,) = ReferenceEvaluator(wide).run(None, {"x": x})
     assert y.dtype == np.float64 and np.array_equal(y, x)
+
+
+def test_localisation_measures_overflow_without_a_warning_line():
+    """Outsider's finding: under -q, a float16 localisation still printed numpy's overflow
+    warnings (the reference cast to float16, onnx.reference on a faulty cut)."""
+    import warnings
+
+    from tconform.localise import _quiet
+
+    def overflows():
+        return np.array([1e5]).astype(np.float16) * np.float16(10)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeWarning):
+            overflows()
+        assert np.isinf(_quiet(overflows)()[0])

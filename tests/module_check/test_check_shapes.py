@@ -70,3 +70,21 @@ def test_an_empty_batch_or_sequence_has_no_other_shapes():
     assert [v.name for v in variants(inputs, axes) if v.name.startswith("batch")] == []
     inputs = _inputs(ids=torch.zeros(2, 0, dtype=torch.int64))
     assert [v.name for v in variants(inputs, infer_axes(inputs, {}))] == ["batch-1", "batch-4"]
+
+
+def test_token_inputs_of_two_lengths_infer_no_sequence_and_say_how_to_name_it():
+    """An encoder-decoder's source and target ids (Marian): no length is the sequence, and a
+    note says no seq-N shape is checked and how to name the axes (one name marks one size)."""
+    from tconform.module_check.shapes import unseen_sequence
+
+    inputs = _inputs(input_ids=torch.zeros(2, 12, dtype=torch.long),
+                     decoder_input_ids=torch.zeros(2, 7, dtype=torch.long))  # fmt: skip
+    axes = infer_axes(inputs, {})
+    assert axes == {"input_ids": {0: BATCH}, "decoder_input_ids": {0: BATCH}}
+    why = unseen_sequence(inputs, axes)
+    assert "seq-N: not checked" in why and "input_ids 12, decoder_input_ids 7" in why
+    assert "--dynamic NAME=0:batch,1:seq" in why
+    named = {**axes, "input_ids": {0: BATCH, 1: SEQUENCE}}
+    assert unseen_sequence(inputs, named) == ""  # named: varied, nothing to say
+    one_length = _inputs(input_ids=torch.zeros(2, 12, dtype=torch.long))
+    assert unseen_sequence(one_length, infer_axes(one_length, {})) == ""
