@@ -181,10 +181,11 @@ def _runtimes(
     """The runtimes a call asks for, as the command line's runtime options build them."""
     spec = eps if isinstance(eps, str) else ",".join(eps)
     settings = declared_settings(options or {})
-    require_taken(tuple(names), settings, threads)
+    chosen = tuple(parse_eps(spec))
+    require_taken(tuple(names), settings, threads, chosen)
     return RuntimeOptions(
         tuple(names),
-        tuple(parse_eps(spec)),
+        chosen,
         settings=settings,
         threads=threads,
         crash_folder=Path(crash_folder) if crash_folder is not None else None,

@@ -354,6 +354,12 @@ def test_a_golden_tensor_with_external_data_is_refused(cli, workspace):
         ("export", "--jobs", "0"),
         ("verify", "--device-id", "-2"),
         ("golden", "--preset", "nope"),
+        # int() reads these too, and the report would record what nobody typed (outsider's)
+        ("verify", "--threads=\uff11"),
+        ("golden", "--seed", "1_000"),
+        ("verify", "--tf32"),  # acts on CUDA alone, and the run's provider is the CPU
+        ("verify", "--json", ""),  # pathlib reads '' as the current folder
+        ("check", "m:f", "--out", " "),
     ],
 )
 def test_ranged_options_are_usage_errors(cli, args):

@@ -572,8 +572,9 @@ def generate_run(
                 f"engine {unknown[0]!r} does not decode; choose from {', '.join(GENERATE_ENGINES)}"
             )
         runs_on = [DecodeEngine.named(name).runtime for name in engines or DEFAULT_GENERATE_ENGINES]
-        require_taken(runs_on, runtime.settings)  # --threads: the bench's, for every engine
         eps = parse_eps(runtime.ep_spec)
+        # --threads: the bench's, for every engine
+        require_taken(runs_on, runtime.settings, eps=eps)
         chosen = [
             (name, ep)
             for name in engines or DEFAULT_GENERATE_ENGINES

@@ -121,9 +121,10 @@ def bench_settings(
     declare that were given (tconform.runtimes.RuntimeOptions.settings)."""
     engines = parse_engines(engines, for_module=module is not None)
     # --threads is the bench's, for every engine
-    require_taken([engine_runtime(e) for e in engines], runtime_settings)
+    eps = tuple(parse_eps(ep_spec))
+    require_taken([engine_runtime(e) for e in engines], runtime_settings, eps=eps)
     common = dict(
-        eps=tuple(parse_eps(ep_spec)),
+        eps=eps,
         threads=threads or default_threads(),
         runtime_settings=dict(runtime_settings),
         warmup=warmup,

@@ -35,6 +35,7 @@ from tconform.commands.options import (
     RegularFile,
     RuntimeCommand,
     ShapeType,
+    WholeNumber,
     case_option,
     crash_folder_beside,
     module_options,
@@ -126,7 +127,7 @@ _DECODING_OPTIONS = (
     click.option(
         "--generate",
         "generate_tokens",
-        type=click.IntRange(1),
+        type=WholeNumber(1),
         default=None,
         metavar="N",
         help="Time autoregressive decoding of N new tokens instead (batch 1; docs/generation.md).",
@@ -138,14 +139,14 @@ _DECODING_OPTIONS = (
         show_default=True,
         help="With --generate.",
     ),
-    click.option("--beam-width", type=click.IntRange(1), default=4, show_default=True),
+    click.option("--beam-width", type=WholeNumber(1), default=4, show_default=True),
     click.option("--length-penalty", type=FiniteRange(0), default=0.6, show_default=True),
-    click.option("--top-k", type=click.IntRange(1), default=None, help="Sampling: keep k tokens."),
+    click.option("--top-k", type=WholeNumber(1), default=None, help="Sampling: keep k tokens."),
     click.option("--top-p", type=FiniteRange(0, 1, min_open=True), default=1.0, show_default=True),
-    click.option("--sample-seed", type=click.IntRange(0), default=0, show_default=True),
+    click.option("--sample-seed", type=WholeNumber(0), default=0, show_default=True),
     click.option(
         "--end-token",
-        type=click.IntRange(0),
+        type=WholeNumber(0),
         default=None,
         help="End-token id [none: every run makes N tokens].",
     ),
@@ -204,10 +205,10 @@ _DECODING_OPTIONS = (
 )
 @runtime_options("ep", "allow_missing_ep", "threads", ep="all", threads="one per physical core")
 @click.option(
-    "--warmup", type=click.IntRange(0, 10000), default=2, show_default=True, help="Untimed runs."
+    "--warmup", type=WholeNumber(0, 10000), default=2, show_default=True, help="Untimed runs."
 )
 @click.option(
-    "--runs", type=click.IntRange(1, 10**6), default=None, help="Timed runs (overrides --seconds)."
+    "--runs", type=WholeNumber(1, 10**6), default=None, help="Timed runs (overrides --seconds)."
 )
 @click.option(
     "--seconds",

@@ -9,6 +9,7 @@ import click
 
 from tconform.commands.options import (
     FolderPath,
+    WholeNumber,
     attention_option,
     case_option,
     preset_option,
@@ -32,7 +33,7 @@ from tconform.config import MODEL_DTYPES
 )
 @click.option(
     "--opset",
-    type=click.IntRange(17, 23),
+    type=WholeNumber(17, 23),
     default=None,
     help="ONNX opset (17..23 for dynamo, 17..20 for torchscript) [18; 23 with --attention sdpa].",
 )
@@ -45,7 +46,7 @@ from tconform.config import MODEL_DTYPES
 @attention_option("[plain]")
 @seed_option()
 @click.option(
-    "--jobs", type=click.IntRange(1, 64), default=None, help="Export processes [cores, max 2]."
+    "--jobs", type=WholeNumber(1, 64), default=None, help="Export processes [cores, max 2]."
 )
 @click.option(
     "--force",

@@ -135,14 +135,18 @@ class CommaList(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
             return value
-        items = [item.strip() for item in str(value).split(",") if item.strip()]
+        items = [item.strip() for item in str(value).split(",")]
+        if not any(items):
+            self.fail("give at least one value", param, ctx)
+        if not all(items):  # '18,,20': a value left out is a typo, not one value fewer
+            self.fail(f"{value!r}: an empty value between commas", param, ctx)
         allowed = [str(c) for c in self.choices()]
-        for item in items:
+        for n, item in enumerate(items):
             if item not in allowed:
                 self.fail(f"unknown value {item!r}; choose from {', '.join(allowed)}", param, ctx)
-        if not items:
-            self.fail("give at least one value", param, ctx)
-        return tuple(dict.fromkeys(self.to_value(item) for item in items))
+            if item in items[:n]:
+                self.fail(f"{item!r} given twice", param, ctx)
+        return tuple(self.to_value(item) for item in items)
 
 
 # Files a report must never replace: models and tensors (a given model under test among them).
@@ -214,7 +218,10 @@ class ReportPath(click.ParamType):
 @contextlib.contextmanager
 def _usable(value, param, ctx, kind: click.ParamType) -> Iterator[None]:
     """Around a path option's checks: a path the system refuses to look at (a NUL in it, a
-    loop of symlinks), or a name that does not fit, is the option's one line."""
+    loop of symlinks), or a name that does not fit, is the option's one line; so is an empty
+    one, which pathlib reads as the current folder."""
+    if isinstance(value, str) and not value.strip():
+        kind.fail(f"{value!r}: an empty path (name a file or folder)", param, ctx)
     try:
         yield
     except UsageError as exc:
@@ -309,6 +316,16 @@ class KeyValue(click.ParamType):
         if not sep or not key or not text or any(c.isspace() for c in key):
             self.fail(f"{value!r} is not KEY=VALUE (e.g. use_tf32=0)", param, ctx)
         return key, text
+
+
+class WholeNumber(click.IntRange):
+    """click's IntRange, in ASCII digits: Python's int() also reads '１' (a full-width digit) and
+    '1_000', which a report would then record as the number the user never typed."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+            self.fail(f"{value!r} is not a whole number in the digits 0-9", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 class FiniteRange(click.FloatRange):
@@ -421,7 +438,7 @@ def case_option(help: str = "Only this case (repeatable)."):
 def seed_option():
     return click.option(
         "--seed",
-        type=click.IntRange(0, MAX_SEED),
+        type=WholeNumber(0, MAX_SEED),
         default=DEFAULT_SEED,
         show_default=True,
         help="Seed of the weights and inputs.",
@@ -546,10 +563,11 @@ class RuntimeChoice:
         from tconform.runtimes import RuntimeOptions, require_taken
         from tconform.runtimes.providers import parse_eps
 
-        require_taken(self.names, self.settings, self.threads or 0)
+        eps = tuple(parse_eps(self.ep_spec))
+        require_taken(self.names, self.settings, self.threads or 0, eps)
         return RuntimeOptions(
             self.names,
-            tuple(parse_eps(self.ep_spec)),
+            eps,
             settings=dict(self.settings),
             threads=self.threads or 0,
             crash_folder=crash_folder,
@@ -592,7 +610,7 @@ RUNTIME_OPTIONS = dict(
         _runtime_option(
             "threads",
             "--threads",
-            type=click.IntRange(1, MAX_THREADS),
+            type=WholeNumber(1, MAX_THREADS),
             default=None,
             help="Intra-op threads per session [the runtime's default].",
         ),
@@ -678,7 +696,7 @@ class _DeclaredOption(click.Option):
         if option.kind is bool:
             flag = f"{option.flag}/--no-{option.flag.removeprefix('--')}"
         elif option.kind is int:
-            attrs["type"] = click.IntRange(*option.bounds) if option.bounds else int
+            attrs["type"] = WholeNumber(*(option.bounds or (None, None)))
         elif option.kind is dict:
             attrs.update(multiple=True, type=KeyValue(), default=())
         else:

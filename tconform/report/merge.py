@@ -27,6 +27,7 @@ from tconform.errors import (
 )
 from tconform.files import read_json_object
 from tconform.report import RunReport
+from tconform.report.json_report import SCHEMA
 from tconform.results import Result, exit_code
 from tconform.runtimes.specs import base_name
 from tconform.units import SEPARATOR, digest, documents_unit, result_unit, unchecked_models
@@ -51,6 +52,11 @@ def read_shard(path: Path) -> dict:
     data = read_json_object(path, what="report")
     if data.get("tool") != "tconform" or not isinstance(data.get("results"), list):
         raise UsageError(f"{path}: not a tconform JSON report")
+    if data.get("schema") != SCHEMA:  # another layout's fields read as this one's would lie
+        raise UsageError(
+            f"{path}: a report of schema {data.get('schema')!r:.40}; this tconform merges "
+            f"{SCHEMA} (merge shards with the tconform that wrote them)"
+        )
     if data.get("command") not in SHARDED:
         raise UsageError(
             f"{path}: a report of `tconform {data.get('command')}`, not of verify or check"

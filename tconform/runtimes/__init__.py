@@ -142,19 +142,31 @@ def declared_settings(settings: Mapping[str, object]) -> dict[str, object]:
     return dict(settings)
 
 
-def require_taken(names: Sequence[str], settings: Mapping[str, object], threads: int = 0) -> None:
+def require_taken(
+    names: Sequence[str],
+    settings: Mapping[str, object],
+    threads: int = 0,
+    eps: Sequence[str] = (),
+) -> None:
     """Every option given (and --threads, where given) is taken by one of the runtimes `names`
-    at least (names or specs), or one UsageError line naming it and the runtimes that take it:
-    an option none of the chosen runtimes takes would change nothing, yet reports say it was
-    given, so it is refused, never passed over."""
+    at least (names or specs), and acts on one of the providers `eps` (where given), or one
+    UsageError line naming it and who takes it: an option that would change nothing, yet
+    reports say it was given, is refused, never passed over (`--tf32` on the CPU alone)."""
     given = [*settings, *(["threads"] if threads else [])]
+    declared = declared_options()
     for option in given:
+        flag = "--threads" if option == "threads" else declared[option].flag
         if not any(option in _fields(name) for name in names):
             takers = [n for n in RUNTIMES if option in _fields(n)]
-            flag = "--threads" if option == "threads" else declared_options()[option].flag
             raise UsageError(
                 f"{flag}: none of the runtimes chosen ({', '.join(names)}) takes it; "
                 f"{', '.join(takers)} {'does' if len(takers) == 1 else 'do'}"
+            )
+        acts_on = declared[option].eps if option in declared else ()
+        if eps and acts_on and not set(acts_on) & set(eps):
+            raise UsageError(
+                f"{flag}: acts on {', '.join(acts_on)} only, and the run's providers are "
+                f"{', '.join(eps)} (add --ep {acts_on[0]}, or leave it out)"
             )
 
 

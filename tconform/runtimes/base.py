@@ -131,13 +131,15 @@ class RuntimeOption:
     every command that takes runtimes offers it as `flag` (tconform.commands.options reads the
     declarations, so a new option is a change in its runtime's module alone). `kind` is bool (a
     flag), int (within `bounds`), a tuple of the values it may take, or dict (KEY=VALUE,
-    repeatable). The default is the field's."""
+    repeatable). The default is the field's. `eps`: the providers it acts on (empty: every one);
+    on no other does it change anything."""
 
     field: str
     flag: str
     help: str
     kind: type | tuple[str, ...] = bool
     bounds: tuple[int, int] | None = None
+    eps: tuple[str, ...] = ()
 
     def problem(self, value: object) -> str:
         """What is wrong with `value` for this option ('' when nothing): the command line's

@@ -68,8 +68,10 @@ class OrtRuntime(Runtime):
     eps: ClassVar[tuple[str, ...]] = tuple(PROVIDERS)
     package: ClassVar[str] = "onnxruntime"  # on the package index (`--runtime onnxruntime==X`)
     options: ClassVar[tuple[RuntimeOption, ...]] = (
-        RuntimeOption("tf32", "--tf32", "Allow TF32 matrix products on CUDA (own tolerance)."),
-        RuntimeOption("device_id", "--device-id", "CUDA device [0].", int, (0, 1023)),
+        RuntimeOption(
+            "tf32", "--tf32", "Allow TF32 matrix products on CUDA (own tolerance).", eps=("cuda",)
+        ),
+        RuntimeOption("device_id", "--device-id", "CUDA device [0].", int, (0, 1023), ("cuda",)),
         RuntimeOption(
             "provider_options",
             "--provider-option",

@@ -9,20 +9,22 @@ import pytest
 from tconform.compare import tolerance_for
 from tconform.errors import UsageError
 from tconform.registry import get_case
+from tconform.report.json_report import SCHEMA
 from tconform.report.merge import _missing_shards, merge, read_shard
 
 pytestmark = pytest.mark.unit
+
+OWN = {"tool": "tconform", "schema": SCHEMA}  # what every JSON report of this tconform says
 
 
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        ({"tool": "tconform", "command": "bench", "results": []}, "not of verify or check"),
-        ({"tool": "tconform", "command": "verify", "results": [], "settings": {}},
-         "records no work units"),
+        ({**OWN, "command": "bench", "results": []}, "not of verify or check"),
+        ({**OWN, "command": "verify", "results": [], "settings": {}}, "records no work units"),
         ([1, 2], "a JSON object is expected"),
         (
-            {"tool": "tconform", "command": "verify", "results": [], "settings": {"units": {
+            {**OWN, "command": "verify", "results": [], "settings": {"units": {
                 "ids": ["a", "b"], "total": 2, "sha256": "0", "positions": [0, 2]}}},
             "positions needs one place in the run",
         ),
@@ -52,7 +54,8 @@ def _shard(**changes) -> dict:
     from tconform.units import digest
 
     report = {
-        "tool": "tconform", "command": "verify", "version": "1", "error": None, "exit_code": 0,
+        "tool": "tconform", "schema": SCHEMA, "command": "verify", "version": "1", "error": None,
+        "exit_code": 0,
         "settings": {"golden_manifest_sha256": "0" * 64, "eps": ["cpu"],
                      "units": {"ids": [unit], "total": 1, "sha256": digest([unit]),
                                "shard": "1/1"}},
@@ -86,6 +89,8 @@ def _on_cuda(ep_actual: list[str]) -> dict:
     ("changes", "says"),
     [
         ({"results": 5}, "not a tconform JSON report"),
+        ({"schema": "tconform-report/3"}, "a report of schema 'tconform-report/3'; this"),
+        ({"schema": None}, "a report of schema None"),
         ({"error": "text"}, "error entry needs a message"),
         ({"results": [{"status": "bogus"}]}, "result 0 is not a run's result"),
         ({"results": [7]}, "result 0 is not a run's result"),

@@ -58,7 +58,7 @@ def test_the_options_a_report_records_give_the_same_runtime_options_again():
     seen = []
 
     @click.command(cls=RuntimeCommand)
-    @runtime_options("runtime", "threads")
+    @runtime_options("runtime", "ep", "threads", ep="cuda")  # --tf32 acts on CUDA alone
     def probe(runtime):
         seen.append(runtime.options())
 
@@ -89,6 +89,9 @@ def test_the_options_a_report_records_give_the_same_runtime_options_again():
         (("openvino",), {"flush_denormals": True}, 0, "--flush-denormals: none"),
         (("onnx-reference",), {}, 2, "--threads: none"),
         (("torch", "openvino==2025.4.0"), {"graph_opt": "basic"}, 0, "--graph-opt: none"),
+        # taken by ONNX Runtime, but acting on a provider the run does not use (outsider's)
+        (("onnxruntime",), {"tf32": True}, 0, "--tf32: acts on cuda only, and the run's"),
+        (("onnxruntime",), {"device_id": 9}, 0, "--device-id: acts on cuda only"),
     ],
 )
 def test_an_option_none_of_the_chosen_runtimes_takes_is_refused(names, settings, threads, says):
@@ -97,7 +100,9 @@ def test_an_option_none_of_the_chosen_runtimes_takes_is_refused(names, settings,
     from tconform.runtimes import require_taken
 
     with pytest.raises(UsageError, match=re.escape(says)):
-        require_taken(names, settings, threads)
+        require_taken(names, settings, threads, eps=("cpu",))
+    if "acts on cuda" in says:  # where the run uses CUDA too, it acts there
+        require_taken(names, settings, threads, eps=("cpu", "cuda"))
     require_taken(names, {})  # nothing given: nothing to refuse
     require_taken((*names, "onnxruntime==1.20.1"), settings, threads)  # a release takes it
 
