@@ -158,6 +158,13 @@ def load_checked(path: Path) -> onnx.ModelProto:
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UsageError(f"{path}: invalid ONNX model: {first}") from None
+    newest = onnx.defs.onnx_opset_version()
+    stamped = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if stamped and max(stamped) > newest:  # the checker lets it by; every runtime refuses it
+        raise UsageError(
+            f"{path}: stamped with ONNX opset {max(stamped)}, beyond the newest this onnx "
+            f"{onnx.__version__} knows ({newest})"
+        )
     return model
 
 
