@@ -289,7 +289,9 @@ def test_an_interpreter_that_never_answers_is_ended_with_what_it_started(tmp_pat
     from tconform.runtimes.environments import probe
 
     sleeper = tmp_path / "sleeper"
-    sleeper.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/pid\nsleep 300\n")
+    sleeper.write_text(
+        f"#!/bin/sh\necho $$ > {tmp_path}/pid\nsleep 300 &\necho $! > {tmp_path}/child\nwait\n"
+    )
     sleeper.chmod(0o755)
     monkeypatch.setenv("TCONFORM_WORKER_TIMEOUT", "2")
     spec = parse_spec(f"onnxruntime@{sleeper}")
@@ -297,9 +299,10 @@ def test_an_interpreter_that_never_answers_is_ended_with_what_it_started(tmp_pat
         probe(spec, sleeper, ("onnxruntime",))
     shell = int((tmp_path / "pid").read_text())
     assert not psutil.pid_exists(shell) or psutil.Process(shell).status() == psutil.STATUS_ZOMBIE
-    started = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]
-    _gone, alive = psutil.wait_procs(started, timeout=10)  # a kill lands a moment later, loaded
-    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    child = int((tmp_path / "child").read_text())  # its own, not any other `sleep 300` here
+    if psutil.pid_exists(child):
+        _gone, alive = psutil.wait_procs([psutil.Process(child)], timeout=10)  # a kill lands
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]  # a moment later
 
 
 WORKER_WITHOUT_ONNXRUNTIME = """
