@@ -19,7 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tconform.errors import Refused, UsageError
-from tconform.files import SHA256_DIGEST, atomic_write_json, read_json_object, resolved, sha256_file
+from tconform.files import (
+    SHA256_DIGEST,
+    atomic_write_json,
+    read_json_object,
+    resolved,
+    sha256_file,
+    writing_into,
+)
 from tconform.folders import (
     ARTIFACTS,
     BUNDLE_MARKER,
@@ -79,7 +86,11 @@ def export_lock(folder: Path) -> Iterator[None]:
     require_own_export_folder(folder)
     resolved(folder).parent.mkdir(parents=True, exist_ok=True)
     with folder_lock(folder):
-        yield
+        # made under the lock and held as this folder (files.writing_into): one moved away
+        # mid-run and another put in its place is neither written nor read as the run's own
+        resolved(folder).mkdir(exist_ok=True)
+        with writing_into(folder):
+            yield
 
 
 def _recorded(folder: Path) -> dict[str, str]:

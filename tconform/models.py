@@ -28,6 +28,7 @@ from tconform.export import ExportRecord
 from tconform.files import (
     require_inside,
     require_name_fits,
+    require_unchanged,
     require_utf8_name,
     resolved,
     sha256_file,
@@ -126,6 +127,7 @@ def derived_file(path: Path, model: onnx.ModelProto | None = None) -> ModelUnder
 def _hashed(
     path: Path, model: onnx.ModelProto, origin: str, case: Case | None = None
 ) -> ModelUnderTest:
+    require_unchanged(path)  # in a folder this run locked, still that folder: its own bytes
     provenance = onnx_provenance(path, origin, sha256_file(path), model)
     digests = external_digests(model, path)
     return ModelUnderTest(case, path, replace(provenance, external_data=digests))

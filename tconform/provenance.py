@@ -15,6 +15,7 @@ the element type of its inputs and outputs, and the one most of its operations t
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -251,8 +252,23 @@ STRICTNESS = ("float64", "float32", "float16", "bfloat16", "int8", "int4")
 # keeps elementwise ops (Min, Max, CumSum, Range, Resize) in float32 around float16 products;
 # those do not make its error float32's.
 MATRIX_PRODUCTS = frozenset(
-    {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention", "LSTM", "GRU", "RNN"}
-)
+    {
+        "MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention", "LSTM", "GRU", "RNN",
+        # ONNX Runtime's fused forms (its optimiser's output, com.microsoft)
+        "FusedMatMul", "FusedGemm", "FusedConv", "MultiHeadAttention", "GroupQueryAttention",
+    }
+)  # fmt: skip
+# Ops that compute with a model's constants (its weights, gains, biases). One in float32 that
+# reads a float32 constant of more than one element is the model's own float32 compute: however
+# many narrower nodes sit beside it (a rotation and its transpose, x + c - c), the model keeps
+# the float32 row. A float16 conversion holds its constants in float16 but for the ops it leaves
+# float32 (ranges, clamps, resizes: none of these); a float16 model's own float32 arithmetic
+# reads scalars (Llama's RMSNorm epsilon) or its float16 weights Cast up (Gemma's norm gain).
+WEIGHTED = MATRIX_PRODUCTS | {
+    "Add", "Sub", "Mul", "Div", "PRelu", "LayerNormalization", "SimplifiedLayerNormalization",
+    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "RMSNormalization",
+    "BatchNormalization", "InstanceNormalization", "GroupNormalization",
+}  # fmt: skip
 
 
 # Ops that move, copy or relabel values without arithmetic: the type they carry says nothing
@@ -285,6 +301,18 @@ class Constants:
                 self._tensors[node.output[0]] = self._tensors[node.input[0]]
         self._path = path
         self._file: dict | None = None
+
+    def float32_weight(self, name: str) -> bool:
+        """Whether `name` is a fixed value stored in float32 with more than one element (a
+        float16 weight Cast to float32 is stored in float16)."""
+        from onnx import TensorProto
+
+        tensor = self._tensors.get(name)
+        return (
+            tensor is not None
+            and tensor.data_type == TensorProto.FLOAT
+            and math.prod(tensor.dims) > 1
+        )
 
     def get(self, name: str, read: bool = False):
         """The array named `name`, or None (not fixed, or left out and not to be `read`)."""
@@ -319,17 +347,61 @@ def _typed_data(tensor) -> bool:
     )
 
 
+# A term below this share of its output's largest term is below the narrowest row's rounding
+# (bfloat16 keeps 8 bits): a weight made of such terms beside one is no sum (eye plus noise).
+NEGLIGIBLE = 2.0**-8
+
+
 def _sums_nothing(weight, axis: int) -> bool:
-    """Whether each output of a product with this constant weight reads one input at most
-    (an identity, a permutation, a diagonal, their signed or scaled forms): such a product
-    adds no terms, so it rounds once and computes nothing a row is earned by. `axis` is the
-    weight's axis summed over."""
+    """Whether each output of a product with this constant weight reads one input at most, but
+    for terms NEGLIGIBLE beside it (an identity, a permutation, a diagonal, their signed,
+    scaled or slightly perturbed forms): such a product adds no terms, so it rounds once and
+    computes nothing a row is earned by. `axis` is the weight's axis summed over."""
     import numpy as np
 
-    weight = np.asarray(weight)
+    weight = np.abs(np.asarray(weight, dtype=np.float64))
     if weight.ndim < 2:
         return False
-    return bool(((weight != 0).sum(axis=axis) <= 1).all())
+    largest = weight.max(axis=axis, keepdims=True)
+    return bool(((weight > NEGLIGIBLE * largest).sum(axis=axis) <= 1).all())
+
+
+def _cancelling(nodes, constants: Constants) -> set[int]:
+    """The ids of MatMuls by constant matrices that follow one another (through Casts and
+    Identities alone) and together sum nothing (_sums_nothing of their weights' product): an
+    orthogonal Q and then its transpose compute nothing, though each alone does."""
+    import numpy as np
+
+    made_by = {name: node for node in nodes for name in node.output}
+    weight = {}
+    for node in nodes:
+        if node.op_type == "MatMul" and len(node.input) == 2:
+            found = constants.get(node.input[1], read=True)
+            if found is not None and found.ndim == 2:
+                weight[id(node)] = found.astype(np.float64)
+    after: dict[int, object] = {}  # the product each one feeds
+    for node in nodes:
+        if id(node) not in weight:
+            continue
+        source = made_by.get(node.input[0])
+        while source is not None and source.op_type in ("Cast", "Identity"):
+            source = made_by.get(source.input[0])
+        if source is not None and id(source) in weight:
+            after[id(source)] = node
+    cancelled: set[int] = set()
+    fed = {id(node) for node in after.values()}
+    for head in (node for node in nodes if id(node) in after and id(node) not in fed):
+        chain, product = [head], weight[id(head)]
+        while id(chain[-1]) in after:
+            chain.append(after[id(chain[-1])])
+            following = weight[id(chain[-1])]
+            if product.shape[1] != following.shape[0]:
+                break
+            product = product @ following
+            product /= max(float(np.abs(product).max()), 1e-300)  # kept finite, however long
+            if np.isfinite(product).all() and _sums_nothing(product, 0):
+                cancelled.update(id(n) for n in chain)
+    return cancelled
 
 
 def computes(node, constants: Constants, inner: dict[str, int], read: bool = False) -> bool:
@@ -410,10 +482,14 @@ def compute_type(model, path: Path | None = None) -> tuple[str, str]:
             inner[value.name] = dims[-1].dim_value
     # a narrow node must earn its row: its weights are read even where the graph left them out
     narrow = {code for code, name in _ELEM_TYPES.items() if name in NARROW}
+    in_narrow = {id(n) for n in live_nodes if any(types.get(i) in narrow for i in n.input)}
+    chained = [n for n in live_nodes if id(n) in in_narrow or n.op_type in MOVES]
+    cancelled = _cancelling(chained, constants)
     nodes = [
         node
         for node in live_nodes
-        if computes(node, constants, inner, read=any(types.get(i) in narrow for i in node.input))
+        if id(node) not in cancelled
+        and computes(node, constants, inner, read=id(node) in in_narrow)
     ]
     products = [node for node in nodes if node.op_type in MATRIX_PRODUCTS]
     votes = _votes(products, types)
@@ -426,18 +502,28 @@ def compute_type(model, path: Path | None = None) -> tuple[str, str]:
         live["float32"] = votes["float32"] / total
     if share >= MIXED_SHARE:
         live[quantized] = share
+    own = Counter(
+        node.op_type
+        for node in nodes
+        if node.op_type in WEIGHTED and any(constants.float32_weight(name) for name in node.input)
+    )
+    if own:
+        live.setdefault("float32", votes.get("float32", 0) / total if total else 0.0)
     if not live:
         return (votes.most_common(1)[0][0] if votes else ""), ""
     chosen = min(live, key=STRICTNESS.index)
     if len(live) == 1:
         return chosen, ""
-    parts = ", ".join(
+    parts = [
         f"{t} {live[t]:.0%} of its {'weights' if t in ('int8', 'int4') else counted}"
         for t in sorted(live, key=STRICTNESS.index)
-    )
+    ]
+    if own:
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(own.items()))
+        parts.append(f"float32 weights read by {ops}")
     why = (
-        f"mixed precision in what reaches the outputs ({parts}): judged by the stricter "
-        f"{chosen} row"
+        f"mixed precision in what reaches the outputs ({', '.join(parts)}): judged by the "
+        f"stricter {chosen} row"
     )
     return chosen, why
 

@@ -25,3 +25,26 @@ def test_a_file_stamped_with_an_opset_onnx_does_not_know_is_an_input_error(tmp_p
     assert given_file(tmp_path / "ok.onnx").provenance.opsets == {"ai.onnx": 18}
     with pytest.raises(UsageError, match="stamped with ONNX opset 999, beyond the newest"):
         given_file(tmp_path / "future.onnx")
+
+
+def test_a_model_in_a_locked_folder_swapped_mid_run_is_not_read_as_the_runs_own(tmp_path):
+    """Outsider's race: check's export folder moved away right after the export and another
+    put in its place, holding a model of the tester's: it was run and named `exported`."""
+    from tconform.errors import Refused
+    from tconform.folders import folder_lock
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    with folder_lock(folder):
+        onnx.save(model, folder / "model.onnx")
+        assert given_file(folder / "model.onnx", origin="exported").provenance.origin == "exported"
+        folder.rename(tmp_path / "moved")
+        folder.mkdir()
+        onnx.save(model, folder / "model.onnx")  # the planted one
+        with pytest.raises(Refused, match="no longer the folder this run locked"):
+            given_file(folder / "model.onnx", origin="exported")

@@ -210,6 +210,20 @@ def test_no_op_float16_nodes_do_not_buy_a_float32_model_the_float16_row():
             [one, zero],
         ),
     }
+    rng = np.random.default_rng(2)
+    q = np.linalg.qr(rng.normal(size=(4, 4)))[0]
+    rotations = [
+        numpy_helper.from_array(w.astype(np.float16), n) for n, w in (("q", q), ("qt", q.T))
+    ]
+    near = np.eye(4) + rng.uniform(-1e-3, 1e-3, (4, 4))
+    spoofs["near-identity products"] = (
+        lambda k, a, b: helper.make_node("MatMul", [a, "near"], [b]),
+        [numpy_helper.from_array(near.astype(np.float16), "near")],
+    )
+    spoofs["a rotation and its transpose"] = (
+        lambda k, a, b: helper.make_node("MatMul", [a, ("q", "qt")[k % 2]], [b]),
+        rotations,
+    )
     for what, (make, extra) in spoofs.items():
         nodes = head + _narrow_tail(20, make)
         assert compute_type(_model(nodes, weight + extra)) == ("float32", ""), what
@@ -278,3 +292,38 @@ def test_no_op_weights_the_graph_was_read_without_are_read_from_the_file(tmp_pat
     read = read_graph(path)
     assert not next(t for t in read.graph.initializer if t.name == "eye").raw_data
     assert onnx_provenance(path, "given", "0" * 64, read).precision == "float32"
+
+
+def test_a_float32_weight_read_by_arithmetic_keeps_the_float32_row():
+    """Outsider's second pass: a float32 model's own compute hidden from the product count (a
+    norm's gain; ONNX Runtime's com.microsoft FusedMatMul) beside float16 nodes that do compute
+    but cancel (x + c - c, a rotation and its transpose in Einsums) was judged float16."""
+    gain = numpy_helper.from_array(_dense(np.float32)[0], "g")
+    c = numpy_helper.from_array(np.full(4, 0.5, np.float16), "c")
+    q = np.linalg.qr(np.random.default_rng(3).normal(size=(4, 4)))[0]
+    rotations = [
+        numpy_helper.from_array(w.astype(np.float16), n) for n, w in (("q", q), ("t", q.T))
+    ]
+    tails = {
+        "x + c - c": (lambda k, a, b: helper.make_node(("Add", "Sub")[k % 2], [a, "c"], [b]), [c]),
+        "rotation, transpose": (
+            lambda k, a, b: helper.make_node(
+                "Einsum", [a, ("q", "t")[k % 2]], [b], equation="i,ij->j"
+            ),
+            rotations,
+        ),
+    }
+    heads = {
+        "a norm's gain": ([helper.make_node("Mul", ["x", "g"], ["t"])], [gain]),
+        "FusedMatMul": (
+            [helper.make_node("FusedMatMul", ["x", "w"], ["t"], domain="com.microsoft", alpha=1.0)],
+            [numpy_helper.from_array(_dense(np.float32), "w")],
+        ),
+    }
+    for head, (first, weights) in heads.items():
+        for tail, (make, extra) in tails.items():
+            model = _model(first + _narrow_tail(24, make), weights + extra)
+            model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+            precision, why = compute_type(model)
+            assert precision == "float32", (head, tail, why)
+            assert not why or "float32 weights read by" in why, why

@@ -281,6 +281,12 @@ def _not_its_lane(r: Result, settings: dict) -> str:
     runtimes = settings.get("runtimes")
     if isinstance(runtimes, dict) and lane not in runtimes:
         return f"a row of {lane!r:.60}, which the run's runtimes do not hold"
+    # the row a pass is judged by: its model's where that is narrower than float32, else its
+    # lane's (float32, or the runtime's tf32 or bfloat16, which its unit's label says)
+    earned = r.model.precision if r.model is not None else "float32"
+    due = earned if earned != "float32" else lane[len(own) :].strip(" ()") or "float32"
+    if r.status == "pass" and r.precision != due:
+        return f"precision {r.precision!r:.20}, where its model and lane give {due}"
     return ""
 
 
@@ -323,17 +329,13 @@ def _contradiction(r: Result) -> str:
 def _not_its_row(r: Result, preset: object) -> str:
     """Why a verify result of one of tconform's cases was not judged by its row ('' where it
     was): each output's tolerance is the row of (the result's precision, the case's class, the
-    goldens' preset), its atol scaled to the output's RMS, and the precision is the row its
-    model earns (a float32 model's is the runtime's: float32, tf32 or bfloat16)."""
+    goldens' preset), its atol scaled to the output's RMS."""
     from tconform.compare import TOLERANCES, tolerance_for
     from tconform.registry import case_names, get_case
 
     if r.status != "pass" or r.case not in case_names():  # a generation golden, a document
         return ""  # check: rows of their own; a row that did not pass claims nothing
-    earned = r.model.precision if r.model is not None else "float32"
-    if earned != "float32" and r.precision != earned:
-        return f"precision {r.precision!r:.20} for a model whose row is {earned}"
-    case = get_case(r.case)
+    case = get_case(r.case)  # its precision is its model's or its lane's (_not_its_lane)
     if (r.precision, case.tolerance) not in TOLERANCES:
         return f"precision {r.precision!r:.20}, which has no {case.tolerance} row"
     row = tolerance_for(r.precision, case.tolerance, str(preset))
