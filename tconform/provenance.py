@@ -177,17 +177,23 @@ def live_part(graph) -> Live:
     return live
 
 
-def quantized_elements(model) -> dict[str, int]:
+def quantized_elements(model, path: Path | None = None) -> dict[str, int]:
     """Weight elements that reach `model`'s outputs by how they are held: "int8" (int8/uint8
     read by a quantised op), "int4" (4-bit: packed two to a byte for MatMulNBits, or an int4
     tensor), "float". Dead weights do not count, nor do float tables that are only looked up
-    (_LOOKUP_OPS): their rows enter the compute exactly."""
+    (_LOOKUP_OPS): their rows enter the compute exactly, nor quantised weights that sum
+    nothing (an int8 identity would buy a float32 model the int8 row). `path`: the file, for
+    weights the graph was read without."""
     live = live_part(model.graph)
+    constants = Constants(model.graph, path)
     readers: dict[str, set[str]] = {}
+    zero_point: dict[str, str] = {}  # a quantised weight -> the name of its zero point
     bits: dict[str, int] = {}
     for node in live.nodes:
         for name in node.input:
             readers.setdefault(name, set()).add(node.op_type)
+        if node.op_type == "DequantizeLinear" and len(node.input) > 2:
+            zero_point[node.input[0]] = node.input[2]
         if node.op_type in _PACKED_OPS and len(node.input) > 1:
             width = next((a.i for a in node.attribute if a.name == "bits"), 4)
             bits[node.input[0 if node.op_type == "GatherBlockQuantized" else 1]] = width
@@ -205,6 +211,8 @@ def quantized_elements(model) -> dict[str, int]:
         for dim in tensor.dims:
             count *= dim
         quantized = readers.get(tensor.name, set()) & QUANTIZED_OPS
+        if quantized and _quantized_no_op(tensor.name, zero_point, constants):
+            continue
         if quantized and tensor.data_type in _INT4_TYPES:
             counts["int4"] += count
         elif quantized and tensor.data_type in _INT8_TYPES and bits.get(tensor.name) == 4:
@@ -216,10 +224,26 @@ def quantized_elements(model) -> dict[str, int]:
     return counts
 
 
-def _quantized(model) -> tuple[float, str]:
+def _quantized_no_op(name: str, zero_point: dict[str, str], constants: Constants) -> bool:
+    """Whether the quantised weight `name`, less its zero point, sums nothing (_sums_nothing
+    along either axis: an identity, a permutation, a diagonal)."""
+    import numpy as np
+
+    values = constants.get(name, read=True)
+    if values is None or values.ndim != _WEIGHT_RANK or values.dtype.kind not in "iu":
+        return False  # packed 4-bit, or not held: counted as it is
+    zero = constants.get(zero_point.get(name, ""), read=True)
+    try:
+        centred = values.astype(np.int64) - (zero.astype(np.int64) if zero is not None else 0)
+    except ValueError:  # a zero point per row: none here is an identity's
+        return False
+    return _sums_nothing(centred, 0) or _sums_nothing(centred, 1)
+
+
+def _quantized(model, path: Path | None = None) -> tuple[float, str]:
     """(the quantised share of the live weights, "int4" where most of those are 4-bit else
     "int8")."""
-    counts = quantized_elements(model)
+    counts = quantized_elements(model, path)
     total = sum(counts.values())
     share = (counts["int8"] + counts["int4"]) / total if total else 0.0
     return share, "int4" if counts["int4"] > counts["int8"] else "int8"
@@ -460,7 +484,7 @@ def compute_type(model, path: Path | None = None) -> tuple[str, str]:
     it was read without may be read."""
     import onnx
 
-    share, quantized = _quantized(model)
+    share, quantized = _quantized(model, path)
     if share > INT8_SHARE:
         return quantized, ""
 

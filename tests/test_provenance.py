@@ -327,3 +327,24 @@ def test_a_float32_weight_read_by_arithmetic_keeps_the_float32_row():
             precision, why = compute_type(model)
             assert precision == "float32", (head, tail, why)
             assert not why or "float32 weights read by" in why, why
+
+
+def test_int8_weights_that_sum_nothing_buy_no_model_the_int8_row():
+    """An int8 identity (or permutation) dequantised into MatMuls after a wrong float32 model
+    held most of its live weights, and bought it the int8 row's looser tolerance."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"])]
+    names = ["t", *(f"t{k}" for k in range(3))]
+    weights = [numpy_helper.from_array(_dense(np.float32), "w")]
+    for k, (a, b) in enumerate(pairwise(names)):
+        nodes += [
+            helper.make_node("DequantizeLinear", [f"q{k}", "scale", "zero"], [f"d{k}"]),
+            helper.make_node("MatMul", [a, f"d{k}"], [b]),
+        ]
+        weights.append(numpy_helper.from_array(np.eye(4, dtype=np.int8)[::-1] + 3, f"q{k}"))
+    nodes.append(helper.make_node("Identity", [names[-1]], ["y"]))
+    weights += [
+        numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
+        numpy_helper.from_array(np.array(3, np.int8), "zero"),  # (q - 3) is a permutation
+    ]
+    assert quantized_share(_model(nodes, weights)) == 0.0
+    assert compute_type(_model(nodes, weights)) == ("float32", "")
