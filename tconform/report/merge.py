@@ -154,14 +154,13 @@ def _results(path: Path, data: dict, declared: list[str]) -> list[Result]:
                 f"{path}: result {n} is not a run's result (its case, cell or input set is not "
                 "its unit's)"
             )
-    own_rows = data["command"] == "verify"  # verify takes no tolerance: its rows are known
-    preset = data["settings"].get("preset")
+    own_rows = data["command"] == "verify"  # verify's expected outputs are float64 goldens
     for n, r in enumerate(results):
         contradiction = (
             _impossible(r, own_rows)
             or _not_its_lane(r, data["settings"])
             or _contradiction(r)
-            or (_not_its_row(r, preset) if own_rows else "")
+            or _not_its_row(r, data)
         )
         if contradiction:
             raise UsageError(f"{path}: result {n} is not a run's result ({contradiction})")
@@ -326,31 +325,51 @@ def _contradiction(r: Result) -> str:
     return ""
 
 
-def _not_its_row(r: Result, preset: object) -> str:
-    """Why a verify result of one of tconform's cases was not judged by its row ('' where it
-    was): each output's tolerance is the row of (the result's precision, the case's class, the
-    goldens' preset), its atol scaled to the output's RMS."""
+def _not_its_row(r: Result, data: dict) -> str:
+    """Why a pass was not judged by its row ('' where it was, or where the row is not known):
+    each output's tolerance is the row of (its precision, the case's class, the goldens'
+    preset for verify), its atol scaled to the output's RMS; for check, the class its settings
+    name with the user's atol, rtol and per-output tolerances where given (a default check is
+    held to the row too)."""
     from tconform.compare import TOLERANCES, tolerance_for
     from tconform.registry import case_names, get_case
 
-    if r.status != "pass" or r.case not in case_names():  # a generation golden, a document
-        return ""  # check: rows of their own; a row that did not pass claims nothing
-    case = get_case(r.case)  # its precision is its model's or its lane's (_not_its_lane)
-    if (r.precision, case.tolerance) not in TOLERANCES:
-        return f"precision {r.precision!r:.20}, which has no {case.tolerance} row"
-    row = tolerance_for(r.precision, case.tolerance, str(preset))
+    if r.status != "pass":
+        return ""  # a row that did not pass claims nothing
+    settings = data["settings"]
+    given = settings.get("tolerance") if data["command"] == "check" else None
+    if data["command"] == "verify" and r.case in case_names():
+        kind, preset, given = get_case(r.case).tolerance, settings.get("preset"), {}
+    elif isinstance(given, dict) and isinstance(given.get("per_output"), dict):
+        kind, preset = given.get("class"), None  # check: its module's row
+    else:
+        return ""  # a generation golden, a document check: rows of their own
+    if (r.precision, kind) not in TOLERANCES:
+        return f"precision {r.precision!r:.20}, which has no {kind!s:.20} row"
+    row = tolerance_for(r.precision, kind, *([str(preset)] if preset is not None else []))
+    overrides = given.get("per_output") or {}
     for o in r.outputs:
+        if o.name in overrides:
+            due = (*overrides[o.name], None)
+        elif given.get("atol") is None and given.get("rtol") is None:
+            due = (row.atol_for(o.golden_rms), row.rtol, row.min_sqnr_db)
+        else:  # a user's atol is theirs; the row's keeps scaling
+            atol = row.atol_for(o.golden_rms) if given.get("atol") is None else given["atol"]
+            due = (atol, row.rtol if given.get("rtol") is None else given["rtol"], None)
         held = (o.atol, o.rtol, o.min_sqnr_db)
-        due = (row.atol_for(o.golden_rms), row.rtol, row.min_sqnr_db)
         if not all(
-            a == b or (a is not None and b is not None and math.isclose(a, b, rel_tol=1e-6))
+            a == b or (_is_number(a) and _is_number(b) and math.isclose(a, b, rel_tol=1e-6))
             for a, b in zip(held, due, strict=True)
         ):
             return (
                 f"output {o.name!r:.80} held to atol {o.atol:.3g}, rtol {o.rtol:.3g}, not its "
-                f"{r.precision} {case.tolerance} row's {due[0]:.3g}, {due[1]:.3g}"
+                f"{r.precision} {kind} row's"
             )
     return ""
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float)
 
 
 def _ran_elsewhere(r: Result) -> str:

@@ -437,3 +437,43 @@ def test_each_shards_localisations_and_partings_are_carried_into_the_merged_repo
     text = markdown.build(merged)
     assert "### Localisation on ort-cpu" in text and "| `fc` | Linear | 5.00e-01 | 40x |" in text
     assert "where they part: they part at fc" in text
+
+
+def _check_shard(atol: float, tolerance: dict) -> dict:
+    """A one-unit shard of `check` on a user's model, its output held to `atol`."""
+    from tconform.units import digest
+
+    unit = "pk.m:lin/given/ort-cpu/example"
+    row = tolerance_for("float32", "model")
+    output = {**COMPARED, "atol": atol, "rtol": row.rtol, "max_abs_err": 1e-7, "golden_rms": 1.0}
+    result = {
+        **_shard()["results"][0],
+        "case": "pk.m:lin",
+        "component": "pk.m:lin",
+        "cell": "given",
+        "input_set": "example",
+        "unit": unit,
+        "outputs": [output],
+    }
+    settings = {
+        **_shard()["settings"],
+        "tolerance": {"class": "model", **tolerance},
+        "units": {"ids": [unit], "total": 1, "sha256": digest([unit]), "shard": "1/1"},
+    }
+    return _shard(command="check", settings=settings, results=[result])  # fmt: skip
+
+
+def test_a_check_pass_is_held_to_its_row_or_to_the_tolerance_its_user_gave(tmp_path):
+    """Outsider's forgery: a failing check row made a pass by an atol just above its error;
+    check's settings say the tolerance asked for (its row by default), so merge knows it."""
+    row = tolerance_for("float32", "model")
+    default = {"atol": None, "rtol": None, "per_output": {}}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(_check_shard(row.atol_for(1.0), default)))
+    assert merge([path]).results[0].status == "pass"
+    path.write_text(json.dumps(_check_shard(0.018, default)))
+    with pytest.raises(UsageError, match=r"held to atol 0\.018, rtol .*, not its float32 model row"):
+        merge([path])
+    given = {"atol": 0.018, "rtol": None, "per_output": {}}  # the user asked for it: theirs
+    path.write_text(json.dumps(_check_shard(0.018, given)))
+    assert merge([path]).results[0].status == "pass"
