@@ -472,7 +472,8 @@ def test_a_check_pass_is_held_to_its_row_or_to_the_tolerance_its_user_gave(tmp_p
     path.write_text(json.dumps(_check_shard(row.atol_for(1.0), default)))
     assert merge([path]).results[0].status == "pass"
     path.write_text(json.dumps(_check_shard(0.018, default)))
-    with pytest.raises(UsageError, match=r"held to atol 0\.018, rtol .*, not its float32 model row"):
+    forged = r"held to atol 0\.018, rtol .*, not its float32 model row"
+    with pytest.raises(UsageError, match=forged):
         merge([path])
     given = {"atol": 0.018, "rtol": None, "per_output": {}}  # the user asked for it: theirs
     path.write_text(json.dumps(_check_shard(0.018, given)))
