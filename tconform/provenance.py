@@ -177,7 +177,7 @@ def live_part(graph) -> Live:
     return live
 
 
-def quantized_elements(model, path: Path | None = None) -> dict[str, int]:
+def quantized_elements(model, path: Path | None = None, ignored=frozenset()) -> dict[str, int]:
     """Weight elements that reach `model`'s outputs by how they are held: "int8" (int8/uint8
     read by a quantised op), "int4" (4-bit: packed two to a byte for MatMulNBits, or an int4
     tensor), "float". Dead weights do not count, nor do float tables that are only looked up
@@ -211,7 +211,9 @@ def quantized_elements(model, path: Path | None = None) -> dict[str, int]:
         for dim in tensor.dims:
             count *= dim
         quantized = readers.get(tensor.name, set()) & QUANTIZED_OPS
-        if quantized and _quantized_no_op(tensor.name, zero_point, constants):
+        if tensor.name in ignored or (
+            quantized and _quantized_no_op(tensor.name, zero_point, constants)
+        ):
             continue
         if quantized and tensor.data_type in _INT4_TYPES:
             counts["int4"] += count
@@ -240,10 +242,10 @@ def _quantized_no_op(name: str, zero_point: dict[str, str], constants: Constants
     return _sums_nothing(centred, 0) or _sums_nothing(centred, 1)
 
 
-def _quantized(model, path: Path | None = None) -> tuple[float, str]:
+def _quantized(model, path: Path | None = None, ignored=frozenset()) -> tuple[float, str]:
     """(the quantised share of the live weights, "int4" where most of those are 4-bit else
-    "int8")."""
-    counts = quantized_elements(model, path)
+    "int8"); `ignored`: weights of products that together compute nothing."""
+    counts = quantized_elements(model, path, ignored)
     total = sum(counts.values())
     share = (counts["int8"] + counts["int4"]) / total if total else 0.0
     return share, "int4" if counts["int4"] > counts["int8"] else "int8"
@@ -316,22 +318,31 @@ class Constants:
 
     def __init__(self, graph, path: Path | None = None) -> None:
         self._tensors = {t.name: t for t in graph.initializer}
+        self._moved: dict[str, object] = {}  # a weight reshaped, transposed, expanded: its source
+        self._dequantized: dict[str, list[str]] = {}  # DequantizeLinear of constants: its inputs
         for node in graph.node:
+            source = node.input[0] if node.input else ""
+            fixed = source in self._tensors or source in self._moved
             if node.op_type == "Constant":
                 value = next((a.t for a in node.attribute if a.name == "value"), None)
                 if value is not None:
                     self._tensors[node.output[0]] = value
-            elif node.op_type in ("Cast", "Identity") and node.input[0] in self._tensors:
-                self._tensors[node.output[0]] = self._tensors[node.input[0]]
+            elif node.op_type in ("Cast", "Identity") and source in self._tensors:
+                self._tensors[node.output[0]] = self._tensors[source]
+            elif node.op_type in MOVES and fixed:
+                self._moved[node.output[0]] = self._tensors.get(source, self._moved.get(source))
+            elif node.op_type == "DequantizeLinear" and all(n in self._tensors for n in node.input):
+                self._dequantized[node.output[0]] = list(node.input)
         self._path = path
         self._file: dict | None = None
 
     def float32_weight(self, name: str) -> bool:
-        """Whether `name` is a fixed value stored in float32 with more than one element (a
-        float16 weight Cast to float32 is stored in float16)."""
+        """Whether `name` is a fixed value stored in float32 with more than one element, or one
+        moved (reshaped, transposed, expanded) from such a value (a float16 weight Cast to
+        float32 is stored in float16)."""
         from onnx import TensorProto
 
-        tensor = self._tensors.get(name)
+        tensor = self._tensors.get(name, self._moved.get(name))
         return (
             tensor is not None
             and tensor.data_type == TensorProto.FLOAT
@@ -339,9 +350,12 @@ class Constants:
         )
 
     def get(self, name: str, read: bool = False):
-        """The array named `name`, or None (not fixed, or left out and not to be `read`)."""
+        """The array named `name`, or None (not fixed, or left out and not to be `read`); a
+        DequantizeLinear of constants is its dequantized value."""
         from onnx import TensorProto, numpy_helper
 
+        if name in self._dequantized:
+            return self._dequantize(self._dequantized[name], read)
         tensor = self._tensors.get(name)
         if tensor is None:
             return None
@@ -353,6 +367,18 @@ class Constants:
         try:  # external data lies in the model's folder (tconform.models.check_external_data)
             return numpy_helper.to_array(tensor, str(self._path.parent) if self._path else "")
         except (ValueError, OSError):
+            return None
+
+    def _dequantize(self, inputs: list[str], read: bool):
+        """(q - zero point) * scale, or None where a part is not held or does not broadcast
+        (a scale per row, which only an axis attribute would place)."""
+        parts = [self.get(name, read) for name in inputs]
+        if any(part is None for part in parts):
+            return None
+        values, scale, zero = (*parts, 0)[:3]
+        try:
+            return (values.astype("float64") - zero) * scale
+        except ValueError:
             return None
 
     def _from_file(self) -> dict:
@@ -390,42 +416,111 @@ def _sums_nothing(weight, axis: int) -> bool:
     return bool(((weight > NEGLIGIBLE * largest).sum(axis=axis) <= 1).all())
 
 
+def _followers(nodes, step: dict[int, object]) -> dict[int, object]:
+    """{id of a node of `step`: the node of `step` that reads its output} where one reads it
+    through Casts and Identities alone (`step`: the nodes a chain may hold, by id)."""
+    made_by = {name: node for node in nodes for name in node.output}
+    after: dict[int, object] = {}
+    for node in nodes:
+        if id(node) not in step:
+            continue
+        source = made_by.get(step[id(node)])
+        while source is not None and source.op_type in ("Cast", "Identity"):
+            source = made_by.get(source.input[0])
+        if source is not None and id(source) in step:
+            after[id(source)] = node
+    return after
+
+
 def _cancelling(nodes, constants: Constants) -> set[int]:
-    """The ids of MatMuls by constant matrices that follow one another (through Casts and
-    Identities alone) and together sum nothing (_sums_nothing of their weights' product): an
-    orthogonal Q and then its transpose compute nothing, though each alone does."""
+    """The ids of nodes that follow one another (through Casts and Identities alone) and
+    together compute nothing: MatMuls by constant (or dequantised constant) matrices whose
+    product sums nothing (_sums_nothing: an orthogonal Q and then its transpose, a Hadamard
+    and its transpose), and Add, Sub, Mul and Div by constants whose composite is x itself
+    (x + c - c, x * 2 * 0.5), though each alone computes."""
     import numpy as np
 
-    made_by = {name: node for node in nodes for name in node.output}
-    weight = {}
+    weight, affine, reads = {}, {}, {}
     for node in nodes:
         if node.op_type == "MatMul" and len(node.input) == 2:
             found = constants.get(node.input[1], read=True)
             if found is not None and found.ndim == 2:
-                weight[id(node)] = found.astype(np.float64)
-    after: dict[int, object] = {}  # the product each one feeds
-    for node in nodes:
-        if id(node) not in weight:
-            continue
-        source = made_by.get(node.input[0])
-        while source is not None and source.op_type in ("Cast", "Identity"):
-            source = made_by.get(source.input[0])
-        if source is not None and id(source) in weight:
-            after[id(source)] = node
-    cancelled: set[int] = set()
+                weight[id(node)], reads[id(node)] = found.astype(np.float64), node.input[0]
+        elif node.op_type in _NEUTRAL and len(node.input) == 2:
+            held = [constants.get(name, read=True) for name in node.input]
+            if (held[0] is None) != (held[1] is None):  # one constant, one value
+                first = held[0] is not None
+                affine[id(node)] = (node.op_type, first, (held[0] if first else held[1]))
+                reads[id(node)] = node.input[1 if first else 0]
+    after = _followers(nodes, reads)
     fed = {id(node) for node in after.values()}
+    cancelled: set[int] = set()
     for head in (node for node in nodes if id(node) in after and id(node) not in fed):
-        chain, product = [head], weight[id(head)]
-        while id(chain[-1]) in after:
+        chain = [head]  # one kind of step: products, or elementwise ops
+        while id(chain[-1]) in after and (id(after[id(chain[-1])]) in weight) == (
+            id(head) in weight
+        ):
             chain.append(after[id(chain[-1])])
-            following = weight[id(chain[-1])]
-            if product.shape[1] != following.shape[0]:
-                break
-            product = product @ following
-            product /= max(float(np.abs(product).max()), 1e-300)  # kept finite, however long
-            if np.isfinite(product).all() and _sums_nothing(product, 0):
-                cancelled.update(id(n) for n in chain)
+        for k in range(len(chain) - 1):  # every run of two or more steps, wherever it starts
+            run = chain[k:]
+            found = _products_nothing if id(head) in weight else _affine_nothing
+            last = found([weight.get(id(n), affine.get(id(n))) for n in run])
+            if last:
+                cancelled.update(id(n) for n in run[: last + 1])
     return cancelled
+
+
+def _products_nothing(weights: list) -> int:
+    """The last index at which the product of `weights` from the first sums nothing (0: at
+    none past the first)."""
+    import numpy as np
+
+    product, last = weights[0], 0
+    for k, following in enumerate(weights[1:], 1):
+        if product.shape[1] != following.shape[0]:
+            break
+        product = product @ following
+        product = product / max(float(np.abs(product).max()), 1e-300)  # finite, however long
+        if np.isfinite(product).all() and _sums_nothing(product, 0):
+            last = k
+    return last
+
+
+def _affine_nothing(steps: list) -> int:
+    """The last index at which the elementwise `steps` from the first compose to x itself
+    (0: at none past the first)."""
+    import numpy as np
+
+    scale, shift, added, last = np.float64(1.0), np.float64(0.0), 0.0, 0
+    for k, step in enumerate(steps):
+        scale, shift, added = _affine(scale, shift, added, step)
+        identity = np.allclose(scale, 1, atol=NEGLIGIBLE) and np.all(
+            np.abs(shift) <= NEGLIGIBLE * max(added, 1e-300)
+        )
+        if k and identity:
+            last = k
+    return last
+
+
+def _affine(scale, shift, added: float, step) -> tuple:
+    """x -> scale * x + shift after one more elementwise `step` (op, constant first, constant),
+    and the largest constant added so far (the scale a shift of 0 is judged at)."""
+    import numpy as np
+
+    op, first, c = step
+    c = np.asarray(c, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        if op == "Add":
+            return scale, shift + c, max(added, float(np.abs(c).max(initial=0.0)))
+        if op == "Sub" and not first:
+            return scale, shift - c, max(added, float(np.abs(c).max(initial=0.0)))
+        if op == "Sub":  # c - x
+            return -scale, c - shift, max(added, float(np.abs(c).max(initial=0.0)))
+        if op == "Mul":
+            return scale * c, shift * c, added
+        if not first:  # x / c
+            return scale / c, shift / c, added
+    return np.float64(np.nan), np.float64(np.nan), added  # c / x: no longer affine
 
 
 def computes(node, constants: Constants, inner: dict[str, int], read: bool = False) -> bool:
@@ -484,7 +579,19 @@ def compute_type(model, path: Path | None = None) -> tuple[str, str]:
     it was read without may be read."""
     import onnx
 
-    share, quantized = _quantized(model, path)
+    graph = model.graph
+    constants = Constants(graph, path)
+    live_nodes = live_part(graph).nodes
+    cancelled = _cancelling(live_nodes, constants)
+    dequantized = {n.output[0]: n.input[0] for n in live_nodes if n.op_type == "DequantizeLinear"}
+    ignored = {
+        dequantized[name]
+        for n in live_nodes
+        if id(n) in cancelled
+        for name in n.input
+        if name in dequantized
+    }
+    share, quantized = _quantized(model, path, ignored)
     if share > INT8_SHARE:
         return quantized, ""
 
@@ -494,11 +601,9 @@ def compute_type(model, path: Path | None = None) -> tuple[str, str]:
         graph = model.graph
     types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info)}
     types.update({t.name: t.data_type for t in graph.initializer})
-    live_nodes = live_part(graph).nodes
     for node in live_nodes:  # Casts say their output type even where inference stopped
         if node.op_type == "Cast":
             types[node.output[0]] = next((a.i for a in node.attribute if a.name == "to"), 0)
-    constants = Constants(graph, path)
     inner = {}
     for value in (*graph.input, *graph.value_info):
         dims = value.type.tensor_type.shape.dim
@@ -507,8 +612,6 @@ def compute_type(model, path: Path | None = None) -> tuple[str, str]:
     # a narrow node must earn its row: its weights are read even where the graph left them out
     narrow = {code for code, name in _ELEM_TYPES.items() if name in NARROW}
     in_narrow = {id(n) for n in live_nodes if any(types.get(i) in narrow for i in n.input)}
-    chained = [n for n in live_nodes if id(n) in in_narrow or n.op_type in MOVES]
-    cancelled = _cancelling(chained, constants)
     nodes = [
         node
         for node in live_nodes

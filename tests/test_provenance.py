@@ -348,3 +348,39 @@ def test_int8_weights_that_sum_nothing_buy_no_model_the_int8_row():
     ]
     assert quantized_share(_model(nodes, weights)) == 0.0
     assert compute_type(_model(nodes, weights)) == ("float32", "")
+
+
+def test_weights_moved_or_dequantised_are_still_seen_for_what_they_are():
+    """Outsider's third pass: a float32 gain routed through Reshape hid from the float32-weight
+    rule (float16 x + c - c then outvoted it); an int8 Hadamard and its transpose (each sums,
+    together nothing) bought a wrong float32 model the int8 row."""
+    from onnx import numpy_helper as nh
+
+    shape = nh.from_array(np.array([4], np.int64), "shape")
+    gain = nh.from_array(_dense(np.float32)[0], "g")
+    c = nh.from_array(np.full(4, 0.5, np.float16), "c")
+    nodes = [
+        helper.make_node("Reshape", ["g", "shape"], ["g_moved"]),
+        helper.make_node("Mul", ["x", "g_moved"], ["t"]),
+    ]
+    nodes += _narrow_tail(
+        24, lambda k, a, b: helper.make_node(("Add", "Sub")[k % 2], [a, "c"], [b])
+    )
+    assert compute_type(_model(nodes, [gain, shape, c]))[0] == "float32"
+
+    hadamard = np.array([[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1]], np.int8)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"])]
+    weights = [nh.from_array(_dense(np.float32), "w")]
+    names = ["t", *(f"t{k}" for k in range(4))]
+    for k, (a, b) in enumerate(pairwise(names)):  # H, H^T, H, H^T: more int8 than float
+        nodes += [
+            helper.make_node("DequantizeLinear", [f"h{k}", "s", "z"], [f"d{k}"]),
+            helper.make_node("MatMul", [a, f"d{k}"], [b]),
+        ]
+        weights.append(nh.from_array(hadamard if k % 2 == 0 else hadamard.T.copy(), f"h{k}"))
+    nodes.append(helper.make_node("Identity", [names[-1]], ["y"]))
+    weights += [
+        nh.from_array(np.array(0.5, np.float32), "s"),
+        nh.from_array(np.array(0, np.int8), "z"),
+    ]
+    assert compute_type(_model(nodes, weights)) == ("float32", "")
