@@ -452,21 +452,18 @@ def _cancelling(nodes, constants: Constants) -> set[int]:
                 first = held[0] is not None
                 affine[id(node)] = (node.op_type, first, (held[0] if first else held[1]))
                 reads[id(node)] = node.input[1 if first else 0]
-    after = _followers(nodes, reads)
-    fed = {id(node) for node in after.values()}
     cancelled: set[int] = set()
-    for head in (node for node in nodes if id(node) in after and id(node) not in fed):
-        chain = [head]  # one kind of step: products, or elementwise ops
-        while id(chain[-1]) in after and (id(after[id(chain[-1])]) in weight) == (
-            id(head) in weight
-        ):
-            chain.append(after[id(chain[-1])])
-        for k in range(len(chain) - 1):  # every run of two or more steps, wherever it starts
-            run = chain[k:]
-            found = _products_nothing if id(head) in weight else _affine_nothing
-            last = found([weight.get(id(n), affine.get(id(n))) for n in run])
-            if last:
-                cancelled.update(id(n) for n in run[: last + 1])
+    for kind, nothing in ((weight, _products_nothing), (affine, _affine_nothing)):
+        after = _followers(nodes, {k: name for k, name in reads.items() if k in kind})
+        fed = {id(node) for node in after.values()}
+        for head in (node for node in nodes if id(node) in after and id(node) not in fed):
+            chain = [head]
+            while id(chain[-1]) in after:
+                chain.append(after[id(chain[-1])])
+            for k in range(len(chain) - 1):  # every run of two steps or more, wherever it starts
+                last = nothing([kind[id(n)] for n in chain[k:]])
+                if last:
+                    cancelled.update(id(n) for n in chain[k : k + last + 1])
     return cancelled
 
 
@@ -644,6 +641,7 @@ def compute_type(model, path: Path | None = None) -> tuple[str, str]:
     parts = [
         f"{t} {live[t]:.0%} of its {'weights' if t in ('int8', 'int4') else counted}"
         for t in sorted(live, key=STRICTNESS.index)
+        if live[t] > 0  # float32 live by its weights alone: said below
     ]
     if own:
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(own.items()))

@@ -369,8 +369,11 @@ def test_weights_moved_or_dequantised_are_still_seen_for_what_they_are():
     assert compute_type(_model(nodes, [gain, shape, c]))[0] == "float32"
 
     hadamard = np.array([[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1]], np.int8)
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"])]
-    weights = [nh.from_array(_dense(np.float32), "w")]
+    nodes = [  # a step of another kind (x * 2) between the model and the chain
+        helper.make_node("MatMul", ["x", "w"], ["u"]),
+        helper.make_node("Mul", ["u", "two"], ["t"]),
+    ]
+    weights = [nh.from_array(_dense(np.float32), "w"), nh.from_array(np.float32(2), "two")]
     names = ["t", *(f"t{k}" for k in range(4))]
     for k, (a, b) in enumerate(pairwise(names)):  # H, H^T, H, H^T: more int8 than float
         nodes += [
