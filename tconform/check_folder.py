@@ -22,10 +22,10 @@ from tconform.errors import Refused, UsageError
 from tconform.files import (
     SHA256_DIGEST,
     atomic_write_json,
+    held_as_locked,
     read_json_object,
     resolved,
     sha256_file,
-    writing_into,
 )
 from tconform.folders import (
     ARTIFACTS,
@@ -86,10 +86,10 @@ def export_lock(folder: Path) -> Iterator[None]:
     require_own_export_folder(folder)
     resolved(folder).parent.mkdir(parents=True, exist_ok=True)
     with folder_lock(folder):
-        # made under the lock and held as this folder (files.writing_into): one moved away
+        # made under the lock and held as this folder (files.held_as_locked): one moved away
         # mid-run and another put in its place is neither written nor read as the run's own
         resolved(folder).mkdir(exist_ok=True)
-        with writing_into(folder):
+        with held_as_locked(folder):
             yield
 
 

@@ -35,8 +35,8 @@ def new_folder(parent: Path, prefix: str) -> Path:
     return folder
 
 
-# The folders this process writes under an exclusive lock (tconform.folders.folder_lock), each
-# by its absolute path with the identity (device, inode) it had when locked.
+# The folders this process holds a lock on (tconform.folders.folder_lock), each by its absolute
+# path with the identity (device, inode) it had when locked.
 _HELD: dict[Path, tuple[int, int]] = {}
 
 
@@ -50,10 +50,11 @@ def _identity(folder: Path) -> tuple[int, int] | None:
 
 
 @contextlib.contextmanager
-def writing_into(folder: Path) -> Iterator[None]:
-    """While held, every write tconform makes under `folder` (require_unchanged) first checks
-    that it is still the folder it was: one moved away mid-run, and another (a user's) put in
-    its place, is never written into."""
+def held_as_locked(folder: Path) -> Iterator[None]:
+    """While held, every write tconform makes under `folder`, and every model it reads there
+    (require_unchanged), first checks that it is still the folder it was: one moved away
+    mid-run, and another (a user's) put in its place, is never written into nor read as the
+    run's own."""
     key = Path(os.path.abspath(folder))
     identity = _identity(key)
     if identity is None or key in _HELD:
@@ -67,9 +68,9 @@ def writing_into(folder: Path) -> Iterator[None]:
 
 
 def require_unchanged(path: Path) -> None:
-    """Refused where `path` lies in a folder this process locked for writing that is no longer
-    the folder it locked (moved away, replaced, made a link): a write there would land among
-    files tconform did not write."""
+    """Refused where `path` lies in a folder this process locked that is no longer the folder
+    it locked (moved away, replaced, made a link): a write there would land among files
+    tconform did not write, a read would take them for the run's own."""
     target = Path(os.path.abspath(path))
     for folder, identity in _HELD.items():
         if target.is_relative_to(folder) and _identity(folder) != identity:

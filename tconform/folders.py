@@ -29,11 +29,11 @@ from tconform.files import (
     SHA256_DIGEST,
     atomic_write_json,
     files_under,
+    held_as_locked,
     new_folder,
     read_json_object,
     resolved,
     sha256_file,
-    writing_into,
 )
 from tconform.variables import value
 
@@ -389,8 +389,9 @@ def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
     wait_s = value("TCONFORM_LOCK_TIMEOUT")
     path = lock_path(resolved(folder))
     fd = _open_lock(path, shared)
-    if fd is None:
-        yield
+    if fd is None:  # read without a lock, but still as this folder or nothing
+        with held_as_locked(folder):
+            yield
         return
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     deadline = time.monotonic() + wait_s
@@ -410,10 +411,7 @@ def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
                     print(f"tconform: waiting for another run using {folder} ...", file=sys.stderr)
                     told = True
                 time.sleep(0.2)
-        if shared:
+        with held_as_locked(folder):  # read or written, it is this folder or nothing
             yield
-        else:
-            with writing_into(folder):
-                yield
     finally:
         os.close(fd)  # closing releases the lock

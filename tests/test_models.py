@@ -27,9 +27,11 @@ def test_a_file_stamped_with_an_opset_onnx_does_not_know_is_an_input_error(tmp_p
         given_file(tmp_path / "future.onnx")
 
 
-def test_a_model_in_a_locked_folder_swapped_mid_run_is_not_read_as_the_runs_own(tmp_path):
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_model_in_a_locked_folder_swapped_mid_run_is_not_read_as_the_runs_own(tmp_path, shared):
     """Outsider's race: check's export folder moved away right after the export and another
-    put in its place, holding a model of the tester's: it was run and named `exported`."""
+    put in its place, holding a model of the tester's: it was run and named `exported`. A
+    folder read under a shared lock (verify's artifacts) is held the same."""
     from tconform.errors import Refused
     from tconform.folders import folder_lock
 
@@ -40,8 +42,8 @@ def test_a_model_in_a_locked_folder_swapped_mid_run_is_not_read_as_the_runs_own(
     model.ir_version = 9
     folder = tmp_path / "exp"
     folder.mkdir()
-    with folder_lock(folder):
-        onnx.save(model, folder / "model.onnx")
+    onnx.save(model, folder / "model.onnx")
+    with folder_lock(folder, shared=shared):
         assert given_file(folder / "model.onnx", origin="exported").provenance.origin == "exported"
         folder.rename(tmp_path / "moved")
         folder.mkdir()
