@@ -151,8 +151,11 @@ def _bodies(node) -> list:
 
 def live_part(graph) -> Live:
     """Backward reachability from `graph`'s outputs through node inputs; a live node's bodies
-    are walked the same way from their own outputs, and the outer names they read are live."""
+    are walked the same way from their own outputs, and the outer names they read are live.
+    A value that is zero whatever the inputs (_zeros: x * 0, x - x) is a constant: what made
+    it is not live (a decoy weight multiplied by zero buys no row)."""
     producer = {name: k for k, node in enumerate(graph.node) for name in node.output if name}
+    zeros = _zeros(graph)
     live = Live()
     pending = [value.name for value in graph.output]
     reached: set[int] = set()
@@ -162,7 +165,7 @@ def live_part(graph) -> Live:
             continue
         live.names.add(name)
         k = producer.get(name)
-        if k is None or k in reached:
+        if k is None or k in reached or name in zeros:
             continue
         reached.add(k)
         node = graph.node[k]
@@ -175,6 +178,42 @@ def live_part(graph) -> Live:
     live.nodes = [graph.node[k] for k in sorted(reached)] + live.nodes
     live.initializers = [t for t in graph.initializer if t.name in live.names] + live.initializers
     return live
+
+
+# Ops whose output is zero where one of their inputs is (products, and what moves or reduces
+# a zero); Sub of a value from itself is zero too.
+_ZERO_IN_ZERO_OUT = frozenset({"Mul", "MatMul", "Einsum", "ReduceSum", "ReduceMean", "Neg",
+                               "Relu"})  # fmt: skip
+_SMALL = 4096  # constants of at most this many elements are read to see whether they are zero
+
+
+def _zeros(graph) -> set[str]:
+    """Tensors of `graph` that are exactly zero whatever its inputs: constants of zeros (small
+    ones, as held), ConstantOfShape of 0, x - x, and what a product, a move or a sum makes of a
+    zero (Mul by one, MatMul of one, ...). MOVES pass their first input's zeros only."""
+    from onnx import numpy_helper
+
+    found: set[str] = set()
+    for tensor in graph.initializer:
+        held = 0 < math.prod(tensor.dims) <= _SMALL and (tensor.raw_data or _typed_data(tensor))
+        if held and not numpy_helper.to_array(tensor).any():
+            found.add(tensor.name)
+    for node in graph.node:
+        value = next((a.t for a in node.attribute if a.name == "value"), None)
+        data = numpy_helper.to_array(value) if value is not None else None
+        if node.op_type == "Constant" and data is not None and data.size <= _SMALL:
+            zero = not data.any()
+        elif node.op_type == "ConstantOfShape":
+            zero = data is None or not data.any()
+        elif node.op_type == "Sub" and len(node.input) == 2:
+            zero = node.input[0] == node.input[1] or all(n in found for n in node.input)
+        elif node.op_type in MOVES:
+            zero = bool(node.input) and node.input[0] in found
+        else:
+            zero = node.op_type in _ZERO_IN_ZERO_OUT and any(n in found for n in node.input)
+        if zero:
+            found.update(o for o in node.output if o)
+    return found
 
 
 def quantized_elements(model, path: Path | None = None, ignored=frozenset()) -> dict[str, int]:
@@ -333,6 +372,11 @@ class Constants:
                 self._moved[node.output[0]] = self._tensors.get(source, self._moved.get(source))
             elif node.op_type == "DequantizeLinear" and all(n in self._tensors for n in node.input):
                 self._dequantized[node.output[0]] = list(node.input)
+            elif node.input and all(n in self._tensors or n in self._moved for n in node.input):
+                # computed from constants alone (w + 0, max(w, -inf), where(true, w, w)): still
+                # the model's weights, whatever op made them
+                held = [self._tensors.get(n, self._moved.get(n)) for n in node.input]
+                self._moved.update(dict.fromkeys(node.output, max(held, key=_weight_size)))
         self._path = path
         self._file: dict | None = None
 
@@ -388,6 +432,10 @@ class Constants:
             model = onnx.load(str(self._path), load_external_data=False)
             self._file = {t.name: t for t in model.graph.initializer}
         return self._file
+
+
+def _weight_size(tensor) -> int:
+    return math.prod(tensor.dims)
 
 
 def _typed_data(tensor) -> bool:
@@ -575,6 +623,7 @@ def compute_type(model, path: Path | None = None) -> tuple[str, str]:
     narrower products sit beside it). `path`: the file `model` was read from, where weights
     it was read without may be read."""
     import onnx
+    from onnx import TensorProto
 
     graph = model.graph
     constants = Constants(graph, path)
@@ -629,7 +678,12 @@ def compute_type(model, path: Path | None = None) -> tuple[str, str]:
     own = Counter(
         node.op_type
         for node in nodes
-        if node.op_type in WEIGHTED and any(constants.float32_weight(name) for name in node.input)
+        if node.op_type in WEIGHTED
+        and any(
+            constants.float32_weight(name)
+            and types.get(name, TensorProto.FLOAT) == TensorProto.FLOAT
+            for name in node.input
+        )
     )
     if own:
         live.setdefault("float32", votes.get("float32", 0) / total if total else 0.0)

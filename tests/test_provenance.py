@@ -387,3 +387,37 @@ def test_weights_moved_or_dequantised_are_still_seen_for_what_they_are():
         nh.from_array(np.array(0, np.int8), "z"),
     ]
     assert compute_type(_model(nodes, weights)) == ("float32", "")
+
+
+def test_weights_computed_from_constants_and_decoys_multiplied_by_zero_are_seen_through():
+    """Outsider's fourth pass: a float32 gain passed through Add(w, 0) (or Max, Clip, Where)
+    hid from the float32-weight rule beside a float16 product of zeros (x - x); an int8 weight
+    whose sum was multiplied by 0 and added to the output bought the int8 row."""
+    from onnx import numpy_helper as nh
+
+    gain, zero32 = nh.from_array(_dense(np.float32)[0], "g"), nh.from_array(np.float32(0), "z")
+    dense16 = nh.from_array(_dense(np.float16, 1), "d")
+    nodes = [
+        helper.make_node("Add", ["g", "z"], ["g_hidden"]),
+        helper.make_node("Mul", ["x", "g_hidden"], ["t"]),
+        helper.make_node("Cast", ["x"], ["h"], to=F16),
+        helper.make_node("Sub", ["h", "h"], ["h0"]),
+        helper.make_node("MatMul", ["h0", "d"], ["p"]),
+        helper.make_node("Cast", ["p"], ["p32"], to=F32),
+        helper.make_node("Add", ["t", "p32"], ["y"]),
+    ]
+    assert compute_type(_model(nodes, [gain, zero32, dense16]))[0] == "float32"
+
+    nodes = [
+        helper.make_node("Mul", ["x", "g"], ["t"]),
+        helper.make_node("DequantizeLinear", ["q", "s"], ["w"]),
+        helper.make_node("ReduceSum", ["w"], ["r"], keepdims=0),
+        helper.make_node("Mul", ["r", "z"], ["r0"]),
+        helper.make_node("Add", ["t", "r0"], ["y"]),
+    ]
+    decoy = [
+        nh.from_array(np.array([[1, 2], [3, -4]], np.int8), "q"),
+        nh.from_array(np.float32(0.5), "s"),
+    ]
+    model = _model(nodes, [gain, zero32, *decoy])
+    assert quantized_share(model) == 0.0 and compute_type(model)[0] == "float32"
