@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto
 
-from tconform.provenance import MOVES
+from tconform.noops import MOVES
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 SCOPE_SOURCES = ("dynamo metadata", "TorchScript node names", "none")

@@ -227,7 +227,7 @@ def _is_boundary(b: object) -> bool:
 
 
 def _are_numbers(entry: dict, *fields: str) -> bool:
-    return all(type(entry.get(f)) in (int, float) for f in fields)
+    return all(_is_number(entry.get(f)) for f in fields)
 
 
 # The figures of an output that are never negative, as tconform writes them.

@@ -67,7 +67,13 @@ STOP_GRACE_S = 5.0
 # runs of a hung model is found in seconds, not in 300 timeouts.
 LOOP_SLACK = 100.0
 # The modules a worker imports, sent to it as sources (tconform itself is not installed there).
-WORKER_MODULES = ("tconform", "tconform.errors", "tconform.compare", "tconform.provenance")
+WORKER_MODULES = (
+    "tconform",
+    "tconform.errors",
+    "tconform.compare",
+    "tconform.noops",
+    "tconform.provenance",
+)
 WORKER_PACKAGE = "tconform.runtimes"  # all of it
 
 
