@@ -6,7 +6,11 @@ the declarations, so that reading those (every command line does) does not impor
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -135,11 +139,32 @@ def _host_array(tensor: torch.Tensor, autocast: str | None) -> np.ndarray:
     return as_array(tensor)  # a bfloat16 module's outputs stay bfloat16
 
 
+def own_compile_cache() -> None:
+    """torch.compile keeps the code it generates in a cache folder, by default one it leaves
+    in the temporary folder for good. Unless the user chose one (TORCHINDUCTOR_CACHE_DIR), it is
+    a folder of this process's own, removed as the process ends: tconform leaves nothing behind
+    that it did not write, and every run's compile time is a cold one. Inductor's precompiled
+    headers ignore the variable (their folder is fixed from the temporary folder as the module is
+    imported), so that import sees this folder as the temporary one."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return
+    folder = tempfile.mkdtemp(prefix="tconform-inductor-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    temporary, tempfile.tempdir = tempfile.tempdir, folder
+    try:
+        import torch._inductor.codecache  # noqa: F401
+    finally:
+        tempfile.tempdir = temporary
+
+
 class TorchSession(Session):
     def __init__(self, module: nn.Module, target: ModuleTarget, runtime: TorchRuntime) -> None:
         self.module = module
         self.target = target
         self.runtime = runtime
+        if runtime.compiled:
+            own_compile_cache()
         self.forward = torch.compile(module) if runtime.compiled else module
         self.compile_seconds: float | None = None
         self.providers = [f"torch-{runtime.device}"]
