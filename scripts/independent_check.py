@@ -37,7 +37,8 @@ def load_tensors(folder: Path, kind: str) -> list[np.ndarray]:
 def worst_ratio(actual: np.ndarray, golden: np.ndarray, tol: dict) -> float:
     """max |a - g| / (atol + rtol*|g|); > 1 means out of tolerance. NaN anywhere is a failure.
     The atol stands for outputs of RMS atol_rms: on a golden of a smaller RMS it shrinks in
-    proportion, on one of over ten times it grows so (docs/tolerances.md)."""
+    proportion; on one whose typical size (the smaller of its RMS and its nonzero values'
+    median magnitude) is over ten times it, it grows so (docs/tolerances.md)."""
     a, g = actual.astype(np.float64), golden.astype(np.float64)
     if actual.shape != golden.shape or np.isnan(a).any() != np.isnan(g).any():
         return float("inf")
@@ -45,8 +46,11 @@ def worst_ratio(actual: np.ndarray, golden: np.ndarray, tol: dict) -> float:
     rms = float(np.sqrt(np.mean(finite**2))) if finite.size else 0.0
     scale = tol.get("atol_rms")  # absent: a manifest from before the rule, atol as given
     grown_above = 10.0  # and beyond ten times that scale it grows in proportion
+    nonzero = np.abs(finite[finite != 0])
+    typical = min(rms, float(np.median(nonzero))) if nonzero.size else rms
     ratio = rms / scale if rms and scale else 1.0
-    atol = tol["atol"] * (ratio if ratio < 1 else max(1.0, ratio / grown_above))
+    grown = typical / scale / grown_above if scale else 1.0
+    atol = tol["atol"] * (ratio if ratio < 1 else max(1.0, grown))
     return float(np.max(np.abs(a - g) / (atol + tol["rtol"] * np.abs(g)), initial=0.0))
 
 

@@ -31,7 +31,9 @@ def is_float_dtype(dtype: np.dtype) -> bool:
 ROW_OUTPUT_RMS = 1.0
 # An output up to this many times that scale keeps the row's atol; beyond it the atol grows with
 # the output, since the rounding of the values flowing into it does (a row held to an output of
-# RMS 6e4 asks float32 for 2e-10 of its size, which torch's own float32 run misses too).
+# RMS 6e4 asks float32 for 2e-10 of its size, which torch's own float32 run misses too). It grows
+# with the output's typical size, not its RMS alone: a few huge values (a masked vocabulary's
+# -1e4 logits) raise the RMS, not the rounding of the rest.
 GROWN_ABOVE = 10.0
 
 
@@ -44,8 +46,9 @@ class Tolerance:
 
     atol_rms: the output RMS the atol was set for (the rows': ROW_OUTPUT_RMS). An output of a
     smaller RMS is held to an atol shrunk in proportion: an atol above an output's values
-    would pass any error in them; one of an RMS over GROWN_ABOVE times it, to an atol grown in
-    proportion beyond that. None: the atol is taken as given (one a user set)."""
+    would pass any error in them; one whose typical size (atol_for) is over GROWN_ABOVE times
+    it, to an atol grown in proportion beyond that. None: the atol is taken as given (one a
+    user set)."""
 
     atol: float
     rtol: float
@@ -54,14 +57,18 @@ class Tolerance:
     atol_rms: float | None = None
     given: bool = False  # a user's (check --atol, --tolerance), not a measured row
 
-    def atol_for(self, rms: float | None) -> float:
-        """The atol an output of RMS `rms` (its golden's finite elements) is held to. An
-        all-zero golden (RMS 0) has no scale to shrink to: the atol as given, so that it is
-        no exactness trap."""
+    def atol_for(self, rms: float | None, median: float | None = None) -> float:
+        """The atol an output of RMS `rms` (its golden's finite elements) is held to; it grows
+        with the smaller of `rms` and `median`, the median magnitude of its nonzero elements
+        (its typical size, which a few huge values leave alone and exact zeros do not pull
+        down). An all-zero golden (RMS 0) has no scale to shrink to: the atol as given, so
+        that it is no exactness trap."""
         if self.atol_rms is None or not rms:
             return self.atol
-        scale = rms / self.atol_rms
-        return self.atol * (scale if scale < 1 else max(1.0, scale / GROWN_ABOVE))
+        if rms < self.atol_rms:
+            return self.atol * rms / self.atol_rms
+        typical = rms if median is None else min(rms, median)
+        return self.atol * max(1.0, typical / self.atol_rms / GROWN_ABOVE)
 
 
 def _row(atol: float, rtol: float, why: str, min_sqnr_db: float | None = None) -> Tolerance:
@@ -241,9 +248,11 @@ class OutputComparison:
     # all, an infinite ratio, or nothing compared); min_sqnr_db: the row's floor, if it has one
     sqnr_db: float | None = None
     min_sqnr_db: float | None = None
-    # The RMS of the golden's compared finite elements, and the tolerance's atol where it was
-    # scaled down to that RMS (None: held to the atol as given); a fact worth a line, or "".
+    # The RMS of the golden's compared finite elements and the median magnitude of the nonzero
+    # ones (Tolerance.atol_for), and the tolerance's atol where it was scaled to them (None:
+    # held to the atol as given); a fact worth a line, or "".
     golden_rms: float | None = None
+    golden_median: float | None = None
     atol_scaled_from: float | None = None
     note: str = ""
     # A given atol at or above the output's RMS, or a given rtol of 1 or more: an error as
@@ -344,8 +353,8 @@ def compare_output(
 
     a, g = actual.reshape(-1), golden.reshape(-1)  # views, for contiguous arrays
     keep = None if where is None else np.broadcast_to(where, actual.shape).reshape(-1)
-    rms = _rms(g, keep)
-    atol = tol.atol_for(rms)
+    rms, median = rms_of(g, keep), _median_magnitude(g, keep)
+    atol = tol.atol_for(rms, median)
     tally = _Tally(atol, tol.rtol, worst_count)
     for start in range(0, a.size, CHUNK):
         part = slice(start, start + CHUNK)
@@ -381,8 +390,9 @@ def compare_output(
         sqnr_db=round(sqnr, 3) if sqnr is not None and math.isfinite(sqnr) else None,
         min_sqnr_db=tol.min_sqnr_db,
         golden_rms=rms,
+        golden_median=median,
         atol_scaled_from=tol.atol if atol != tol.atol else None,
-        note=_atol_note(name, tol, atol, rms),
+        note=_atol_note(name, tol, atol, rms, median),
         # (an atol still scaled to the output, atol_rms, is the row's, not the user's)
         blind=bool(tol.given and ((rms and atol >= rms and tol.atol_rms is None) or tol.rtol >= 1)),
     )
@@ -512,10 +522,12 @@ class _Tally:
 NOTED_SCALING = 0.1
 
 
-def _rms(golden: np.ndarray, keep: np.ndarray | None) -> float | None:
-    """The root mean square of `golden`'s finite elements (where `keep` holds, when given);
+def rms_of(golden: np.ndarray, keep: np.ndarray | None = None) -> float | None:
+    """The root mean square of `golden`'s finite elements (where `keep`, of its shape, holds);
     None where there is none. Summed relative to the largest magnitude so far (as LAPACK's
     dnrm2 does), so that a float64 golden near its maximum does not overflow."""
+    golden = golden.reshape(-1)
+    keep = None if keep is None else keep.reshape(-1)
     scale, relative, count = 0.0, 0.0, 0  # RMS = scale * sqrt(relative / count)
     for start in range(0, golden.size, CHUNK):
         part = golden[start : start + CHUNK].astype(np.float64)
@@ -534,7 +546,25 @@ def _rms(golden: np.ndarray, keep: np.ndarray | None) -> float | None:
     return scale * math.sqrt(relative / count) if count else None
 
 
-def _atol_note(name: str, tol: Tolerance, atol: float, rms: float | None) -> str:
+# The median magnitude is taken over at most this many elements, evenly spaced through the
+# output: a figure of its typical size, not an exact statistic, and no copy of a large output.
+MEDIAN_SAMPLE = 1 << 20
+
+
+def _median_magnitude(golden: np.ndarray, keep: np.ndarray | None) -> float | None:
+    """The median |value| of `golden`'s nonzero finite elements (where `keep` holds, when
+    given), over an evenly spaced sample of at most MEDIAN_SAMPLE; None where there is none."""
+    step = max(1, -(-golden.size // MEDIAN_SAMPLE))
+    values = np.abs(golden[::step].astype(np.float64))
+    wanted = np.isfinite(values) & (values > 0)
+    if keep is not None:
+        wanted &= keep[::step]
+    return float(np.median(values[wanted])) if wanted.any() else None
+
+
+def _atol_note(
+    name: str, tol: Tolerance, atol: float, rms: float | None, median: float | None
+) -> str:
     """A line where the atol and the output's scale are far apart: a row's atol scaled down a
     lot, or an atol taken as given that is larger than the output's RMS (most of the output's
     values lie within it of 0: an error as large as them passes)."""
@@ -545,9 +575,11 @@ def _atol_note(name: str, tol: Tolerance, atol: float, rms: float | None) -> str
         )
     if tol.atol_rms is not None and atol > tol.atol:
         return (
-            f"{name}: atol grown to {atol:.2g} with the output's RMS {rms:.2g}, over "
-            f"{GROWN_ABOVE:g} times the scale the atol {tol.atol:g} was set for (float32 rounds "
-            "in proportion to the values; docs/tolerances.md)"
+            f"{name}: atol grown to {atol:.2g} with the output's typical size "
+            f"{min(rms or 0.0, median or math.inf):.2g} (the smaller of its RMS and its nonzero "
+            f"values' median magnitude), over {GROWN_ABOVE:g} times the scale the atol "
+            f"{tol.atol:g} was set for (float32 rounds in proportion to the values; "
+            "docs/tolerances.md)"
         )
     if tol.atol_rms is None and rms and atol >= rms:
         return (

@@ -122,14 +122,49 @@ def test_a_rows_atol_grows_with_an_output_far_above_its_scale():
     golden = rng.standard_normal(200) * 6e4
     rounded = golden + rng.standard_normal(200) * 6e4 * 2e-7  # float32-sized rounding
     grown = compare_output("y", rounded, golden, row)
-    assert grown.status == "pass" and grown.atol == pytest.approx(
-        row.atol * grown.golden_rms / GROWN_ABOVE
-    )
+    typical = min(grown.golden_rms, grown.golden_median)
+    assert grown.status == "pass" and grown.atol == pytest.approx(row.atol * typical / GROWN_ABOVE)
+    assert grown.golden_median == pytest.approx(np.median(np.abs(golden)))
     assert "atol grown to" in grown.note
     assert compare_output("y", golden * 1.01, golden, row).status == "fail"
     assert compare_output("y", rounded, golden, Tolerance(row.atol, row.rtol, "set")).status == (
         "fail"  # an atol the user set is taken as given
     )
+
+
+def test_a_few_huge_values_do_not_grow_the_atol_of_the_rest():
+    """Logits with a masked part of the vocabulary (-1e4 on a tenth of it) have an RMS of about
+    3e3, set by the mask alone: the rest keeps its own size, so its atol is not grown with the
+    RMS, and a 1 % error in the real logits (under half an RMS-grown atol) fails."""
+    from tconform.compare import tolerance_for
+
+    row = tolerance_for("float32", "model")
+    rng = np.random.default_rng(0)
+    golden = rng.standard_normal(1000) * 0.05
+    golden[-100:] = -1e4
+    wrong = golden.copy()
+    wrong[:-100] *= 1.01
+    judged = compare_output("logits", wrong, golden, row)
+    assert judged.golden_rms > 1e3 and judged.atol == row.atol
+    assert judged.status == "fail" and judged.mismatches > 0
+    clean = golden + np.abs(golden) * 2e-7 * rng.standard_normal(1000)  # float32 rounding
+    assert compare_output("logits", clean, golden, row).status == "pass"
+
+
+def test_exact_zeros_do_not_hold_back_the_growth_of_the_rest():
+    """A ReLU's output of RMS 3e3, 60 % exact zeros: its nonzero values set its typical size,
+    so the atol grows with them and float32's rounding of the values near zero passes."""
+    from tconform.compare import GROWN_ABOVE, tolerance_for
+
+    row = tolerance_for("float32", "model")
+    rng = np.random.default_rng(1)
+    golden = np.maximum(rng.standard_normal(1000) * 5e3, 0.0)
+    golden[rng.random(1000) < 0.2] = 0.0
+    rounded = np.where(golden > 0, golden + 5e3 * 2e-7 * rng.standard_normal(1000), 0.0)
+    judged = compare_output("y", rounded, golden, row)
+    assert judged.golden_median == pytest.approx(np.median(golden[golden > 0]))
+    assert judged.atol == pytest.approx(row.atol * judged.golden_rms / GROWN_ABOVE, rel=0.5)
+    assert judged.status == "pass"
 
 
 def test_an_all_zero_golden_keeps_the_atol_as_given():

@@ -312,8 +312,8 @@ def _readme(
     cumulative = boundary.worst
     model = about.get("model") or {}
     scaled = (
-        f" scaled with an output's RMS below {tol.atol_rms:g} and above {GROWN_ABOVE:g} times "
-        f"{tol.atol_rms:g} (each output's: bundle.json, atol_by_output)"
+        f" scaled with an output's RMS below {tol.atol_rms:g} and with its typical size above "
+        f"{GROWN_ABOVE:g} times {tol.atol_rms:g} (each output's: bundle.json, atol_by_output)"
         if tol.atol_rms is not None
         else ""
     )

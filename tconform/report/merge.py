@@ -233,7 +233,7 @@ def _are_numbers(entry: dict, *fields: str) -> bool:
 # The figures of an output that are never negative, as tconform writes them.
 NON_NEGATIVE = (
     "atol", "rtol", "max_abs_err", "max_rel_err", "mean_abs_err", "mismatches",
-    "tolerance_used", "excluded", "both_nonfinite", "golden_rms",
+    "tolerance_used", "excluded", "both_nonfinite", "golden_rms", "golden_median",
 )  # fmt: skip
 # What the expected outputs can have been computed in (Result.reference): verify's goldens are
 # float64; check falls back to float32 where its float64 copy of the model cannot run.
@@ -349,12 +349,13 @@ def _not_its_row(r: Result, data: dict) -> str:
     row = tolerance_for(r.precision, kind, *([str(preset)] if preset is not None else []))
     overrides = given.get("per_output") or {}
     for o in r.outputs:
+        scaled = row.atol_for(o.golden_rms, o.golden_median)
         if o.name in overrides:
             due = (*overrides[o.name], None)
         elif given.get("atol") is None and given.get("rtol") is None:
-            due = (row.atol_for(o.golden_rms), row.rtol, row.min_sqnr_db)
+            due = (scaled, row.rtol, row.min_sqnr_db)
         else:  # a user's atol is theirs; the row's keeps scaling
-            atol = row.atol_for(o.golden_rms) if given.get("atol") is None else given["atol"]
+            atol = scaled if given.get("atol") is None else given["atol"]
             due = (atol, row.rtol if given.get("rtol") is None else given["rtol"], None)
         held = (o.atol, o.rtol, o.min_sqnr_db)
         if not all(

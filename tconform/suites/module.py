@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import torch
 from torch import nn
 
 from tconform.check_folder import require_repro_folder
-from tconform.compare import Tolerance, judge_outputs, tolerance_for, tolerance_value
+from tconform.compare import Tolerance, judge_outputs, rms_of, tolerance_for, tolerance_value
 from tconform.config import PLANNED_DTYPES
 from tconform.errors import (
     EndedByUserCode,
@@ -148,6 +149,17 @@ class Tolerances:
             atol_rms=row.atol_rms if self.atol is None else None,
             given=True,  # either part: an rtol of 1 or more cannot see an error either
         )
+
+    def boundaries(self, precision: str, outputs: Iterable[np.ndarray]) -> Tolerance:
+        """For every tensor localisation compares at a module's boundary. An atol the user set
+        is for the module's `outputs`: inside, it stands for their scale (the smallest RMS
+        among them) and is scaled to each boundary's as a row's atol is, so that a hidden state
+        of RMS 1 in a model whose outputs are 1e-7 is not held to 1e-7."""
+        tol = self.module(precision)
+        scales = [scale for scale in map(rms_of, outputs) if scale]
+        if self.atol is None or not scales:
+            return tol
+        return replace(tol, atol_rms=min(scales))
 
     def by_output(self, precision: str) -> dict[str, Tolerance]:
         overrides = dict(self.per_output)
@@ -564,7 +576,7 @@ class ModuleSuite(Suite):
         progress(f"{self.where}: planning {precision} into {folder}")
         reference, feeds, keep = self._at(self.example)
         runtime = make_runtimes(self.request.runtimes, consumes="onnx")[0]
-        tol = self.tolerances.module(precision)
+        tol = self.tolerances.boundaries(precision, reference.outputs.values())
         return make_plan(
             base, precision, reference, feeds, runtime, tol, folder, keep, self.example, progress
         )
@@ -667,7 +679,7 @@ class ModuleSuite(Suite):
         if first.status not in ("pass", "fail"):
             return []
         reference, feeds, keep = self._at(first.input_set)
-        tol = self.tolerances.module(first.precision)
+        tol = self.tolerances.boundaries(first.precision, reference.outputs.values())
         rounding = tolerance_for(first.precision, TOLERANCE_CLASS)  # above its rounding
         where = self.request.localise
         try:
