@@ -1,4 +1,5 @@
-"""The first code a worker runs: `python -E -c <this file's text> READ_FD WRITE_FD`.
+"""The first code a worker runs: `python -E -c <this file's text> READ_FD WRITE_FD`, the
+current folder off the import path before it (tconform.runtimes.environments.python_running).
 
 It imports nothing of tconform, which is not installed in the worker's interpreter: the first
 message on READ_FD (8 bytes of length, then JSON {module name: [source, is package]}) carries
@@ -62,8 +63,6 @@ def _die_with_parent():
 
 def main():
     _die_with_parent()
-    if sys.path and sys.path[0] in ("", os.getcwd()):  # the caller's folder holds no module
-        del sys.path[0]
     read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
     (length,) = struct.unpack("<Q", _read(read_fd, 8))
     sys.meta_path.insert(0, _Sources(json.loads(_read(read_fd, length))))

@@ -130,6 +130,15 @@ def interpreter(text: str, spec: RuntimeSpec) -> Path:
     return path.absolute()
 
 
+def python_running(python: Path, code: str) -> list[str]:
+    """The command that runs `code` in `python`, with neither its environment variables (-E)
+    nor the current folder on its import path: `-c` puts that folder first, and a json.py or
+    numpy/ of the user's there would be imported (and a __pycache__ written beside it)
+    instead of the module asked for (-P, which says the same, is Python 3.11's)."""
+    first = "import sys\nif sys.path and sys.path[0] == '':\n    del sys.path[0]\n"
+    return [str(python), "-E", "-c", first + code]
+
+
 # Run in the interpreter: its Python version and, per module asked for, the distributions that
 # provide it with their exact versions, read from the installed metadata (top_level.txt where a
 # distribution has one, else the top folders of its file list, as packages_distributions does
@@ -165,8 +174,10 @@ def probe(
     started (a process group of its own); one older than OLDEST_PYTHON is refused."""
     timeout = min(PROBE_SECONDS, float(value("TCONFORM_WORKER_TIMEOUT")))
     command = [
-        str(python), "-E", "-c", _PROBE, json.dumps(list(modules)), json.dumps(OLDEST_PYTHON)
-    ]  # fmt: skip
+        *python_running(python, _PROBE),
+        json.dumps(list(modules)),
+        json.dumps(OLDEST_PYTHON),
+    ]
     try:
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -450,7 +461,7 @@ def _import_failure(python: Path, module: str) -> str:
     warns, and the module breaks when it is used): that warning is a failure too."""
     imports = ", ".join(dict.fromkeys((module, *SUPPORT)))
     done = subprocess.run(
-        [str(python), "-E", "-c", f"import {imports}"], capture_output=True, text=True
+        python_running(python, f"import {imports}"), capture_output=True, text=True
     )
     said = (done.stderr + done.stdout).strip()
     if done.returncode == 0 and not _BUILT_FOR_NUMPY_1.search(said):

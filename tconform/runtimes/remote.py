@@ -56,7 +56,12 @@ from tconform.errors import (
 )
 from tconform.runtimes.base import Runtime, Session, TensorInfo, TimedCall
 from tconform.runtimes.crashes import write_crash_bundle
-from tconform.runtimes.environments import Environment, given_environment, made_environment
+from tconform.runtimes.environments import (
+    Environment,
+    given_environment,
+    made_environment,
+    python_running,
+)
 from tconform.runtimes.protocol import Channel, ChannelClosed, ChannelTimeout, dtype_of
 from tconform.runtimes.specs import RuntimeSpec
 from tconform.variables import value
@@ -113,7 +118,7 @@ class WorkerProcess:
         to_worker, from_parent = os.pipe()
         to_parent, from_worker = os.pipe()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed when the worker ends)
-        command = [str(self.python), "-E", "-c", Path(boot.__file__).read_text(encoding="utf-8")]
+        command = python_running(self.python, Path(boot.__file__).read_text(encoding="utf-8"))
         try:
             self.process = subprocess.Popen(
                 [*command, str(to_worker), str(from_worker)],

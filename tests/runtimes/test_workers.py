@@ -452,3 +452,28 @@ def test_doc_records_a_workers_release_in_every_report(cli, workspace, tmp_path)
     line = f"onnxruntime@{python}: {distribution} {onnxruntime.__version__}"
     assert line in reports["junit"].read_text() and line in reports["markdown"].read_text()
     assert f"in a worker: {line}" in out
+
+
+def test_the_current_folder_is_never_imported_by_an_interpreter_or_worker(tmp_path, monkeypatch):
+    """`python -c` puts the current folder first on the import path: a json.py or struct.py of
+    the user's there would end the interpreter's probe and the worker (and leave a __pycache__
+    beside them). Neither reads that folder."""
+    from tconform.runtimes.environments import probe
+
+    python = interpreter(tmp_path / "plain")
+    folder = tmp_path / "user"
+    folder.mkdir()
+    for name in ("json", "struct"):
+        (folder / f"{name}.py").write_text("raise SystemExit('the user folder was imported')\n")
+    monkeypatch.chdir(folder)
+    version, _ = probe(parse_spec(f"onnxruntime@{python}"), python, ("numpy",))
+    assert version == platform.python_version()
+    runtime = make_runtime(f"onnxruntime@{python}", "cpu", threads=1)
+    session = runtime.open(add_model(tmp_path / "add.onnx"))
+    try:
+        x = np.arange(3, dtype=np.float32)
+        np.testing.assert_array_equal(session.run({"x": x})["y"], x + x)
+    finally:
+        session.close()
+        stop_workers()
+    assert sorted(p.name for p in folder.iterdir()) == ["json.py", "struct.py"]
