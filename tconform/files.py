@@ -81,6 +81,17 @@ def require_unchanged(path: Path) -> None:
             )
 
 
+def printable(text: str) -> str:
+    """`text` with each lone surrogate (an undecodable byte of a file name, a broken character
+    in a message) as its escape sequence, so that it can be written as UTF-8 and drawn."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """`text` as UTF-8 at `path`, as atomic_write_bytes writes (lone surrogates escaped)."""
+    atomic_write_bytes(path, printable(text).encode())
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename it into place. A failure (a full
     disk, a folder that cannot be written) names `path` and leaves the old file as it was;
@@ -139,16 +150,18 @@ def resolved(path: Path) -> Path:
         return Path(os.path.abspath(path))
 
 
-def require_utf8_name(path: Path) -> Path:
+UNOPENED = "which onnx and ONNX Runtime cannot open"
+
+
+def require_utf8_name(path: Path, why: str = UNOPENED) -> Path:
     """`path`, if its name is UTF-8: onnx's checker and ONNX Runtime take paths as UTF-8 text
-    and cannot open any other (onnx refuses it with an error about its own arguments)."""
+    and cannot open any other (onnx refuses it with an error about its own arguments); `why`
+    says what else needs it."""
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
         shown = os.fsencode(path).decode("utf-8", "backslashreplace")
-        raise UsageError(
-            f"{shown}: the name is not UTF-8, which onnx and ONNX Runtime cannot open; rename it"
-        ) from None
+        raise UsageError(f"{shown}: the name is not UTF-8, {why}; rename it") from None
     return path
 
 

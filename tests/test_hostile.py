@@ -619,6 +619,28 @@ def test_inputs_that_are_no_numbers_are_one_line(ws, array, says):
     assert_unchanged(ws["user"], before)
 
 
+def test_a_name_that_is_not_utf8_is_refused_and_every_report_says_so(cli, ws):
+    """An --inputs archive whose name holds an undecodable byte names the input set in every
+    report, which no text can hold: refused before the run, naming it; the markdown and the
+    plot that say why carry it escaped (neither UTF-8 nor a font takes the raw byte)."""
+    from tconform.report import plot
+
+    inputs = ws["user"] / "in_\udcff.npz"
+    np.savez(inputs, x=np.ones((2, 3), np.float32))
+    paths = {fmt: ws["reports"] / f"r.{fmt}" for fmt in ("json", "md", "png")}
+    before = snapshot(ws["user"])
+    code, out, err = cli(
+        "check", T("module_only"), "--inputs", str(inputs), "--json", str(paths["json"]),
+        "--markdown", str(paths["md"]), "--plot", str(paths["png"]),
+    )  # fmt: skip
+    assert code == EXIT_USAGE
+    assert_one_line(code, out, err, "not UTF-8")
+    assert strict_json(paths["json"])["error"]["exit_code"] == EXIT_USAGE
+    assert "in_\\xff.npz" in paths["md"].read_text(encoding="utf-8")
+    assert plot.is_own(paths["png"])
+    assert_unchanged(ws["user"], before)
+
+
 # --- the Python API: the same promises where they can be kept in-process ---------------------
 
 

@@ -45,7 +45,7 @@ from tconform.config import ModelConfig
 from tconform.errors import WorkerCrashed
 from tconform.execution import NotRun, Subject, case_module, open_subject
 from tconform.export import ExportJob, ExportSettings, export_jobs
-from tconform.files import atomic_write_bytes, atomic_write_json
+from tconform.files import atomic_write_json, atomic_write_text
 from tconform.folders import BENCH_AREA, GENERATION_AREA
 from tconform.generation.driver import (
     Decoding,
@@ -487,7 +487,7 @@ def write_json(path: Path, report: GenerateReport) -> None:
 
 
 def write_markdown(path: Path, report: GenerateReport) -> None:
-    atomic_write_bytes(path, markdown(report.to_dict()).encode())
+    atomic_write_text(path, markdown(report.to_dict()))
 
 
 def _is_own_markdown(path: Path) -> bool:

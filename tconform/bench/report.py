@@ -18,7 +18,7 @@ from tconform.bench.summary import ratio as as_ratio
 from tconform.bench.summary import shape_label
 from tconform.bench.summary import summary_lines as best_lines
 from tconform.errors import EXIT_FAILURE, UsageError
-from tconform.files import atomic_write_bytes, atomic_write_json, read_json_object
+from tconform.files import atomic_write_json, atomic_write_text, read_json_object
 from tconform.report.formats import Writer
 from tconform.report.text import format_table
 from tconform.results import Status
@@ -330,7 +330,7 @@ def is_own_json(path: Path) -> bool:
 
 
 def write_markdown(path: Path, report: BenchReport) -> None:
-    atomic_write_bytes(path, markdown(report.to_dict()).encode())
+    atomic_write_text(path, markdown(report.to_dict()))
 
 
 def is_own_markdown(path: Path, heading: str = "## tconform bench") -> bool:

@@ -282,6 +282,7 @@ class InputsArchive(RegularFile):
         from tconform.module_check.inputs import read_arrays
 
         with _usable(value, param, ctx, self):
+            require_utf8_name(path, "and it names the input set in every report")
             read_arrays(path)
         return path
 

@@ -27,7 +27,7 @@ from onnx import helper, numpy_helper
 
 from tconform.compare import GROWN_ABOVE, OutputComparison, Tolerance, expanded_mask
 from tconform.execution import Subject, open_subject
-from tconform.files import atomic_write_bytes
+from tconform.files import atomic_write_bytes, atomic_write_text
 from tconform.folders import BUNDLE_MARKER, BUNDLE_TOOL, replace_whole
 from tconform.localise.capture import Call
 from tconform.localise.crosscheck import CrossCheck, NotEvaluable, cross_check
@@ -298,11 +298,9 @@ def _write_files(
             np.save(buffer, np.broadcast_to(where, expected.shape))
             atomic_write_bytes(data / f"compared_{k}.npy", buffer.getvalue())
             masked = True
-    atomic_write_bytes(
-        folder / "reproduce.py", _REPRODUCE.format(atols=atols, rtol=tol.rtol).encode()
-    )
+    atomic_write_text(folder / "reproduce.py", _REPRODUCE.format(atols=atols, rtol=tol.rtol))
     readme = _readme(isolation, boundary, tol, about, masked)
-    atomic_write_bytes(folder / "README.md", readme.encode())
+    atomic_write_text(folder / "README.md", readme)
 
 
 def _readme(

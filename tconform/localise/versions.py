@@ -19,7 +19,7 @@ from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tconform.files import atomic_write_bytes
+from tconform.files import atomic_write_text
 from tconform.runtimes import Runtime, label
 from tconform.runtimes.specs import base_name
 
@@ -134,4 +134,4 @@ def _add_runs(bundle: Path, interpreters: dict[str, str]) -> None:
         "```",
         "",
     ]
-    atomic_write_bytes(readme, (readme.read_text() + "\n".join(lines)).encode())
+    atomic_write_text(readme, readme.read_text() + "\n".join(lines))

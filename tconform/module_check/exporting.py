@@ -42,7 +42,7 @@ from tconform.errors import (
     calling_user_code,
     first_line,
 )
-from tconform.files import atomic_write_bytes
+from tconform.files import atomic_write_bytes, atomic_write_text
 from tconform.module_check.inputs import ModuleInputs
 from tconform.runtimes.torch_session import eval_mode
 
@@ -191,7 +191,7 @@ def export_module(
             raise
         except BaseException as exc:  # the user's forward may call sys.exit, raise anything
             log.write("\n" + "".join(traceback.format_exception(exc)))
-            atomic_write_bytes(log_path, log.getvalue().encode())
+            atomic_write_text(log_path, log.getvalue())
             record_own_files(path.parent)
             if isinstance(exc, EndedByUserCode | UsageError):
                 summary = str(exc)
@@ -211,5 +211,5 @@ def export_module(
             )
             raise ExportFailed(f"{failed}: {summary} (full log: {log_path}){way_on}") from None
     atomic_write_bytes(path, model.SerializeToString())
-    atomic_write_bytes(log_path, log.getvalue().encode())
+    atomic_write_text(log_path, log.getvalue())
     record_own_files(path.parent)

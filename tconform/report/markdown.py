@@ -7,7 +7,7 @@ import itertools
 from pathlib import Path
 
 from tconform.errors import one_line
-from tconform.files import atomic_write_bytes
+from tconform.files import atomic_write_text
 from tconform.report import RunReport, pivot
 from tconform.results import Result
 from tconform.runtimes.labels import runtime_label
@@ -133,4 +133,4 @@ def is_own(path: Path) -> bool:
 
 
 def write(path: Path, report: RunReport) -> None:
-    atomic_write_bytes(path, build(report).encode())
+    atomic_write_text(path, build(report))

@@ -8,16 +8,20 @@ import io
 import struct
 from pathlib import Path
 
-from tconform.files import atomic_write_bytes
+from tconform.files import atomic_write_bytes, printable
 
 SOFTWARE = "tconform"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def save(fig, path: Path, **savefig) -> None:
-    """`fig` as a PNG at `path` (atomically), marked as tconform's, and closed."""
+    """`fig` as a PNG at `path` (atomically), marked as tconform's, and closed. Its texts can
+    carry a file name's undecodable byte, which no font draws: escaped first."""
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
 
+    for text in fig.findobj(Text):
+        text.set_text(printable(text.get_text()))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", metadata={"Software": SOFTWARE}, **savefig)
     plt.close(fig)

@@ -66,3 +66,16 @@ def test_where_two_localised_releases_part_is_in_the_markdown():
     text = build(report)
     versions = text.split("### Versions of a runtime", 1)[1]
     assert f"- where they part: {verdict}" in versions
+
+
+def test_a_message_holding_a_lone_surrogate_is_written_escaped_in_markdown_and_plot(tmp_path):
+    """A user's exception or a file name can carry a lone surrogate (an undecodable byte), which
+    UTF-8 cannot hold and no font draws: the markdown and the plot hold its escape sequence."""
+    from tconform.report import markdown, plot
+
+    report = RunReport("check")
+    report.error = {"message": "the factory: ValueError: x\ud800y in_\udcff.npz", "exit_code": 2}
+    markdown.write(tmp_path / "r.md", report)
+    assert "x\\ud800y in_\\udcff.npz" in (tmp_path / "r.md").read_text(encoding="utf-8")
+    plot.write(tmp_path / "r.png", report)
+    assert plot.is_own(tmp_path / "r.png")
