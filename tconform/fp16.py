@@ -122,8 +122,13 @@ def ops_run_in_float32(model_path: Path | str) -> dict[str, int]:
 
 
 def _float32_nodes(model) -> list:
-    """`model`'s nodes other than Casts with a float32 output (by ONNX shape inference)."""
-    graph = onnx.shape_inference.infer_shapes(model).graph
+    """`model`'s nodes other than Casts with a float32 output (by ONNX shape inference, from
+    the graph's inputs and initializers alone: a converter can leave value_info that no longer
+    says what a node computes, which inference would refuse as a contradiction)."""
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    del bare.graph.value_info[:]
+    graph = onnx.shape_inference.infer_shapes(bare).graph
     elem_types = {
         value.name: value.type.tensor_type.elem_type
         for value in (*graph.value_info, *graph.input, *graph.output)
