@@ -49,6 +49,7 @@ OWN_RECORD, TOOL = CHECK_RECORD, CHECK_TOOL  # what tconform check wrote into it
 OWN_FILES = ("model.onnx", "export.log", "plan.json")
 MATRIX = "matrix"  # its matrix cells' folders, each of its own files
 MAX_RECORD_BYTES = 2**20  # a record is a few hundred bytes
+OUT = "--out (bench: --artifacts)"  # the option that names the folder, in every message
 
 
 def require_target(target: str) -> str:
@@ -68,7 +69,7 @@ def default_export_dir(name: str) -> Path:
     the check area named after it, never a path of its own (`../x` is refused)."""
     folder = name.replace(":", ".")
     if Path(folder).name != folder or folder in ("", ".", ".."):
-        raise UsageError(f"{name!r:.120}: not a plain name for the export folder; give --out")
+        raise UsageError(f"{name!r:.120}: not a plain name for the export folder; give {OUT}")
     return Path("artifacts") / CHECK_AREA / folder
 
 
@@ -100,7 +101,7 @@ def _recorded(folder: Path) -> dict[str, str]:
     if not record.exists() and not record.is_symlink():
         return {}
     refused = Refused(
-        f"{record}: not written by tconform check (or changed since); choose another --out", folder
+        f"{record}: not written by tconform check (or changed since); choose another {OUT}", folder
     )
     if record.is_symlink() or not record.is_file():
         raise refused
@@ -134,31 +135,31 @@ def require_own_export_folder(folder: Path) -> None:
     """check writes only where it may replace what is there: a new or tconform check's own
     folder, never a golden or artifacts folder (but for an artifacts folder's check/ area),
     never over a file it did not write."""
-    require_not_link(folder, "check's export folder, --out")
+    require_not_link(folder, f"check's export folder, {OUT}")
     if folder.exists() and not folder.is_dir():
         raise Refused(f"{folder}: exists and is not a folder", folder)
     managed = managed_folder(folder, (GOLDEN, ARTIFACTS), itself=True)
     if (folder / MANIFEST).exists() or (managed is not None and not in_check_area(folder, managed)):
         raise Refused(
             f"{folder} is or lies in a golden or artifacts folder ({managed or folder}); "
-            "check --out needs a folder of its own",
+            f"{OUT} needs a folder of its own",
             folder,
         )
     owner = managed_folder(folder, (CHECK_EXPORT,))  # another check's, but for its matrix cells
     if owner is not None and resolved(folder).parent != owner / MATRIX:
         raise Refused(
-            f"{folder} lies in {owner}, tconform check's export folder; check --out needs a "
+            f"{folder} lies in {owner}, tconform check's export folder; {OUT} needs a "
             "folder of its own",
             folder,
         )
     _require_only_own_files(folder, (MATRIX,))
     matrix = folder / MATRIX
     if matrix.is_symlink() or (matrix.exists() and not matrix.is_dir()):
-        raise Refused(f"{matrix}: not a folder tconform check made; choose another --out", folder)
+        raise Refused(f"{matrix}: not a folder tconform check made; choose another {OUT}", folder)
     for cell in sorted(matrix.iterdir()) if matrix.is_dir() else ():
         if cell.is_symlink() or not cell.is_dir():
             raise Refused(
-                f"{cell}: not a matrix cell's folder tconform check made; choose another --out",
+                f"{cell}: not a matrix cell's folder tconform check made; choose another {OUT}",
                 folder,
             )
         _require_only_own_files(cell)
@@ -176,7 +177,7 @@ def _require_only_own_files(folder: Path, folders: tuple[str, ...] = ()) -> None
         )
         if others:
             raise Refused(
-                f"{folder}: holds {others[0]!r}, which tconform check did not write; --out needs "
+                f"{folder}: holds {others[0]!r}, which tconform check did not write; {OUT} needs "
                 "a new or empty folder, or one of its own",
                 folder,
             )
@@ -189,7 +190,7 @@ def _require_only_own_files(folder: Path, folders: tuple[str, ...] = ()) -> None
             ways = f"check it as it is with --model {path}, or " if name == "model.onnx" else ""
             raise Refused(
                 f"{path}: not written by tconform check (or changed since); {ways}choose "
-                "another --out",
+                f"another {OUT}",
                 folder,
             )
 

@@ -132,6 +132,10 @@ def main(argv: list[str] | None = None) -> None:
             os._exit(code)
         sys.exit(code)
 
+    try:  # every relative path and default folder is read from it
+        os.getcwd()
+    except FileNotFoundError:
+        fail("the current folder no longer exists (removed after the shell entered it)", EXIT_USAGE)
     try:
         code = cli.main(args=argv, prog_name="tconform", standalone_mode=False)
     except SystemExit as exc:  # a command that ended with its exit code (sys.exit, ctx.exit)

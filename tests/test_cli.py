@@ -349,3 +349,21 @@ def test_a_signal_python_swallows_prints_no_traceback(capsys, monkeypatch):
     ref = weakref.ref(held, interrupted)
     del held
     assert "KeyboardInterrupt" in capsys.readouterr().err
+
+
+def test_a_current_folder_removed_under_the_shell_is_one_line_naming_it(tmp_path):
+    """Every relative path and default folder is read from the current folder: one removed
+    after the shell entered it is said to be that, not an option's path."""
+    import subprocess
+    import sys
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    report = tmp_path / "r.json"
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "$0" -m tconform verify --json "{report}"'
+    done = subprocess.run(["sh", "-c", script, sys.executable], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "tconform: error: the current folder no longer exists (removed after the shell entered it)"
+    ]
+    assert json.loads(report.read_text())["error"]["exit_code"] == 2

@@ -607,7 +607,8 @@ def test_two_reports_on_one_file_are_refused(cli, workspace, tmp_path):
     same = tmp_path / "same.out"
     code, _, err = verify(cli, workspace, "--case", "norm", "--no-doc", "-q", "--json", str(same),
                           "--junit", str(same))  # fmt: skip
-    assert code == 2 and "name the same file" in err and not same.exists()
+    assert code == 2 and "--json and --junit name the same file" in err and not same.exists()
+    assert str(same) in err
 
 
 @pytest.mark.parametrize(

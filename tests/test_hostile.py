@@ -1280,7 +1280,7 @@ PLANTED = [
     Planted(
         "check-out-in-another-checks-export-folder",
         ("check", T(), "--out", "{user}/c/sub"),
-        "tconform check's export folder; check --out needs a folder of its own",
+        "tconform check's export folder; --out (bench: --artifacts) needs a folder of its own",
         check_export_folder,
     ),
     Planted("repro-dot", ("check", T(), "--repro", "."), "the current folder"),
@@ -1511,7 +1511,7 @@ PLANTED = [
     Planted(
         "check-default-out-through-a-symlinked-area",
         ("check", T()),
-        "artifacts/check: a symbolic link (check's export folder, --out)",
+        "artifacts/check: a symbolic link (check's export folder, --out (bench: --artifacts))",
         then(make_folder("artifacts"), symlink("artifacts/check", "{outside}")),
     ),
     Planted(
@@ -1530,7 +1530,7 @@ PLANTED = [
     Planted(
         "check-out-a-symlink",
         ("check", T(), "--out", "{user}/link"),
-        "link: a symbolic link (check's export folder, --out)",
+        "link: a symbolic link (check's export folder, --out (bench: --artifacts))",
         symlink("link", "{outside}"),
     ),
     Planted(

@@ -482,9 +482,16 @@ def report_options(*formats: str):
         @functools.wraps(command)
         def with_reports(*args, **kwargs):
             reports = {fmt: once(fmt, kwargs.pop(FORMATS[fmt].dest)) for fmt in formats}
-            paths = [resolved(path) for path in reports.values() if path is not None]
-            if len(set(paths)) < len(paths):
-                raise click.UsageError("two report options name the same file; give each its own")
+            named: dict[Path, str] = {}
+            for fmt, path in reports.items():
+                if path is None:
+                    continue
+                first = named.setdefault(resolved(path), FORMATS[fmt].flag)
+                if first != FORMATS[fmt].flag:
+                    raise click.UsageError(
+                        f"{first} and {FORMATS[fmt].flag} name the same file, {shown(path)}: "
+                        "give each its own"
+                    )
             _require_reports_outside_folders(reports, kwargs)
             return command(*args, reports=reports, **kwargs)
 

@@ -142,7 +142,7 @@ def test_a_module_that_cannot_be_exported_names_the_log(cli, user_package, tmp_p
     # a folder of the user's files (the factory's own here) is not check's to write into
     _one_line_exit_2(
         *cli("check", f"{user_package}:good", "--out", str(tmp_path), "-q"),
-        "which tconform check did not write; --out needs a new or empty folder",
+        "which tconform check did not write; --out (bench: --artifacts) needs a new or empty",
     )
 
 
