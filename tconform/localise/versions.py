@@ -52,7 +52,7 @@ class Parting:
             for label, e in self.errors.items()
         )
         nearer = (
-            f"{self.nearer} is nearer the float64 reference there"
+            f"{self.nearer} is nearer the float64 reference there (by mean abs err{self._but()})"
             if self.nearer
             else "both are equally near the float64 reference there"
         )
@@ -60,6 +60,14 @@ class Parting:
             f"{a} and {b} part first at {self.module} ({self.cls}), module call "
             f"{self.compared} in execution order: {figures}; {nearer}"
         )
+
+    def _but(self) -> str:
+        """Where the nearer one on average has the larger worst element, that too."""
+        worst = {label: e["max_abs_err"] for label, e in self.errors.items()}
+        other = next(label for label in worst if label != self.nearer)
+        if None in worst.values() or worst[self.nearer] <= worst[other]:
+            return ""
+        return "; its max abs err is the larger"
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "verdict": self.verdict}
