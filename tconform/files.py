@@ -170,6 +170,11 @@ def require_utf8_name(path: Path, why: str = UNOPENED) -> Path:
 # copies (".NAME.staging-XXXXXXXX", 18 more, the longest). A name this much below the file
 # system's limit can be written; a longer one would pass every check and then lose the file.
 NAME_ROOM = 18
+# What tconform writes inside a folder it is given, below it: a staged export
+# (".tconform-staging/<case>.XXXXXXXX/model.onnx" and its temporary file), a golden's
+# ".staging-XXXXXXXX/<case>/test_data_set_N/output_K.pb", a check's matrix cell
+# ("matrix/<exporter>-opset<N>-<dtype>-<graph opt>/model.onnx"): all well under this.
+INSIDE_ROOM = 160
 
 
 def shown(path: Path | str, limit: int = 120) -> str:
@@ -190,15 +195,18 @@ def _limits(path: Path) -> tuple[int, int]:
         return 255, 4096
 
 
-def require_name_fits(path: Path, room: int = NAME_ROOM) -> Path:
+def require_name_fits(path: Path, room: int = NAME_ROOM, inside: int = 0) -> Path:
     """`path`, if the file system can hold it and what tconform writes beside it: every name in
     it at most NAME_MAX bytes, its own name `room` bytes less (see NAME_ROOM), the whole path
-    below PATH_MAX; else one UsageError line, before anything opens it (the system's own
-    refusal comes as an OSError from whichever call meets it first)."""
+    below PATH_MAX with `inside` bytes to spare (a folder's, INSIDE_ROOM: what tconform writes
+    in it); else one UsageError line, before anything opens it (the system's own refusal comes
+    as an OSError from whichever call meets it first)."""
     name_max, path_max = _limits(path)
     absolute = os.fsencode(os.path.abspath(path))
-    if len(absolute) + room >= path_max:
-        beside = f", and tconform needs {room} more for what it writes beside it" if room else ""
+    needed = max(room, inside)
+    if len(absolute) + needed >= path_max:
+        what = "in it" if inside > room else "beside it"
+        beside = f", and tconform needs {needed} more for what it writes {what}" if needed else ""
         raise UsageError(
             f"{shown(path)}: a path of {len(absolute)} bytes; the file system takes paths below "
             f"{path_max} bytes{beside}"

@@ -232,6 +232,10 @@ class Hostile:
     subprocess: bool = False  # stderr of a child process, or a process that must survive
 
 
+# A folder path of about 3,980 bytes: below PATH_MAX (4096), with no room for what is written
+# in it (files.INSIDE_ROOM).
+DEEP = "/".join(["d" * 200] * 19) + "/" + "o" * 100
+
 def T(factory: str = "good") -> str:
     return f"{PACKAGE}:{factory}"
 
@@ -1770,6 +1774,13 @@ PLANTED = [
                 "verify-golden-generation",
                 ("verify", "--generation", "--golden-generation", "{user}/" + "o" * length),
             ),
+        )
+    ),
+    *(  # a folder whose path fits, but not what tconform writes in it (staged models, goldens)
+        Planted(f"folder-without-room-inside-{option}", args, "for what it writes in it")
+        for option, args in (
+            ("export-out", ("export", "--case", "norm", "--out", "{user}/" + DEEP)),
+            ("golden-out", ("golden", "--case", "norm", "--out", "{user}/" + DEEP)),
         )
     ),
     *(

@@ -32,7 +32,7 @@ from tconform.config import (
     USER_MODEL_OPTIONS,
 )
 from tconform.errors import UsageError
-from tconform.files import require_name_fits, require_utf8_name, resolved, shown
+from tconform.files import INSIDE_ROOM, require_name_fits, require_utf8_name, resolved, shown
 from tconform.runtimes import MAX_THREADS
 
 # ASCII digits only, at most nine: `\d` and str.isdigit accept other scripts' digits (and `²`,
@@ -297,7 +297,7 @@ class FolderPath(click.ParamType):
     def convert(self, value, param, ctx):
         path = Path(value)
         with _usable(value, param, ctx, self):
-            require_name_fits(path)
+            require_name_fits(path, inside=INSIDE_ROOM)
             require_utf8_name(path)  # models are written and read there
             if (path.exists() or path.is_symlink()) and not path.is_dir():
                 self.fail(f"{shown(path)}: exists and is not a folder", param, ctx)
