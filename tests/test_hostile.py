@@ -236,6 +236,7 @@ class Hostile:
 # in it (files.INSIDE_ROOM).
 DEEP = "/".join(["d" * 200] * 19) + "/" + "o" * 100
 
+
 def T(factory: str = "good") -> str:
     return f"{PACKAGE}:{factory}"
 
