@@ -89,7 +89,7 @@ def check_golden_manifest(data: dict, path: Path) -> None:
         limits = expect_object(limits, path, f"tolerance {row!r}")
         # Not capped at 1: the int4 model row's element bound is 2.5 (docs/tolerances.md).
         if not all(
-            isinstance(limits.get(k), int | float) and 0 <= limits[k] < math.inf
+            type(limits.get(k)) in (int, float) and 0 <= limits[k] < math.inf  # no bool
             for k in ("atol", "rtol")
         ):
             raise fail(path, f"tolerance {row!r}", "needs finite atol and rtol >= 0")

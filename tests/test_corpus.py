@@ -139,6 +139,12 @@ def tolerance_out_of_range(ws):
     _save_manifest(ws["golden"], manifest)
 
 
+def tolerance_a_boolean(ws):
+    manifest = _manifest(ws["golden"])
+    manifest["tolerances"]["float32/component"]["rtol"] = True  # JSON's true: no number
+    _save_manifest(ws["golden"], manifest)
+
+
 def model_flipped(ws):
     path = ws["artifacts"] / "norm" / "model.onnx"
     data = bytearray(path.read_bytes())
@@ -188,6 +194,7 @@ CORPUS = [
     (case_inputs_not_names, 2, 2, None),
     (tolerances_not_a_table, 2, 2, None),
     (tolerance_out_of_range, 2, 2, None),
+    (tolerance_a_boolean, 2, 2, None),
     (model_flipped, 2, 0, None),
     (model_fifo, 2, 0, None),
     (artifacts_manifest_garbage, 2, 0, None),

@@ -357,6 +357,7 @@ def test_a_golden_tensor_with_external_data_is_refused(cli, workspace):
         # int() reads these too, and the report would record what nobody typed (outsider's)
         ("verify", "--threads=\uff11"),
         ("golden", "--seed", "1_000"),
+        ("verify", "--threads", " 5"),  # the message says digits 0-9, as the variables' does
         ("verify", "--tf32"),  # acts on CUDA alone, and the run's provider is the CPU
         ("verify", "--json", ""),  # pathlib reads '' as the current folder
         ("check", "m:f", "--out", " "),

@@ -324,7 +324,7 @@ class WholeNumber(click.IntRange):
     '1_000', which a report would then record as the number the user never typed."""
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and not re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        if isinstance(value, str) and not re.fullmatch(r"[+-]?[0-9]+", value):
             self.fail(f"{value!r} is not a whole number in the digits 0-9", param, ctx)
         return super().convert(value, param, ctx)
 
