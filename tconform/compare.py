@@ -67,8 +67,13 @@ class Tolerance:
             return self.atol
         if rms < self.atol_rms:
             return self.atol * rms / self.atol_rms
-        typical = rms if median is None else min(rms, median)
-        return self.atol * max(1.0, typical / self.atol_rms / GROWN_ABOVE)
+        return self.atol * max(1.0, typical_size(rms, median) / self.atol_rms / GROWN_ABOVE)
+
+
+def typical_size(rms: float, median: float | None) -> float:
+    """An output's typical size, which its atol grows with: the smaller of its RMS and the
+    median magnitude of its nonzero elements (None: none to take)."""
+    return rms if median is None else min(rms, median)
 
 
 def _row(atol: float, rtol: float, why: str, min_sqnr_db: float | None = None) -> Tolerance:
@@ -576,7 +581,7 @@ def _atol_note(
     if tol.atol_rms is not None and atol > tol.atol:
         return (
             f"{name}: atol grown to {atol:.2g} with the output's typical size "
-            f"{min(rms or 0.0, median or math.inf):.2g} (the smaller of its RMS and its nonzero "
+            f"{typical_size(rms, median):.2g} (the smaller of its RMS and its nonzero "
             f"values' median magnitude), over {GROWN_ABOVE:g} times the scale the atol "
             f"{tol.atol:g} was set for (float32 rounds in proportion to the values; "
             "docs/tolerances.md)"
