@@ -51,8 +51,8 @@ def test_the_declared_shards_cover_every_unit_of_the_declared_run():
         ),
         axes=Axes(
             matrix=params["matrix"],
-            **{
-                axis: params[axis]
+            **{  # each axis option may be repeated: its lists, joined
+                axis: tuple(value for given in params[axis] for value in given)
                 for axis in ("exporters", "opsets", "dtypes", "graph_opts")
                 if params[axis]
             },

@@ -311,17 +311,20 @@ def run_bench(
     progress_bar: ProgressBar,
     into: dict | None = None,
     on_change: Callable[[dict], None] = lambda report: None,
+    on_start: Callable[[dict, str], None] = lambda row, what: None,
 ) -> dict:
     """The whole report: environment, ceilings, unavailable providers, one row per timing, and
     the best variant per case and shape. `into` (when given) is that report, filled as the run
     goes, so that a run stopped early (Ctrl-C, an error) still reports what it measured;
     `on_change(report)` is called each time it grows (a user's model is timed in a child
-    process, which sends it to the command's)."""
+    process, which sends it to the command's); `on_start(row, what)` before each timing (the row
+    as far as it is known before it runs), so that a process that dies inside one is known to
+    have died there."""
     try:
         # a user's model's export folder is locked from its first export to the run's end
         with contextlib.ExitStack() as locks:
             report = {} if into is None else into
-            return _measure_all(settings, log, progress_bar, report, on_change, locks)
+            return _measure_all(settings, log, progress_bar, report, on_change, on_start, locks)
     finally:
         # The calling thread back to subnormals kept, whatever ONNX Runtime set on it.
         torch.set_flush_denormal(False)
@@ -333,6 +336,7 @@ def _measure_all(
     progress_bar: ProgressBar,
     report: dict,
     on_change: Callable[[dict], None],
+    on_start: Callable[[dict, str], None],
     locks: contextlib.ExitStack,
 ) -> dict:
     started = utc_now()
@@ -363,12 +367,16 @@ def _measure_all(
             rows += module_elsewhere(settings.engines, eps, workload)
             openers = engine_openers(settings.engines, eps, workload, settings.runtime)
             for engine, ep, opener in openers:
+                what = f"{workload.case} {workload.shape} {engine}/{ep}"
+                on_start(
+                    {"case": workload.case, "engine": engine, "ep": ep, **workload.shape_fields()},
+                    f"timing {what}",
+                )
                 row = measure(workload, engine, ep, opener, ceilings[ep], timing)
                 row.update(threads=settings.threads, graph_opt=_graph_opt(settings, engine))
                 rows.append(row)
                 on_change(report)
                 bar.update(1)
-                what = f"{workload.case} {workload.shape} {engine}/{ep}"
                 if row["status"] != Status.PASS:  # skipped, rejected, or its worker crashed
                     log(f"  {what}: {row['status']}: {row['reason']}")
                     continue

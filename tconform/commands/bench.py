@@ -361,25 +361,58 @@ def _timings(options: tuple, runtime, quiet: bool, report, progress) -> None:
 def in_child(settings, into: dict, progress) -> None:
     """The bench of a user's model in a spawned child (tconform.child), as tconform check runs
     it: whatever the model's code does (sys.exit, os._exit, a crash) ends that process, never
-    this one; the report so far comes back after every row, so an early end keeps it."""
+    this one; the report so far comes back after every row, so an early end keeps it. A
+    process that dies while an engine is timed (a runtime's native code crashing in it) is that
+    engine's `crash` row, exit 1, as check makes it a lane's; the rows after it are not timed."""
     from tconform.child import run_in_child
+    from tconform.errors import UsageError
+    from tconform.results import Status
 
     target = settings.module.target
     phase = ["starting"]
+    timing: list[dict] = []  # the row being timed, as far as it is known before it runs
 
     def on_message(message) -> None:
         kind, payload = message
         if kind == "progress":
             phase[0] = str(payload).strip().removeprefix(f"{target}: ")
             progress(payload)
-        elif kind == "report":
+        elif kind == "report":  # sent as each row ends
             into.clear()
             into.update(payload)
+            timing.clear()
+        elif kind == "start":  # a timing begins: no line, but the phase a crash names
+            row, phase[0] = payload
+            timing[:] = [row]
 
     def ended_early(how: str) -> str:
-        return f"{target}: the bench's process {how} while {phase[0]}, before it finished"
+        ended = f"{target}: the bench's process {how} while {phase[0]}"
+        if timing:
+            return f"{ended}; the rows after it were not timed{_isolated(timing[0]['engine'])}"
+        return f"{ended}, before it finished"
 
-    into.update(run_in_child(bench_in_child, (settings,), on_message, target, ended_early))
+    try:
+        into.update(run_in_child(bench_in_child, (settings,), on_message, target, ended_early))
+    except UsageError as exc:
+        if not timing:
+            raise
+        crash = {**timing[0], "status": Status.CRASH.value, "reason": str(exc)}
+        into.setdefault("results", []).append(crash)
+        raise TconformError.with_code(str(exc), EXIT_FAILURE) from None
+
+
+def _isolated(engine: str) -> str:
+    """The way on where `engine`'s runtime, in this process, took the bench down with it: the
+    same engine in a worker process of its own, whose crash is a row (docs/versions.md)."""
+    from tconform.bench.engines import engine_runtime
+    from tconform.runtimes import can_isolate
+
+    if not can_isolate(engine_runtime(engine)):
+        return ""
+    return (
+        f"; give it as --engine {engine}@python to run it in a worker process of its own, "
+        "where a crash is that engine's row"
+    )
 
 
 def bench_in_child(send, settings) -> dict:
@@ -392,6 +425,7 @@ def bench_in_child(send, settings) -> dict:
         lambda line: send(("progress", line)),
         lambda length: _no_bar(),
         on_change=lambda report: send(("report", report)),
+        on_start=lambda row, what: send(("start", (row, what))),
     )
 
 

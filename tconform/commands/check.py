@@ -220,12 +220,18 @@ class LanesSoFar:
 
     def crashed(self, target: str) -> tuple[list, dict]:
         from tconform.results import Result, Status
+        from tconform.runtimes import can_isolate
 
         lane = self.running
         message = (
             f"{target}: the check's process {self.how} while {lane['label']} {lane['doing']} "
             f"({lane['cell']}); the run stopped there: the lanes after it were not checked"
         )
+        if can_isolate(lane["runtime"]):
+            message += (
+                f" (with --runtime {lane['runtime']}@python it runs in a worker process of its "
+                "own, where a crash is its result and the run goes on)"
+            )
         localised = lane["doing"] != "ran"
         crash = Result.about(
             lane["case"], lane["component"], runtime=lane["runtime"], ep=lane["ep"],

@@ -934,7 +934,9 @@ def axes_options(help_default: str, **defaults: str):
         @functools.wraps(command)
         def with_axes(*args, **kwargs):
             matrix = kwargs.pop("matrix")
-            values = {name: kwargs.pop(name) for name, _ in AXIS_OPTIONS.values()}
+            values = {
+                name: _joined(flag, kwargs.pop(name)) for flag, (name, _) in AXIS_OPTIONS.items()
+            }
             given = tuple((name, value) for name, value in values.items() if value)
             return command(*args, axes=AxesChoice(matrix, given), **kwargs)
 
@@ -943,7 +945,9 @@ def axes_options(help_default: str, **defaults: str):
                 flag,
                 name,
                 type=MATRIX_AXES[name],
-                help=f"Axis: {what}, a comma list [{help_default.format(defaults[name])}].",
+                multiple=True,
+                help=f"Axis: {what}, a comma list, or the option repeated "
+                f"[{help_default.format(defaults[name])}].",
             )(with_axes)
         return click.option(
             "--matrix",
@@ -954,6 +958,16 @@ def axes_options(help_default: str, **defaults: str):
         )(with_axes)
 
     return decorate
+
+
+def _joined(flag: str, lists: tuple[tuple, ...]) -> tuple:
+    """An axis given several times (--dtype float16 --dtype float32) holds every value given,
+    each once: the last one alone would drop the others without a word."""
+    values = tuple(value for given in lists for value in given)
+    for n, value in enumerate(values):
+        if value in values[:n]:
+            raise click.UsageError(f"{flag}: {value!r} given twice")
+    return values
 
 
 def localise_option(default: str, help_default: str):

@@ -188,6 +188,16 @@ def spec_of(text: str) -> RuntimeSpec:
         raise UsageError(f"runtime spec {exc}") from None
 
 
+def can_isolate(name: str) -> bool:
+    """Whether the runtime `name` (a name or a spec's text), now in tconform's process, could
+    run in a worker process of its own (`NAME@python`: the same installed release), where its
+    crash is its own verdict rather than the end of the command: a runtime that opens ONNX
+    files; one that runs a PyTorch module in tconform's process cannot."""
+    spec = spec_of(name)
+    cls = runtime_class(spec.name)
+    return not spec.in_worker and cls.consumes == "onnx" and bool(getattr(cls, "package", None))
+
+
 def make_runtime(name: str, ep: str = "cpu", **options: object) -> Runtime:
     """The runtime `name` (a name, or a spec's text) on `ep`, given the options among `options`
     that it takes. A spec naming a release or an interpreter runs in a worker process

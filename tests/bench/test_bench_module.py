@@ -299,3 +299,62 @@ def test_bad_input_is_one_line_and_exit_2(cli, user_package, tmp_path, args, nee
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["exit_code"] == EXIT_USAGE and report["results"] == []
     assert not (tmp_path / "artifacts").exists()  # refused before anything was exported
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("engine", "way_on"),
+    [
+        (
+            "onnxruntime-fp16",
+            "; give it as --engine onnxruntime-fp16@python to run it in a worker process of its "
+            "own, where a crash is that engine's row",
+        ),
+        ("onnxruntime-fp16@python", ""),  # in a worker already: its crash is a row
+        ("torch", ""),  # the module runs in the bench's process: no worker to name
+    ],
+)
+def test_a_crash_while_timing_is_that_engines_crash_row_and_exit_1(monkeypatch, engine, way_on):
+    """The bench's process dies inside one engine's timing (ONNX Runtime 1.23+ segfaults
+    opening some float16 models): that engine's row is `crash`, the rows before keep theirs,
+    exit 1; it was exit 2 naming the phase before (the ceilings) and no row."""
+    import tconform.child
+    from tconform.commands.bench import in_child
+    from tconform.errors import EXIT_FAILURE, TconformError
+
+    timed = {"case": "m:f", "engine": "onnxruntime", "ep": "cpu", "status": "pass"}
+    starting = {"case": "m:f", "engine": engine, "ep": "cpu", "input_set": "example"}
+
+    def crashes_while_timing(function, args, on_message, what, ended_early):
+        on_message(("progress", "m:f: measuring the cpu GEMM ceilings ..."))
+        on_message(("start", ({**timed, "status": None}, "timing m:f example onnxruntime/cpu")))
+        on_message(("report", {"results": [timed]}))
+        on_message(("start", (starting, f"timing m:f example {engine}/cpu")))
+        raise UsageError(ended_early("crashed (SIGSEGV: a segmentation fault in native code)"))
+
+    monkeypatch.setattr(tconform.child, "run_in_child", crashes_while_timing)
+    into: dict = {}
+    with pytest.raises(TconformError) as raised:
+        in_child(settings("m:f", "torch"), into, lambda line: None)
+    message = (
+        "m:f: the bench's process crashed (SIGSEGV: a segmentation fault in native code) while "
+        f"timing m:f example {engine}/cpu; the rows after it were not timed{way_on}"
+    )
+    assert str(raised.value) == message and raised.value.exit_code == EXIT_FAILURE
+    assert into["results"] == [timed, {**starting, "status": "crash", "reason": message}]
+
+
+@pytest.mark.unit
+def test_a_process_that_ends_between_timings_is_a_usage_error_naming_the_phase(monkeypatch):
+    import tconform.child
+    from tconform.commands.bench import in_child
+
+    def ends_in_the_factory(function, args, on_message, what, ended_early):
+        on_message(("progress", "m:f: importing 'm' and calling the factory"))
+        raise UsageError(ended_early("exited with status 0"))
+
+    monkeypatch.setattr(tconform.child, "run_in_child", ends_in_the_factory)
+    into: dict = {}
+    with pytest.raises(UsageError, match="while importing 'm' and calling the factory, before"):
+        in_child(settings("m:f", "torch"), into, lambda line: None)
+    assert into == {}

@@ -224,6 +224,7 @@ def test_a_crash_while_a_runtime_runs_is_that_lanes_verdict_and_the_lanes_before
         ("torch", "crash"),
     ]
     assert "the lanes after it were not checked" in results[-1]["message"]
+    assert "@python" not in results[-1]["message"]  # torch runs the module here: no worker
 
 
 CRASHES_WHEN_LOCALISED = """
@@ -270,6 +271,8 @@ def test_a_crash_while_a_lane_is_localised_keeps_the_lanes_results(cli, tmp_path
         ("example", "pass"),
         ("localisation", "crash"),
     ]
+    # ONNX Runtime can run in a worker of its own, where its crash is a result: the way on
+    assert "with --runtime onnxruntime@python it runs in a worker" in results[-1]["message"]
 
 
 LINEAR = """

@@ -184,6 +184,10 @@ def test_a_precision_plan_is_not_applicable_to_tconforms_own_cases(cli, small):
         (("--matrix", "--graph-opts", "max"), "unknown value 'max'"),
         (("--matrix", "--opset", "18,,20"), "'18,,20': an empty value between commas"),
         (("--matrix", "--dtype", "float32,float32"), "'float32' given twice"),
+        (
+            ("--matrix", "--dtype", "float32", "--dtype", "float32"),
+            "--dtype: 'float32' given twice",
+        ),
         (("--matrix", "--graph-opt", "disable,all"), "one value; --matrix takes lists"),
         (("--graph-opts", "all"), "--graph-opts is a matrix axis: add --matrix"),
         (("--dtype", "float16"), "--dtype is a matrix axis: add --matrix"),
