@@ -146,6 +146,8 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
         raise UsageError(
             f"{path}: not a .npz archive (not a zip of .npy arrays); write the inputs with np.savez"
         )
+    if start[:4] == b"PK\x03\x04":
+        _require_unpacks_in_memory(path)
     try:
         archive = np.load(path, allow_pickle=False)
     except Exception as exc:
@@ -173,6 +175,27 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
                 "bool, integers or floating-point numbers"
             )
     return arrays
+
+
+def _require_unpacks_in_memory(path: Path) -> None:
+    """An archive whose members unpack (by the sizes its directory declares) to more than the
+    memory available is refused before any is read: a compressed archive of a few kilobytes can
+    declare gigabytes, and reading it would end the command in the out-of-memory killer."""
+    import zipfile
+
+    import psutil
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            declared = sum(member.file_size for member in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not a .npz archive ({type(exc).__name__}: {exc})") from None
+    available = psutil.virtual_memory().available
+    if declared > available:
+        raise UsageError(
+            f"{path}: its arrays unpack to {declared / 2**20:,.1f} MiB, more than the "
+            f"{available / 2**20:,.1f} MiB of memory available; give smaller inputs"
+        )
 
 
 def _tensor(path: Path, name: str, array: np.ndarray) -> torch.Tensor:

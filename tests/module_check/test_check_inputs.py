@@ -11,7 +11,13 @@ from torch import nn
 
 from tconform.compare import TOLERANCES
 from tconform.errors import UsageError
-from tconform.module_check.inputs import as_inputs, load_factory, parse_dynamic, read_npz
+from tconform.module_check.inputs import (
+    as_inputs,
+    load_factory,
+    parse_dynamic,
+    read_arrays,
+    read_npz,
+)
 from tconform.suites.module import Tolerances
 
 pytestmark = pytest.mark.unit
@@ -76,6 +82,24 @@ def test_bad_npz_files_are_usage_errors(tmp_path, make, message):
     with pytest.raises(UsageError, match=re.escape(message)) as info:
         read_npz(path, TwoInputs())
     assert str(path) in str(info.value)
+
+
+def test_an_archive_that_unpacks_beyond_the_memory_available_is_refused_unread(
+    tmp_path, monkeypatch
+):
+    """A few kilobytes of zip can declare gigabytes: the sizes its directory declares are
+    weighed against the memory available before any array is read (here the memory is made
+    small, not the archive big)."""
+    from types import SimpleNamespace
+
+    import psutil
+
+    path = tmp_path / "inputs.npz"
+    np.savez_compressed(path, ids=np.zeros(2**20, dtype=np.int8))  # 1 MiB in about 1 kB
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=2**19))
+    monkeypatch.setattr(np, "load", lambda *a, **k: pytest.fail("the archive was read"))
+    with pytest.raises(UsageError, match=r"unpack to 1\.0 MiB, more than the 0\.5 MiB"):
+        read_arrays(path)
 
 
 def test_dynamic_axes_with_and_without_names():
