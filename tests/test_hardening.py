@@ -373,8 +373,10 @@ def test_ranged_options_are_usage_errors(cli, args):
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tconform(*args: str, **popen) -> subprocess.Popen:
+def _tconform(*args: str, tmpdir: Path | None = None, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     if args[0] == "export":  # what these test is the pool and the folder, not the exporter,
         args = (*args, "--exporter", "torchscript")  # and this one starts in a third the time
     return subprocess.Popen(
@@ -405,6 +407,16 @@ def _wait_for_workers(process: subprocess.Popen, timeout: float = 60) -> list[ps
     pytest.fail("the export pool never started")
 
 
+def _wait_for_an_export_under_way(tmpdir: Path, timeout: float = 60) -> None:
+    """Until a worker has made the temporary folder it exports into (tempfile's tmpXXXXXXXX)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(p.is_dir() for p in tmpdir.rglob("tmp*")):
+            return
+        time.sleep(0.05)
+    pytest.fail("no export began")
+
+
 def _all_gone(processes: list[psutil.Process], timeout: float = 15) -> bool:
     _, alive = psutil.wait_procs(processes, timeout=timeout)
     return not alive
@@ -415,8 +427,12 @@ def _all_gone(processes: list[psutil.Process], timeout: float = 15) -> bool:
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
 )
 def test_a_signal_during_export_ends_promptly_with_one_line(tmp_path, sig, code, line):
-    process = _tconform("export", "--out", str(tmp_path / "a"), "--jobs", "2")
+    (tmp_path / "tmp").mkdir()
+    process = _tconform(
+        "export", "--out", str(tmp_path / "a"), "--jobs", "2", tmpdir=tmp_path / "tmp"
+    )
     workers = _wait_for_workers(process)
+    _wait_for_an_export_under_way(tmp_path / "tmp")
     os.killpg(process.pid, sig) if sig == signal.SIGINT else process.send_signal(sig)
     _, err = process.communicate(timeout=60)
     assert process.returncode == code, err
@@ -427,6 +443,9 @@ def test_a_signal_during_export_ends_promptly_with_one_line(tmp_path, sig, code,
     # what was staged is gone, and a folder the run made holds what it placed or is gone too
     assert not (tmp_path / "a" / ".tconform-staging").exists()
     assert not (tmp_path / "a").exists() or any((tmp_path / "a").iterdir())
+    # nor is a temporary file of the workers', which were terminated mid-export: they left
+    # empty folders (or half a model) in TMPDIR
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def _forever(path: Path) -> Path:

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -156,17 +157,21 @@ class _Workers:
     """The export worker processes of this process, kept between calls: a worker pays for
     importing torch and warming its exporter (seconds) once, not once per call. They end with
     this process; on an error, Ctrl-C or SIGTERM during a call they are terminated, and the
-    next call spawns new ones."""
+    next call spawns new ones. Their temporary files go in a folder of the pool's (`scratch`),
+    which this process removes once they have ended: a worker terminated mid-export cleans up
+    nothing itself."""
 
     pool = None
     count = 0
+    scratch: Path | None = None
 
     @classmethod
     def get(cls, count: int):
         if cls.pool is not None and cls.count == count:
             return cls.pool
         cls.close()
-        cls.pool, cls.count = _spawn_pool(count), count
+        cls.scratch = Path(tempfile.mkdtemp(prefix="tconform-export-"))
+        cls.pool, cls.count = _spawn_pool(count, cls.scratch), count
         return cls.pool
 
     @classmethod
@@ -177,14 +182,21 @@ class _Workers:
         if cls.pool is not None:
             cls.pool.close()
             cls.pool.join()
-            cls.pool = None
+        cls._ended()
 
     @classmethod
     def terminate(cls) -> None:
         if cls.pool is not None:
             cls.pool.terminate()
             cls.pool.join()
-            cls.pool = None
+        cls._ended()
+
+    @classmethod
+    def _ended(cls) -> None:
+        cls.pool = None
+        if cls.scratch is not None:
+            shutil.rmtree(cls.scratch, ignore_errors=True)
+            cls.scratch = None
 
 
 # At exit, before the pool's own finalizer (priority 15) would terminate them, also in a
@@ -217,8 +229,9 @@ def _export_in_workers(keys: list[str], first: dict[str, ExportJob], count: int)
         raise
 
 
-def _spawn_pool(count: int):
-    """`count` spawned worker processes that leave Ctrl-C to this one."""
+def _spawn_pool(count: int, scratch: Path):
+    """`count` spawned worker processes that leave Ctrl-C to this one, their temporary files
+    in `scratch`."""
     context = multiprocessing.get_context("spawn")  # fork after torch starts threads can hang
     # Ctrl-C reaches the whole process group, and only the parent should act on it, by
     # terminating the pool. Workers start with SIGINT ignored (an ignored signal stays ignored
@@ -232,15 +245,19 @@ def _spawn_pool(count: int):
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with children_import_this_tconform():
-            return context.Pool(count, initializer=_worker_init, initargs=(os.getpid(),))
+            return context.Pool(
+                count, initializer=_worker_init, initargs=(os.getpid(), str(scratch))
+            )
     finally:
         signal.signal(signal.SIGINT, previous)
         if blocking:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _worker_init(parent_pid: int) -> None:
-    """Export workers leave Ctrl-C to the parent and end when it ends."""
+def _worker_init(parent_pid: int, scratch: str) -> None:
+    """Export workers leave Ctrl-C to the parent, end when it ends, and keep their temporary
+    files where it removes them."""
+    tempfile.tempdir = scratch
     if hasattr(signal, "pthread_sigmask"):  # blocked by the parent while it spawned us
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
