@@ -341,12 +341,14 @@ class ModuleSuite(Suite):
         theirs = self.references[larger]
         mixed = []
         for name, whole in theirs.outputs.items():
+            whole = np.asarray(whole, dtype=np.float64)  # a bool or integer output subtracts too
             for first, rows in ((self.example, count // 2), ("batch-1", 1)):
                 ours = self.references.get(first)
                 part = ours.outputs.get(name) if ours is not None else None
                 axis = None if part is None else row_axis(whole.shape, part.shape, count, rows)
                 if axis is None:
                     continue
+                part = np.asarray(part, dtype=np.float64)
                 # of the output's RMS: float64's rounding where both are float64 copies, else
                 # the module's own dtype's (one set's copy may have fallen back to it)
                 both64 = ours.kind == theirs.kind == "float64"

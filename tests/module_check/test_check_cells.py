@@ -505,3 +505,36 @@ def test_check_shards_merge_into_the_whole_run(cli, tmp_path, monkeypatch):
     key = lambda r: (r["runtime"], r["input_set"], r["status"])  # noqa: E731
     assert [key(r) for r in merged["results"]] == [key(r) for r in whole["results"]]
     assert merged["command"] == "check" and merged["exit_code"] == 0
+
+
+FLAGS = """
+import torch
+
+
+class Flags(torch.nn.Module):
+    def forward(self, x):
+        return x * 2, x > 0, x.argmax(-1)
+
+
+def make():
+    torch.manual_seed(0)
+    return Flags(), torch.randn(2, 5)
+"""
+
+
+def test_bool_and_integer_outputs_are_checked_at_every_batch(cli, tmp_path, monkeypatch):
+    """Outputs of bool and integer type go through the batch checks as any other: finding
+    whether the module mixes its batch's rows ended the check with exit 2, "numpy boolean
+    subtract, the `-` operator, is not supported"."""
+    import json
+
+    (tmp_path / "flags.py").write_text(FLAGS)
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "check", "flags:make", "--runtime", "onnxruntime", "-q", "--json", str(report)
+    )
+    assert code == 0, out + err
+    results = json.loads(report.read_text())["results"]
+    assert {r["input_set"] for r in results} >= {"example", "batch-4", "batch-consistency"}
+    assert all(r["status"] == "pass" for r in results)
