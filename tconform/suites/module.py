@@ -584,10 +584,11 @@ class ModuleSuite(Suite):
         )
 
     def _export(self, module, inputs, path: Path, cell: Cell, progress) -> tuple[str, str]:
-        """Export with the cell's exporter ("auto": dynamo, then TorchScript) keeping the
-        free axes free; where the export cannot keep the inferred ones, at the example's shape
-        but for the axes declared. (the exporter that ran, why: '' unless it had to fall
-        back)."""
+        """Export with the cell's exporter keeping the free axes free; where the export cannot
+        keep the inferred ones, at the example's shape but for the axes declared. "auto" tries
+        dynamo at each of those before TorchScript: TorchScript can trace a length into the
+        graph while declaring its axis free, which then errs at every other length (a Funnel
+        model). (the exporter that ran, why: '' unless it had to fall back)."""
         attempts = [(self.axes, "")]
         unbatched = without_batch(self.axes, self.declared)
         if unbatched not in (self.axes, self.declared):  # a traced batch of 1 fixed: keep seq
@@ -596,54 +597,46 @@ class ModuleSuite(Suite):
             attempts.append(
                 (self.declared, "the inferred batch and sequence axes could not stay free")
             )
-        failed = None
-        for axes, because in attempts:
-            try:
-                ran, why = self._export_with(module, inputs, path, cell, axes, progress)
-                if axes != self.declared:
-                    _require_batch_kept_free(path, self.inputs, axes)
-            except EndedByUserCode:
-                raise
-            except UsageError as exc:
-                failed = exc
-                continue
-            fixed = (
-                f"exported at the example's shape ({because}: {_said(failed)})" if because else ""
-            )
-            self.export_axes = axes
-            return ran, "; ".join(w for w in (why, fixed) if w)
-        raise failed
+        exporters = (cell.exporter,) if cell.exporter != AUTO else ("dynamo", "torchscript")
+        failures: dict[str, UsageError] = {}  # each exporter's last (at the fewest free axes)
+        for exporter in exporters:
+            failed = None
+            for axes, because in attempts:
+                try:
+                    self._export_with(module, inputs, path, cell, exporter, axes, progress)
+                    if axes != self.declared:
+                        _require_batch_kept_free(path, self.inputs, axes)
+                except EndedByUserCode:
+                    raise  # the module ended itself: no exporter's limit to get round
+                except UsageError as exc:
+                    failures[exporter] = failed = exc
+                    continue
+                fixed = (
+                    f"exported at the example's shape ({because}: {_said(failed)})"
+                    if because
+                    else ""
+                )
+                fell_back = (
+                    "exported by TorchScript (--exporter auto), since dynamo failed: "
+                    f"{self._reason(failures['dynamo'])}"
+                    if exporter != exporters[0]
+                    else ""
+                )
+                self.export_axes = axes
+                return exporter, "; ".join(w for w in (fell_back, fixed) if w)
+            if cell.exporter == AUTO and exporter == "dynamo":
+                progress(f"{self.where}: dynamo failed; exporting with torchscript (auto)")
+        raise _both_failed(failures, self._reason)
 
     def _reason(self, exc: UsageError) -> str:
         """An export's error without the model's name and its log's path."""
         return str(exc).split(" (full log:")[0].removeprefix(f"{self.where}: ")
 
-    def _export_with(self, module, inputs, path, cell: Cell, axes, progress) -> tuple[str, str]:
-        names = self.output_names
-        if cell.exporter != AUTO:
-            progress(f"{self.where}: exporting with {cell.exporter} to {path}")
-            export_module(module, inputs, names, path, cell.exporter, cell.opset, axes, self.where)
-            return cell.exporter, ""
-        progress(f"{self.where}: exporting with dynamo to {path} (auto)")
-        try:
-            export_module(module, inputs, names, path, "dynamo", cell.opset, axes, self.where)
-            return "dynamo", ""
-        except EndedByUserCode:
-            raise  # the module ended itself: no exporter's limit for TorchScript to get round
-        except UsageError as exc:
-            failed = self._reason(exc)
-        progress(f"{self.where}: dynamo failed; exporting with torchscript (auto)")
-        opset = min(cell.opset, 20)
-        try:
-            export_module(module, inputs, names, path, "torchscript", opset, axes, self.where)
-        except UsageError as exc:  # both failed: each one's reason, or dynamo's is lost
-            if self._reason(exc) == failed:
-                raise  # not the exporters' reason (a folder it cannot write): said once
-            raise ExportFailed(f"{exc}; before it, {failed}") from None
-        return (
-            "torchscript",
-            f"exported by TorchScript (--exporter auto), since dynamo failed: {failed}",
-        )
+    def _export_with(self, module, inputs, path, cell: Cell, exporter: str, axes, progress):
+        opset = cell.opset if exporter == "dynamo" else min(cell.opset, 20)
+        auto = " (auto)" if cell.exporter == AUTO else ""
+        progress(f"{self.where}: exporting with {exporter} to {path}{auto}")
+        export_module(module, inputs, self.output_names, path, exporter, opset, axes, self.where)
 
     # --- running ----------------------------------------------------------------------------
 
@@ -775,6 +768,16 @@ def module_suite(
             f"{subject.target}: the factory returned only a module; pass --inputs FILE.npz"
         )
     return ModuleSuite(request, module, example_inputs, progress, declared, locks)
+
+
+def _both_failed(failures: dict[str, UsageError], reason) -> UsageError:
+    """The error of an export that no exporter made: the one failure where there was one
+    exporter, or where both failed for the same reason (a folder it cannot write: said once);
+    else the last exporter's, with the first's reason after it (else dynamo's is lost)."""
+    errors = list(failures.values())
+    if len(errors) == 1 or reason(errors[-1]) == reason(errors[0]):
+        return errors[-1]
+    return ExportFailed(f"{errors[-1]}; before it, {reason(errors[0])}")
 
 
 def _said(exc: BaseException | None) -> str:
