@@ -629,8 +629,8 @@ def judge_outputs(
             pairs = list(zip(expected, outputs.values(), strict=True))
         else:
             raise UsageError(
-                f"returns {len(outputs)} outputs ({', '.join(outputs)}); {len(expected)} are "
-                f"expected ({', '.join(expected)})"
+                f"returns {len(outputs)} outputs ({', '.join(outputs)}); {len(expected)} "
+                f"{'is' if len(expected) == 1 else 'are'} expected ({', '.join(expected)})"
             )
         masks = {n: v for n, v in input_set.inputs.items() if mask_like(v)}
         if padding_mask is not None and padding_mask not in masks:

@@ -38,7 +38,7 @@ from tconform.errors import (
 from tconform.execution import BatchRows, InputSet, Judge, row_axis
 from tconform.golden import InputSet as ExpectedSet
 from tconform.localise import ISOLATE, Localisation, localise
-from tconform.models import ModelUnderTest, given_file
+from tconform.models import ModelUnderTest, given_file, read_graph
 from tconform.module_check.convert import CONVERTED, DTYPES, ConversionFailed, convert
 from tconform.module_check.exporting import (
     EXPORTERS,
@@ -446,7 +446,9 @@ class ModuleSuite(Suite):
         self, lanes: list[Lane], mine: set[str], progress: Progress
     ) -> dict[tuple[str, str], ModelUnderTest]:
         if self.subject.model is not None:
-            return {(self.case.name, GIVEN): given_file(Path(self.subject.model))}
+            given = given_file(Path(self.subject.model))
+            self._require_the_modules_outputs(given.path)
+            return {(self.case.name, GIVEN): given}
         if not self._locked:  # a second run into the folder waits until this one ends
             self.locks.enter_context(export_lock(self.export_dir))
             self._locked = True
@@ -467,6 +469,19 @@ class ModuleSuite(Suite):
                 progress(f"{self.where}: {exc}")
                 self._failed[(self.case.name, key)] = str(exc)
         return models
+
+    def _require_the_modules_outputs(self, path: Path) -> None:
+        """A given model returns as many outputs as the module (matched by name, else by
+        position): one more would be judged against nothing (a KeyError at the batch checks),
+        one fewer leaves an output unchecked."""
+        found = [value.name for value in read_graph(path).graph.output]
+        ours = list(self.output_names)
+        if len(found) != len(ours):
+            raise UsageError(
+                f"{path}: the model returns {_counted(found, 'output')} ({', '.join(found)}); "
+                f"the module returns {len(ours)} ({', '.join(ours)}): --model takes an export "
+                "of this module"
+            )
 
     def run(
         self, lane: Lane, models: dict, sets: list[InputSet], strict_placement: bool
@@ -778,6 +793,10 @@ def _both_failed(failures: dict[str, UsageError], reason) -> UsageError:
     if len(errors) == 1 or reason(errors[-1]) == reason(errors[0]):
         return errors[-1]
     return ExportFailed(f"{errors[-1]}; before it, {reason(errors[0])}")
+
+
+def _counted(items, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 def _said(exc: BaseException | None) -> str:

@@ -183,6 +183,33 @@ def test_a_model_file_that_is_not_onnx(cli, user_package, tmp_path):
     assert path.read_bytes() == b"not a model"
 
 
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_model_file_with_other_outputs_than_the_module_is_refused_naming_it(
+    cli, user_package, tmp_path, count
+):
+    """`good` returns one output; a file returning three (whose first two are named as the
+    module's flattened outputs would be) was judged on the names it shared and ended with a
+    KeyError at the batch checks, or said "1 are expected" without naming the file."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    outputs = [f"output_{n}" for n in range(count)] if count > 1 else ["output"]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], [name]) for name in outputs],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 4]) for name in outputs],
+    )
+    path = tmp_path / "other.onnx"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(model, path)
+    code, out, err = cli("check", f"{user_package}:good", "--model", str(path), "-q")
+    if count == 1:  # as many outputs: judged, and failed (an Identity is no Linear)
+        assert code == 1, err
+        return
+    _one_line_exit_2(code, out, err, f"{path}: the model returns 3 outputs", "the module returns 1")
+
+
 def test_check_replaces_only_its_own_export(cli, user_package, tmp_path):
     """--out: tconform check's own files are replaced on the next run; a model.onnx it did not
     write (or one changed since) is never touched, nor is a golden or artifacts folder."""
