@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -246,7 +247,8 @@ class ModuleSuite(Suite):
         self.references: dict[str, Float64Copy] = {}
         self.sets: list[InputSet] = []
         self._exported: dict[Path, ModelUnderTest] = {}
-        self._failed: dict[tuple[str, str], str] = {}  # model key -> why its converter failed
+        # model key -> (status, why) where its converter or exporter failed
+        self._failed: dict[tuple[str, str], tuple[Status, str]] = {}
         self._locked = False
         self.exported_with: str | None = None  # the exporter that ran (auto: which one)
         self.exporter_reason = ""  # why it is not the one asked for ("" when it is)
@@ -464,10 +466,14 @@ class ModuleSuite(Suite):
             try:
                 models[(self.case.name, key)] = self._model(cell, folder, progress)
             except (ConversionFailed, ExportFailed) as exc:  # that cell's verdict: the others run
+                typed = _type_not_in_opset(str(exc), cell.opset)
                 if isinstance(exc, ExportFailed) and len(cells) == 1:
-                    raise  # the one model asked for: the run cannot go on
+                    if typed:  # the one model asked for: the run cannot go on
+                        raise ExportFailed(f"{exc}; {typed}") from None
+                    raise
                 progress(f"{self.where}: {exc}")
-                self._failed[(self.case.name, key)] = str(exc)
+                failed = (Status.SKIP, typed) if typed else (Status.ERROR, str(exc))
+                self._failed[(self.case.name, key)] = failed
         return models
 
     def _require_the_modules_outputs(self, path: Path) -> None:
@@ -486,7 +492,8 @@ class ModuleSuite(Suite):
     def run(
         self, lane: Lane, models: dict, sets: list[InputSet], strict_placement: bool
     ) -> list[Result]:
-        """The lane's results, or where its model's converter failed, an error on each set."""
+        """The lane's results, or where its model's converter or exporter failed, an error on
+        each set (a skip where the cell cannot exist: a type its opset's operator lacks)."""
         failed = self._failed.get(lane.model_key)
         if failed is None:
             results = super().run(lane, models, sets, strict_placement)
@@ -513,10 +520,11 @@ class ModuleSuite(Suite):
                     r.message = f"{r.message.split(FREES)[0]} ({hint})"
             return results
         row = self.row(lane.case)
+        status, message = failed
         return [
             replace(
                 row, runtime=lane.runtime.name, ep=lane.runtime.ep, input_set=s.name,
-                status=Status.ERROR, message=failed, precision=lane.precision,
+                status=status, message=message, precision=lane.precision,
                 notes=list(row.notes),
             )
             for s in sets
@@ -793,6 +801,24 @@ def _both_failed(failures: dict[str, UsageError], reason) -> UsageError:
     if len(errors) == 1 or reason(errors[-1]) == reason(errors[0]):
         return errors[-1]
     return ExportFailed(f"{errors[-1]}; before it, {reason(errors[0])}")
+
+
+def _type_not_in_opset(message: str, opset: int) -> str:
+    """Where an export failed because ONNX's operator takes no such element type at `opset`
+    (ONNX's shape inference: "(op_type:Conv, ...) has unsupported type: tensor(bfloat16)"),
+    why the cell cannot exist, with the way on; else ''. A fact about the opset, not the
+    exporter's or the module's failure."""
+    found = _UNSUPPORTED_TYPE.search(message)
+    if found is None:
+        return ""
+    op, dtype = found.groups()
+    return (
+        f"ONNX {op} takes no {dtype} at opset {opset}: no such model can exist at this opset "
+        "(opset 22 gave bfloat16 to Conv, pooling and more: --opset 22)"
+    )
+
+
+_UNSUPPORTED_TYPE = re.compile(r"\(op_type:(\w+),[^)]*\).*?has unsupported type: tensor\((\w+)\)")
 
 
 def _counted(items, noun: str) -> str:

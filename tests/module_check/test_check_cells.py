@@ -538,3 +538,42 @@ def test_bool_and_integer_outputs_are_checked_at_every_batch(cli, tmp_path, monk
     results = json.loads(report.read_text())["results"]
     assert {r["input_set"] for r in results} >= {"example", "batch-4", "batch-consistency"}
     assert all(r["status"] == "pass" for r in results)
+
+
+CONV = """
+import torch
+
+
+def make():
+    torch.manual_seed(0)
+    return torch.nn.Conv1d(4, 4, 3, padding=1), torch.randn(2, 4, 8)
+"""
+
+
+def test_a_cell_whose_opset_lacks_the_type_is_skipped_naming_the_opset(cli, tmp_path, monkeypatch):
+    """ONNX's Conv takes bfloat16 from opset 22: at opset 18 no bfloat16 Conv can exist, and
+    both exporters say so. That cell is a skip naming the opset that has it; it was an error
+    row, exit 1, though nothing had failed."""
+    import json
+
+    from tconform.suites.module import _type_not_in_opset
+
+    (tmp_path / "conv.py").write_text(CONV)
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "check", "conv:make", "--matrix", "--dtype", "float32,bfloat16", "--runtime",
+        "onnxruntime", "--no-shapes", "-q", "--json", str(report),
+    )  # fmt: skip
+    assert code == 0, out + err
+    results = json.loads(report.read_text())["results"]
+    assert [(r["precision"], r["status"]) for r in results] == [
+        ("float32", "pass"),
+        ("bfloat16", "skip"),
+    ]
+    assert results[1]["message"] == _type_not_in_opset(
+        "(op_type:Conv, node name: c): X typestr: T, has unsupported type: tensor(bfloat16)", 18
+    )
+    assert "ONNX Conv takes no bfloat16 at opset 18" in results[1]["message"]
+    assert "--opset 22" in results[1]["message"]
+    assert _type_not_in_opset("export with dynamo failed: no such op", 18) == ""
