@@ -136,8 +136,19 @@ class Tolerances:
         object.__setattr__(self, "per_output", tuple(checked))
 
     def module(self, precision: str) -> Tolerance:
-        """For the module as a whole (and every boundary localisation compares)."""
-        row = tolerance_for(precision, TOLERANCE_CLASS)
+        """For the module as a whole (and every boundary localisation compares). A precision
+        with no row (float64: a module that computes in float64) is judged by bounds the user
+        gives, both of them, or not at all."""
+        if self.atol is not None and self.rtol is not None:
+            return Tolerance(self.atol, self.rtol, "set by the user", given=True)
+        try:
+            row = tolerance_for(precision, TOLERANCE_CLASS)
+        except UsageError:
+            raise UsageError(
+                f"results computed in {precision} have no tolerance row in tconform (docs/"
+                "tolerances.md): give both bounds, --atol and --rtol (tconform.check(atol=..., "
+                "rtol=...)), or check the module's float32 copy (model.float(), float32 inputs)"
+            ) from None
         if self.atol is None and self.rtol is None:
             # The row's own reason describes tconform's Transformer, not the user's module.
             why = f"tconform's {precision} {TOLERANCE_CLASS} row, check's default"

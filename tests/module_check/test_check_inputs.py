@@ -147,6 +147,22 @@ def test_default_tolerance_is_the_model_row_with_overrides():
         Tolerances(("a",), per_output=(("c", (1.0, 1.0)),))
 
 
+def test_a_precision_with_no_row_is_judged_by_both_bounds_given_or_refused_saying_so():
+    """A float64 module: no row of tconform's was measured for it. Both bounds given judge it;
+    without them the line says how on (it was "no float64 tolerance row in
+    tconform.compare.TOLERANCES", even with --atol and --rtol given)."""
+    given = Tolerances(("a",), atol=1e-12, rtol=1e-9).module("float64")
+    assert (given.atol, given.rtol, given.given, given.why) == (
+        1e-12,
+        1e-9,
+        True,
+        "set by the user",
+    )
+    for partial in (Tolerances(("a",)), Tolerances(("a",), atol=1e-12)):
+        with pytest.raises(UsageError, match=r"float64 have no tolerance row.*--atol and --rtol"):
+            partial.module("float64")
+
+
 def test_an_rtol_given_alone_of_one_or_more_cannot_see_and_is_no_pass():
     """--rtol 1 without --atol: all zeros pass |err| <= |golden|, so the output is `skip`
     saying why (it was a pass: only a given atol marked a tolerance as the user's); the row's
