@@ -358,6 +358,7 @@ def compare_output(
 
     a, g = actual.reshape(-1), golden.reshape(-1)  # views, for contiguous arrays
     keep = None if where is None else np.broadcast_to(where, actual.shape).reshape(-1)
+    measured = bool(a.size if keep is None else np.count_nonzero(keep))
     rms, median = rms_of(g, keep), _median_magnitude(g, keep)
     atol = tol.atol_for(rms, median)
     tally = _Tally(atol, tol.rtol, worst_count)
@@ -383,13 +384,14 @@ def compare_output(
         "ok",
         atol,
         tol.rtol,
-        max_abs_err=tally.max_abs_err,
+        # None where no element was compared (an empty output): no error was measured
+        max_abs_err=tally.max_abs_err if measured else None,
         max_abs_index=_index(tally.max_abs_at, actual.shape) if a.size else [],
-        max_rel_err=tally.max_rel_err,
+        max_rel_err=tally.max_rel_err if measured else None,
         mean_abs_err=tally.err_sum / tally.finite if tally.finite else 0.0,
         mismatches=tally.mismatches,
         # None where unbounded: JSON has no Infinity (the mismatch count says it failed).
-        tolerance_used=worst_used if math.isfinite(worst_used) else None,
+        tolerance_used=worst_used if math.isfinite(worst_used) and measured else None,
         excluded=0 if keep is None else int(keep.size - np.count_nonzero(keep)),
         both_nonfinite=tally.both_nonfinite,
         sqnr_db=round(sqnr, 3) if sqnr is not None and math.isfinite(sqnr) else None,

@@ -295,3 +295,19 @@ def test_a_real_failure_beside_padding_names_the_padding_count_and_the_real_wors
     assert "6 of them lie where mask is 0" in found.message
     assert "at the real positions 1 are outside, worst |err| 0.01 at [0, 3, 1]" in found.message
     assert "--padding-mask mask" in found.message
+
+
+@pytest.mark.parametrize(
+    ("actual", "where"),
+    [
+        (np.zeros((2, 0), np.float32), None),  # an empty output
+        (np.ones((2, 3), np.float32), np.zeros((2, 3), bool)),  # every element masked out
+    ],
+)
+def test_nothing_compared_measures_no_error(actual, where):
+    """An output none of whose elements was compared shows no figures (a table printed
+    0.00e+00 and 0.0% for it, as if measured), and its pass shows nothing: skip."""
+    tol = Tolerance(1e-5, 1e-5, "t")
+    c = compare_output("out", actual, actual.astype(np.float64), tol, where=where)
+    assert (c.max_abs_err, c.max_rel_err, c.tolerance_used) == (None, None, None)
+    assert c.unseen() == "no element compared"
