@@ -114,9 +114,19 @@ def first_line(exc: BaseException) -> str:
     """One line for an exception: its type and the first line of its message. SystemExit is
     named as what it is (a call of sys.exit), never obeyed."""
     if isinstance(exc, SystemExit):
-        return f"called sys.exit({exc.code!r})"
+        return f"called sys.exit({_capped(repr(exc.code))})"
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return f"{type(exc).__name__}: {_capped(text.splitlines()[0])}" if text else type(exc).__name__
+
+
+LINE_CHARACTERS = 1000  # of a message that is not tconform's own: a line, not a page
+
+
+def _capped(text: str) -> str:
+    """`text` cut to LINE_CHARACTERS, saying how much was left out."""
+    if len(text) <= LINE_CHARACTERS:
+        return text
+    return f"{text[:LINE_CHARACTERS]}... ({len(text) - LINE_CHARACTERS} characters more)"
 
 
 @contextlib.contextmanager
@@ -129,7 +139,11 @@ def calling_user_code(what: str) -> Iterator[None]:
     folder = _working_folder()
     try:
         yield
-    except (KeyboardInterrupt, Terminated):
+    except KeyboardInterrupt as exc:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # no Ctrl-C reaches this process
+            raise EndedByUserCode(f"{what}: raised KeyboardInterrupt itself") from exc
+        raise
+    except Terminated:
         raise
     except TconformError:
         raise

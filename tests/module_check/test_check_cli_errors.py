@@ -71,6 +71,12 @@ def chatty_forking():
         os._exit(0)
     return nn.Linear(4, 3), torch.randn(2, 4)
 
+def raises_ctrl_c():
+    raise KeyboardInterrupt  # no Ctrl-C: the check's process ignores SIGINT
+
+def says_much():
+    raise RuntimeError("x" * 100_000)
+
 not_callable = 7
 '''
 
@@ -100,11 +106,14 @@ def _one_line_exit_2(code: int, out: str, err: str, *needles: str) -> None:
         ("module_only", ["returned only a module; pass --inputs"]),
         ("wrong_shape", ["the module rejects its inputs: RuntimeError: mat1 and mat2 shapes"]),
         ("with_cache", ["output cache is a DynamicCache", "use_cache=False"]),
+        ("raises_ctrl_c", [":raises_ctrl_c: the factory: raised KeyboardInterrupt itself"]),
+        ("says_much", ["the factory: RuntimeError: xxx", "... (99000 characters more)"]),
     ],
 )
 def test_bad_factories(cli, user_package, factory, needles):
     code, out, err = cli("check", f"{user_package}:{factory}", "-q")
     _one_line_exit_2(code, out, err, *needles)
+    assert len(err) < 1200  # a line, not a page
 
 
 def test_a_factory_that_does_not_import(cli, user_package):
