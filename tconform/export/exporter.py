@@ -154,9 +154,10 @@ def export_with_torch(
 def exporter_error_line(exc: BaseException) -> str:
     """The line of an exporter error that says what went wrong (dynamo leads with a banner)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    for ln in lines:
+    for n, ln in enumerate(lines):
         if ln.startswith("<class"):
-            return ln
+            # "...ranges from model tracing:" introduces what it found: the next line says it
+            return f"{ln} {lines[n + 1]}" if ln.endswith(":") and n + 1 < len(lines) else ln
     return lines[0] if lines else type(exc).__name__
 
 
