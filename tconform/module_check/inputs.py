@@ -85,6 +85,7 @@ def _forward_parameters(module: nn.Module) -> list[str]:
 def as_inputs(module: nn.Module, example_inputs: object, origin: str) -> ModuleInputs:
     """A tensor, a tuple or list of tensors (positional) or a dict of tensors (keyword
     arguments) -> ModuleInputs. `origin` names where they came from in error messages."""
+    require_materialised(module, origin)
     if isinstance(example_inputs, ModuleInputs):
         return example_inputs
     if isinstance(example_inputs, torch.Tensor):
@@ -343,6 +344,22 @@ def require_dense(value: torch.Tensor, what: str) -> None:
             f"{what} is a {str(value.dtype).removeprefix('torch.')} "
             f"{str(value.layout).removeprefix('torch.')} tensor; tconform checks dense "
             "tensors of bool, integer or floating-point numbers"
+        )
+    if value.is_meta:
+        raise UsageError(f"{what} is on the meta device: a shape without values; give values")
+
+
+def require_materialised(module: nn.Module, where: str) -> None:
+    """A module with values in its parameters and buffers: one on the meta device (made under
+    accelerate's init_empty_weights, or with device="meta") has shapes and no values, and
+    every run of it fails far from the cause ("Cannot copy out of meta tensor")."""
+    empty = [name for name, t in (*module.named_parameters(), *module.named_buffers()) if t.is_meta]
+    if empty:
+        named = ", ".join(empty[:3]) + (", ..." if len(empty) > 3 else "")
+        raise UsageError(
+            f"{where}: {len(empty)} parameter(s) and buffer(s) of the module are on the meta "
+            f"device, shapes without values ({named}); give them values first "
+            "(module.to_empty(device='cpu'), then load or initialise its weights)"
         )
 
 

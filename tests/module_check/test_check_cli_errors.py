@@ -77,6 +77,12 @@ def raises_ctrl_c():
 def says_much():
     raise RuntimeError("x" * 100_000)
 
+def on_meta():
+    return nn.Linear(4, 3, device="meta"), torch.randn(2, 4)
+
+def input_on_meta():
+    return nn.Linear(4, 3), torch.randn(2, 4, device="meta")
+
 not_callable = 7
 '''
 
@@ -108,6 +114,8 @@ def _one_line_exit_2(code: int, out: str, err: str, *needles: str) -> None:
         ("with_cache", ["output cache is a DynamicCache", "use_cache=False"]),
         ("raises_ctrl_c", [":raises_ctrl_c: the factory: raised KeyboardInterrupt itself"]),
         ("says_much", ["the factory: RuntimeError: xxx", "... (99000 characters more)"]),
+        ("on_meta", ["2 parameter(s) and buffer(s)", "meta device", "(weight, bias)"]),
+        ("input_on_meta", ["input 0 is on the meta device: a shape without values"]),
     ],
 )
 def test_bad_factories(cli, user_package, factory, needles):
