@@ -264,10 +264,15 @@ def load_lines(load: dict) -> list[str]:
     )
     if not busy:
         return []
+    when = ", ".join(
+        f"{value} at the {moment}"
+        for value, moment in ((start, "start"), (end, "end"))
+        if value is not None  # a run that ended early took no figure at its end
+    )
     return [
-        f"warning: the machine was busy (1-minute load average {start} at the start, {end} at "
-        f"the end, on {cores} cores, the bench using {own}): these timings and their ratios "
-        "are not a quiet machine's; time again when it is idle"
+        f"warning: the machine was busy (1-minute load average {when}, on {cores} cores, the "
+        f"bench using {own}): these timings and their ratios are not a quiet machine's; time "
+        "again when it is idle"
     ]
 
 

@@ -119,6 +119,7 @@ def test_a_ratio_far_below_one_keeps_its_digits():
         ({"cores": 2, "threads": 1, "at_start": 0.1, "at_end": 2.5}, True),  # others meanwhile
         ({"cores": 2, "threads": 2, "at_start": None, "at_end": None}, False),  # none kept
         ({}, False),  # a report from before the load was recorded
+        ({"cores": 2, "threads": 2, "at_start": 3.6}, True),  # a run that ended early
     ],
 )
 def test_a_busy_machine_is_said_beside_the_timings(load, busy):
@@ -126,7 +127,7 @@ def test_a_busy_machine_is_said_beside_the_timings(load, busy):
 
     lines = load_lines(load)
     assert bool(lines) == busy
-    assert all("not a quiet machine's" in line for line in lines)
+    assert all("not a quiet machine's" in line and "None" not in line for line in lines)
 
 
 def test_a_row_bound_on_the_device_is_its_variant_and_gains_over_the_bound_plain_row():
