@@ -298,6 +298,15 @@ def require_new_or_written_whole(folder: Path, marker: str, tool: str, option: s
             f"{option} needs a folder of its own",
             folder,
         )
+    inside = next(
+        (p for p in resolved(folder).parents if _listed_files(p, marker, tool) is not None), None
+    )
+    if inside is not None:  # writing there changes that folder; replacing it takes this one
+        raise Refused(
+            f"{folder}: lies in {inside}, a folder {tool} wrote; {option} needs a folder of its "
+            "own",
+            folder,
+        )
     problem = not_written_whole(folder, marker, tool) if folder.is_dir() else None
     if problem is not None and any(folder.iterdir()):
         raise Refused(

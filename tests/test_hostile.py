@@ -1185,6 +1185,12 @@ PLANTED = [
         "b/mine: a folder tconform check --repro did not write there",
         then(earlier_bundle, make_folder("b/mine")),
     ),
+    Planted(  # writing there changes the bundle; replacing the bundle would take it along
+        "repro-inside-a-bundle",
+        ("check", T(), "--repro", "{user}/b/sub"),
+        "b/sub: lies in",
+        earlier_bundle,
+    ),
     Planted(
         "repro-file-of-a-bundle-changed",
         ("check", T(), "--repro", "{user}/b"),
