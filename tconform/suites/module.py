@@ -138,16 +138,23 @@ class Tolerances:
     def module(self, precision: str) -> Tolerance:
         """For the module as a whole (and every boundary localisation compares). A precision
         with no row (float64: a module that computes in float64) is judged by bounds the user
-        gives, both of them, or not at all."""
+        gives, both --atol and --rtol or every output's own (the widest of them here), or not
+        at all."""
         if self.atol is not None and self.rtol is not None:
             return Tolerance(self.atol, self.rtol, "set by the user", given=True)
+        overrides = dict(self.per_output)
         try:
             row = tolerance_for(precision, TOLERANCE_CLASS)
         except UsageError:
+            if set(overrides) == set(self.outputs):  # every output's bounds given: the widest
+                atol, rtol = (max(bounds) for bounds in zip(*overrides.values(), strict=True))
+                return Tolerance(atol, rtol, "the widest of the outputs' own, set by the user",
+                                 given=True)  # fmt: skip
             raise UsageError(
                 f"results computed in {precision} have no tolerance row in tconform (docs/"
                 "tolerances.md): give both bounds, --atol and --rtol (tconform.check(atol=..., "
-                "rtol=...)), or check the module's float32 copy (model.float(), float32 inputs)"
+                "rtol=...)) or --tolerance for every output, or check the module's float32 copy "
+                "(model.float(), float32 inputs)"
             ) from None
         if self.atol is None and self.rtol is None:
             # The row's own reason describes tconform's Transformer, not the user's module.
@@ -709,7 +716,10 @@ class ModuleSuite(Suite):
             return []
         reference, feeds, keep = self._at(first.input_set)
         tol = self.tolerances.boundaries(first.precision, reference.outputs.values())
-        rounding = tolerance_for(first.precision, TOLERANCE_CLASS)  # above its rounding
+        try:  # a named module's error must be above its precision's rounding
+            rounding = tolerance_for(first.precision, TOLERANCE_CLASS)
+        except UsageError:  # a precision with no row (float64): none to be above
+            rounding = None
         where = self.request.localise
         try:
             found = localise(

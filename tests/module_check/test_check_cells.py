@@ -577,3 +577,38 @@ def test_a_cell_whose_opset_lacks_the_type_is_skipped_naming_the_opset(cli, tmp_
     assert "ONNX Conv takes no bfloat16 at opset 18" in results[1]["message"]
     assert "--opset 22" in results[1]["message"]
     assert _type_not_in_opset("export with dynamo failed: no such op", 18) == ""
+
+
+def test_a_float64_module_that_fails_is_localised_under_the_bounds_given(tmp_path):
+    """A float64 module has no row: the bounds given judge it, and a failure is localised under
+    them (localising it asked for the float64 row anyway: exit 2, "no float64 tolerance row")."""
+    import onnx
+    import torch
+    from onnx import TensorProto, helper, numpy_helper
+
+    import tconform
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(8, 8).double().eval()
+    weight = linear.weight.detach().numpy().T.copy()
+    bias = linear.bias.detach().numpy() + 0.5  # the fault
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "w"], ["xw"]),
+         helper.make_node("Add", ["xw", "b"], ["output"])],
+        "wrong_bias",
+        [helper.make_tensor_value_info("input", TensorProto.DOUBLE, [2, 8])],
+        [helper.make_tensor_value_info("output", TensorProto.DOUBLE, [2, 8])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
+    )  # fmt: skip
+    path = tmp_path / "wrong_bias.onnx"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(model, path)
+    inputs = torch.randn(2, 8, dtype=torch.float64)
+    for bounds in ({"atol": 1e-9, "rtol": 1e-9}, {"tolerances": {"output": (1e-9, 1e-9)}}):
+        report = tconform.check(
+            linear, inputs, onnx_model=path, runtimes=("onnxruntime",), shapes=False,
+            localise=True, **bounds,
+        )  # fmt: skip
+        assert report.exit_code == 1 and report.results[0].precision == "float64"
+        (found,) = report.localisations
+        assert found.first is not None and found.first.path == ""  # the Linear is the module
