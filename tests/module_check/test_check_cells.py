@@ -612,3 +612,30 @@ def test_a_float64_module_that_fails_is_localised_under_the_bounds_given(tmp_pat
         assert report.exit_code == 1 and report.results[0].precision == "float64"
         (found,) = report.localisations
         assert found.first is not None and found.first.path == ""  # the Linear is the module
+
+
+def test_a_float64_modules_reduced_cells_are_not_applicable(tmp_path):
+    """The converters read float32 tensors: a float64 module's export came out of them
+    unchanged, and its float16 cell passed having run float64."""
+    import torch
+
+    import tconform
+    from tconform.request import Axes
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(8, 8).double().eval()
+    report = tconform.check(
+        linear, torch.randn(2, 8, dtype=torch.float64), runtimes=("onnxruntime", "torch"),
+        matrix=Axes(matrix=True, dtypes=("float32", "float16")), atol=1e-9, rtol=1e-9,
+        shapes=False, out_dir=tmp_path / "out",
+    )  # fmt: skip
+    rows = {(r.runtime, r.cell): r for r in report.results}
+    assert report.exit_code == 0
+    (ran,) = [r for (name, cell), r in rows.items() if name == "onnxruntime" and r.status == "pass"]
+    assert ran.precision == "float64"
+    (half,) = [r for (name, cell), r in rows.items() if name == "onnxruntime" and r is not ran]
+    assert (
+        half.status == "skip" and "not applicable: the module computes in float64" in half.message
+    )
+    (own,) = [r for (name, _), r in rows.items() if name == "torch"]
+    assert "a float64 module is its own float64 copy" in own.message
