@@ -37,6 +37,7 @@ from tconform.folders import (
     CHECK_TOOL,
     GOLDEN,
     MANIFEST,
+    REPRO_BUNDLE,
     folder_lock,
     is_lock,
     managed_folder,
@@ -143,6 +144,13 @@ def require_own_export_folder(folder: Path) -> None:
         raise Refused(
             f"{folder} is or lies in a golden or artifacts folder ({managed or folder}); "
             f"{OUT} needs a folder of its own",
+            folder,
+        )
+    bundle = managed_folder(folder, (REPRO_BUNDLE,), itself=True)
+    if bundle is not None:  # writing there changes the bundle, which --repro then refuses
+        raise Refused(
+            f"{folder} is or lies in {bundle}, a bundle tconform check --repro wrote; {OUT} "
+            "needs a folder of its own",
             folder,
         )
     owner = managed_folder(folder, (CHECK_EXPORT,))  # another check's, but for its matrix cells

@@ -87,8 +87,13 @@ def _written_models(models: object) -> bool:
     )
 
 
+# A repro bundle (check --repro): no manifest; its marker, bundle.json, lists its files
+REPRO_BUNDLE = "tconform-repro-bundle"
+MANAGED = (GOLDEN, ARTIFACTS, CHECK_EXPORT, REPRO_BUNDLE)
+
+
 def managed_folder(
-    path: Path, kinds: tuple[str, ...] = (GOLDEN, ARTIFACTS, CHECK_EXPORT), itself: bool = False
+    path: Path, kinds: tuple[str, ...] = MANAGED, itself: bool = False
 ) -> Path | None:
     """The folder of one of `kinds` that `path` lies in (at any depth), or `path` itself with
     `itself`, if any. A folder whose manifest.json is some other tool's is not tconform's."""
@@ -107,6 +112,8 @@ def _folder_kind(folder: Path) -> str | None:
     kind = manifest_kind(folder)
     if kind is not None:
         return kind
+    if _listed_files(folder, BUNDLE_MARKER, BUNDLE_TOOL) is not None:
+        return REPRO_BUNDLE
     record = folder / CHECK_RECORD
     if record.is_symlink() or not record.is_file():
         return None
@@ -291,7 +298,8 @@ def require_new_or_written_whole(folder: Path, marker: str, tool: str, option: s
         raise UsageError(
             f"{folder}: the current folder, or one above it; {option} needs a folder of its own"
         )
-    managed = managed_folder(folder, itself=True)
+    # (a folder written whole by `tool` may be this one: whether it is as written is below)
+    managed = managed_folder(folder, (GOLDEN, ARTIFACTS, CHECK_EXPORT), itself=True)
     if managed is not None:
         raise Refused(
             f"{folder} is or lies in a golden, artifacts or check export folder ({managed}); "

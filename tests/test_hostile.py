@@ -1191,6 +1191,18 @@ PLANTED = [
         "b/sub: lies in",
         earlier_bundle,
     ),
+    Planted(  # check's export folder in a bundle: the bundle changed, --repro then refused it
+        "out-inside-a-bundle",
+        ("check", T(), "--out", "{user}/b/o"),
+        "b, a bundle tconform check --repro wrote; --out",
+        earlier_bundle,
+    ),
+    Planted(
+        "report-inside-a-bundle",
+        ("check", T(), "--markdown", "{user}/b/r.md"),
+        "b, a bundle tconform check --repro wrote; reports go elsewhere",
+        earlier_bundle,
+    ),
     Planted(
         "repro-file-of-a-bundle-changed",
         ("check", T(), "--repro", "{user}/b"),
@@ -1322,7 +1334,7 @@ PLANTED = [
     Planted(
         "repro-holds-the-report",
         ("check", T(), "--repro", "{user}/b"),
-        "the --repro folder of this run",
+        "a bundle tconform check --repro wrote; reports go elsewhere",
         earlier_bundle,
         json="{user}/b/r.json",
     ),

@@ -186,7 +186,7 @@ class ReportPath(click.ParamType):
             self.fail(f"{shown(path)}: the file must end in {self.suffix}", param, ctx)
         if path.is_symlink():
             self.fail(f"{shown(path)}: a symbolic link; name a file of its own", param, ctx)
-        from tconform.folders import managed_folder, require_not_link
+        from tconform.folders import REPRO_BUNDLE, managed_folder, require_not_link
 
         try:  # nor through a link on the way to it, as every folder tconform writes in
             require_not_link(path.parent, "the report's folder")
@@ -198,12 +198,13 @@ class ReportPath(click.ParamType):
             self.fail(f"{shown(path)}: a model or tensor file name, not a report's", param, ctx)
         inside = managed_folder(path)
         if inside is not None:
-            self.fail(
-                f"{shown(path)}: inside {inside}, a tconform golden, artifacts or check export "
-                "folder; reports go elsewhere",
-                param,
-                ctx,
+            bundle = managed_folder(path, (REPRO_BUNDLE,)) == inside
+            what = (
+                "a bundle tconform check --repro wrote"
+                if bundle
+                else "a tconform golden, artifacts or check export folder"
             )
+            self.fail(f"{shown(path)}: inside {inside}, {what}; reports go elsewhere", param, ctx)
         if path.exists() and not path.is_file():
             self.fail(f"{shown(path)}: exists and is not a regular file", param, ctx)
         folder = path.parent
