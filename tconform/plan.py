@@ -210,18 +210,25 @@ def plan_lanes(request: Request, suite: Suite) -> list[Lane]:
     first = by_level[cells[0].graph_opt]
     lanes = []
     for case in suite.cases:
-        if suite.given(case):
-            lanes += [Lane(case, GIVEN, r, None) for r in first if r.consumes == "onnx"]
+        if suite.given(case):  # the file as it is, at each graph-optimisation level asked for
+            given = list(dict.fromkeys(cell.graph_opt for cell in cells))
+            for level in given:
+                key = GIVEN if len(given) == 1 else f"{GIVEN}-{level}"
+                lanes += _level_lanes(case, key, None, level, by_level[level], "")
         else:
             for cell in cells:
-                lanes += _cell_lanes(case, cell, by_level[cell.graph_opt], suite.not_applicable)
+                runtimes = by_level[cell.graph_opt]
+                reason = suite.not_applicable(cell)
+                lanes += _level_lanes(case, cell.key, cell, cell.graph_opt, runtimes, reason)
         lanes += [Lane(case, MODULE, r, None) for r in suite.module_runtimes(first)]
     return lanes
 
 
-def _cell_lanes(case: SuiteCase, cell: Cell, runtimes, not_applicable) -> list[Lane]:
-    """The ONNX runtimes' lanes of one case in one cell, with the reason where it cannot be."""
-    reason = not_applicable(cell)
+def _level_lanes(
+    case: SuiteCase, key: str, cell: Cell | None, level: str, runtimes, reason: str
+) -> list[Lane]:
+    """The ONNX runtimes' lanes of one case in one cell (`key`; a given model's has no Cell)
+    at graph-optimisation `level`, with the reason where it cannot be."""
     default_level = Axes.graph_opts[0]
     lanes = []
     for runtime in runtimes:
@@ -229,9 +236,9 @@ def _cell_lanes(case: SuiteCase, cell: Cell, runtimes, not_applicable) -> list[L
             continue
         why = reason
         levels = takes_option(runtime, "graph_opt")
-        if not why and not levels and cell.graph_opt != default_level:
+        if not why and not levels and level != default_level:
             why = f"{label(runtime)} has no graph-optimisation levels (it runs at {default_level})"
-        lanes.append(Lane(case, cell.key, runtime, cell, why))
+        lanes.append(Lane(case, key, runtime, cell, why))
     return lanes
 
 

@@ -88,16 +88,21 @@ def _cells_tell_rows_apart(results: list[Result]) -> bool:
 def render(results: list[Result]) -> str:
     rows = [_row(r) for r in results]
     columns = COLUMNS
-    if _cells_tell_rows_apart(results):  # a matrix, or cache/no-cache: say which row is which
+    cells = _cells_tell_rows_apart(results)
+    if cells:  # a matrix, or cache/no-cache: say which row is which
         columns = (*COLUMNS[:2], "cell", *COLUMNS[2:])
         rows = [(*row[:2], r.cell or "-", *row[2:]) for row, r in zip(rows, results, strict=True)]
     lines = format_table(columns, rows).splitlines()
+
+    def where(r: Result) -> str:  # and its cell, where the table tells cells apart
+        return f"{r.runtime}/{r.ep}{f' {r.cell}' if cells and r.cell else ''} {r.input_set}"
+
     problems = [  # each failing result's message, then its outputs' worst elements under it
         line
         for r in results
         if r.status != "pass" and r.message
         for line in (
-            one_line(f"  {r.case} [{r.runtime}/{r.ep} {r.input_set}]: {r.message}"),
+            one_line(f"  {r.case} [{where(r)}]: {r.message}"),
             *(
                 f"      {o.name} worst: {_worst(w, o.atol, o.rtol)}"
                 for o in r.outputs

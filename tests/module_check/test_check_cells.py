@@ -582,27 +582,14 @@ def test_a_cell_whose_opset_lacks_the_type_is_skipped_naming_the_opset(cli, tmp_
 def test_a_float64_module_that_fails_is_localised_under_the_bounds_given(tmp_path):
     """A float64 module has no row: the bounds given judge it, and a failure is localised under
     them (localising it asked for the float64 row anyway: exit 2, "no float64 tolerance row")."""
-    import onnx
     import torch
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto
 
     import tconform
 
     torch.manual_seed(0)
     linear = torch.nn.Linear(8, 8).double().eval()
-    weight = linear.weight.detach().numpy().T.copy()
-    bias = linear.bias.detach().numpy() + 0.5  # the fault
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["input", "w"], ["xw"]),
-         helper.make_node("Add", ["xw", "b"], ["output"])],
-        "wrong_bias",
-        [helper.make_tensor_value_info("input", TensorProto.DOUBLE, [2, 8])],
-        [helper.make_tensor_value_info("output", TensorProto.DOUBLE, [2, 8])],
-        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
-    )  # fmt: skip
-    path = tmp_path / "wrong_bias.onnx"
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-    onnx.save(model, path)
+    path = _linear_file(linear, tmp_path / "wrong_bias.onnx", 0.5, TensorProto.DOUBLE)
     inputs = torch.randn(2, 8, dtype=torch.float64)
     for bounds in ({"atol": 1e-9, "rtol": 1e-9}, {"tolerances": {"output": (1e-9, 1e-9)}}):
         report = tconform.check(
@@ -639,3 +626,49 @@ def test_a_float64_modules_reduced_cells_are_not_applicable(tmp_path):
     )
     (own,) = [r for (name, _), r in rows.items() if name == "torch"]
     assert "a float64 module is its own float64 copy" in own.message
+
+
+def _linear_file(linear, path, shift: float = 0.0, elem: int = 1):
+    """`linear` as MatMul + Add in an ONNX file of its own (`elem`: its TensorProto type,
+    float32 by default), its bias moved by `shift`."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    weight = linear.weight.detach().numpy().T.copy()
+    bias = linear.bias.detach().numpy() + shift
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "w"], ["xw"]),
+         helper.make_node("Add", ["xw", "b"], ["output"])],
+        "linear",
+        [helper.make_tensor_value_info("input", elem, [2, 8])],
+        [helper.make_tensor_value_info("output", elem, [2, 8])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(model, path)
+    return path
+
+
+def test_a_given_model_runs_at_every_graph_optimisation_level_asked_for(tmp_path):
+    """--model F --matrix --graph-opts disable,basic: the file at each level (the first alone
+    ran, while the settings listed both), each a cell of its own that the problems name."""
+    import torch
+
+    import tconform
+    from tconform.report.table import render
+    from tconform.request import Axes
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(8, 8).eval()
+    path = _linear_file(linear, tmp_path / "wrong_bias.onnx", shift=0.5)
+    report = tconform.check(
+        linear, torch.randn(2, 8), onnx_model=path, runtimes=("onnxruntime",), shapes=False,
+        matrix=Axes(matrix=True, graph_opts=("disable", "basic")), localise=False,
+    )  # fmt: skip
+    assert [(r.cell, r.status) for r in report.results] == [
+        ("given-disable", "fail"),
+        ("given-basic", "fail"),
+    ]
+    shown = render(report.results)
+    assert "[onnxruntime/cpu given-disable example]" in shown
+    assert "[onnxruntime/cpu given-basic example]" in shown
