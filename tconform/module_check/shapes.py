@@ -108,6 +108,11 @@ def _along(inputs: ModuleInputs, axes: Axes, label: str, change) -> ModuleInputs
     return ModuleInputs(args, kwargs, inputs.arg_names)
 
 
+def row_of(inputs: ModuleInputs, axes: Axes, row: int) -> ModuleInputs:
+    """Row `row` of the batch of `inputs`, as a batch of one."""
+    return _along(inputs, axes, BATCH, lambda t, a: t.narrow(a, row, 1))
+
+
 def input_axis_size(inputs: ModuleInputs, axes: Axes, label: str) -> int | None:
     """axis_size of `inputs` as they are."""
     return axis_size({name: tuple(t.shape) for name, t in inputs.named().items()}, axes, label)
@@ -130,8 +135,7 @@ def variants(inputs: ModuleInputs, axes: Axes) -> list[Variant]:
     batch = input_axis_size(inputs, axes, BATCH)
     if batch:  # an empty batch (0) has no rows to take or repeat
         if batch > 1:
-            one = _along(inputs, axes, BATCH, lambda t, a: t.narrow(a, 0, 1))
-            found.append(Variant("batch-1", one))
+            found.append(Variant("batch-1", row_of(inputs, axes, 0)))
         larger = _along(inputs, axes, BATCH, lambda t, a: torch.cat([t, t.flip(a)], dim=a))
         found.append(Variant(f"batch-{2 * batch}", larger))
     length = input_axis_size(inputs, axes, SEQUENCE)

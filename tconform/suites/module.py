@@ -74,6 +74,7 @@ from tconform.module_check.shapes import (
     batch_axes,
     infer_axes,
     input_axis_size,
+    row_of,
     unseen_sequence,
     variants,
     without_batch,
@@ -89,6 +90,7 @@ from tconform.units import GIVEN, Cell
 
 FREES = " (tconform check --dynamic"  # the way on a fixed dimension's skip names (execution)
 AUTO = "auto"  # the exporter setting that tries dynamo, then TorchScript where dynamo fails
+ROWS_ALONE = 8  # the example's rows each run alone to find a module that mixes them
 # The tolerance row of a module nobody has measured: the loosest float32 row (a whole model).
 TOLERANCE_CLASS = "model"
 EXAMPLE = "example"
@@ -294,17 +296,37 @@ class ModuleSuite(Suite):
     def _add_set(self, set_name: str, inputs: ModuleInputs, progress: Progress) -> list[str]:
         """Run the module and its float64 copy at `inputs`; keep them as the input set
         `set_name`. The module's output names."""
+        names, reference = self._reference(set_name, inputs, progress)
+        self.references[set_name] = reference
+        self.sets.append(ExpectedSet(set_name, inputs.feeds(), reference.outputs))
+        return names
+
+    def _reference(self, what: str, inputs: ModuleInputs, progress: Progress):
+        """(the module's output names, its float64 copy's run) at `inputs`."""
         own = run_eagerly(
             self.module, inputs.converted(None, module_device(self.module)), self.where
         )
         finite = {n: torch.isfinite(t).cpu().numpy() for n, t in own if t.is_floating_point()}
         names = [n for n, _ in own]
         del own
-        progress(f"{self.where}: running its float64 copy ({set_name})")
-        reference = build_float64_copy(self.module, inputs, self.where, finite)
-        self.references[set_name] = reference
-        self.sets.append(ExpectedSet(set_name, inputs.feeds(), reference.outputs))
-        return names
+        progress(f"{self.where}: running its float64 copy ({what})")
+        return names, build_float64_copy(self.module, inputs, self.where, finite)
+
+    def _rows_alone(self, rows: int, progress: Progress) -> dict[int, object]:
+        """The float64 copy's run of each of the example's rows 1.. alone (row 0 alone is
+        batch-1), up to ROWS_ALONE: a row the module sends elsewhere when it runs alone (a
+        branch on the whole batch's sum) mixes the batch's rows as much as a centring does."""
+        found = {}
+        for row in range(1, min(rows, ROWS_ALONE)):
+            try:
+                _, found[row] = self._reference(
+                    f"row {row} alone", row_of(self.inputs, self.axes, row), progress
+                )
+            except (EndedByUserCode, KeyboardInterrupt):
+                raise
+            except TconformError:  # as batch-1 did not: that row is not compared
+                continue
+        return found
 
     def _add_shapes(self, progress: Progress) -> None:
         """The shapes the example never had, where the module runs at them, and the batch
@@ -346,24 +368,30 @@ class ModuleSuite(Suite):
             elif variant.name.startswith("batch-") and variant.name != "batch-1":
                 rows = batch_axes(variant.inputs, self.axes)
                 count = next(iter(variant.inputs.named()[n].shape[a] for n, a in rows.items()))
-                mixed = self._mixed_rows(variant.name, count)
+                mixed = self._mixed_rows(variant.name, count, progress)
                 feeds = variant.inputs.feeds()
                 self.sets.append(BatchRows(BATCH_CONSISTENCY, feeds, rows, count, mixed=mixed))
 
-    def _mixed_rows(self, larger: str, count: int) -> tuple[str, ...]:
+    def _mixed_rows(self, larger: str, count: int, progress: Progress) -> tuple[str, ...]:
         """The outputs in which the module itself mixes its batch's rows: the larger batch is
         the example's rows, then the same rows in reverse (tconform.module_check.shapes.
-        variants), yet its reference at either end is not theirs run as the example or as
-        batch-1 (a module that centres its batch; one whose row depends on the rows before it,
-        as a recurrent net or a cumulative sum along a sequence-first axis 0, which only the
-        reversed end shows). Their batch consistency is not the runtime's to keep: noted, and
-        not judged. Each output is compared along its own row axis (row_axis)."""
+        variants), yet its reference at either end is not theirs run as the example, as
+        batch-1 or each row alone (a module that centres its batch; one whose row depends on
+        the rows before it, as a recurrent net or a cumulative sum along a sequence-first axis
+        0, which only the reversed end shows; one that branches on the whole batch). Their
+        batch consistency is not the runtime's to keep: noted, and not judged. Each output is
+        compared along its own row axis (row_axis)."""
         theirs = self.references[larger]
+        alone = self._rows_alone(count // 2, progress)
+        against = [  # (reference, how many rows it holds, the first of them in the batch)
+            (self.references.get(self.example), count // 2, 0),
+            (self.references.get("batch-1"), 1, 0),
+            *((reference, 1, row) for row, reference in alone.items()),
+        ]
         mixed = []
         for name, whole in theirs.outputs.items():
             whole = np.asarray(whole, dtype=np.float64)  # a bool or integer output subtracts too
-            for first, rows in ((self.example, count // 2), ("batch-1", 1)):
-                ours = self.references.get(first)
+            for ours, rows, start in against:
                 part = ours.outputs.get(name) if ours is not None else None
                 axis = None if part is None else row_axis(whole.shape, part.shape, count, rows)
                 if axis is None:
@@ -375,9 +403,9 @@ class ModuleSuite(Suite):
                 noise = 1e-9 if both64 else 1e-3
                 scale = float(np.sqrt(np.mean(np.square(part)))) if part.size else 0.0
                 ends = (np.flip(whole, axis) if end else whole for end in (False, True))
+                taken = range(start, start + rows)
                 differ = max(
-                    np.nanmax(np.abs(np.take(end, range(rows), axis) - part), initial=0.0)
-                    for end in ends
+                    np.nanmax(np.abs(np.take(end, taken, axis) - part), initial=0.0) for end in ends
                 )
                 if differ > noise * max(scale, 1e-300):
                     mixed.append(name)

@@ -672,3 +672,46 @@ def test_a_given_model_runs_at_every_graph_optimisation_level_asked_for(tmp_path
     shown = render(report.results)
     assert "[onnxruntime/cpu given-disable example]" in shown
     assert "[onnxruntime/cpu given-basic example]" in shown
+
+
+BRANCHES_ON_THE_BATCH = """
+import torch
+
+
+class Branches(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.sum() > 0:  # on the whole batch: a row alone may take the other branch
+            return self.linear(x)
+        return self.linear(x) * 2
+
+
+def make():
+    torch.manual_seed(0)
+    rows = torch.stack([torch.ones(3, 4), -0.5 * torch.ones(3, 4)])  # row 1 alone: sum < 0
+    return Branches().eval(), rows + 0.01 * torch.randn(2, 3, 4)
+"""
+
+
+def test_a_module_that_branches_on_its_whole_batch_has_no_batch_consistency_to_keep(
+    cli, tmp_path, monkeypatch
+):
+    """Row 0 alone takes the batch's branch, row 1 alone the other: the module itself mixes
+    its rows, which each row run alone shows (batch-1, row 0, did not): not judged, and the
+    unmodified module passes; its batch-consistency row was a FAIL at 3.5e6 % of tolerance."""
+    import json
+
+    (tmp_path / "branches.py").write_text(BRANCHES_ON_THE_BATCH)
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "r.json"
+    code, out, err = cli(
+        "check", "branches:make", "--runtime", "torch", "-q", "--json", str(report)
+    )
+    assert code == 0, out + err
+    data = json.loads(report.read_text())
+    (row,) = [r for r in data["results"] if r["input_set"] == "batch-consistency"]
+    assert row["status"] == "skip"
+    assert any("the module mixes the rows of its batch" in n for n in row["notes"])
