@@ -691,8 +691,8 @@ class ModuleSuite(Suite):
                 except UsageError as exc:
                     failures[exporter] = failed = exc
                     continue
-                fixed = (
-                    f"exported at the example's shape ({because}: {_said(failed)})"
+                fixed = (  # the failure without its way on, which names the options given
+                    f"exported at the example's shape ({because}: {self._reason(failed)})"
                     if because
                     else ""
                 )
