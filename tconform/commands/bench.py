@@ -47,7 +47,7 @@ from tconform.commands.options import (
     tolerance_options,
 )
 from tconform.commands.run import run_and_report, writes_report
-from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError
+from tconform.errors import EXIT_EP_UNAVAILABLE, EXIT_FAILURE, TconformError, UsageError
 
 if TYPE_CHECKING:
     from tconform.generation.driver import Strategy
@@ -365,7 +365,6 @@ def in_child(settings, into: dict, progress) -> None:
     process that dies while an engine is timed (a runtime's native code crashing in it) is that
     engine's `crash` row, exit 1, as check makes it a lane's; the rows after it are not timed."""
     from tconform.child import run_in_child
-    from tconform.errors import UsageError
     from tconform.results import Status
 
     target = settings.module.target

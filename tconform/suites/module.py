@@ -537,7 +537,8 @@ class ModuleSuite(Suite):
         ours = list(self.output_names)
         if len(found) != len(ours):
             raise UsageError(
-                f"{path}: the model returns {_counted(found, 'output')} ({', '.join(found)}); "
+                f"{path}: the model returns {len(found)} output{'' if len(found) == 1 else 's'} "
+                f"({', '.join(found)}); "
                 f"the module returns {len(ours)} ({', '.join(ours)}): --model takes an export "
                 "of this module"
             )
@@ -879,10 +880,6 @@ def _type_not_in_opset(message: str, opset: int) -> str:
 
 
 _UNSUPPORTED_TYPE = re.compile(r"\(op_type:(\w+),[^)]*\).*?has unsupported type: tensor\((\w+)\)")
-
-
-def _counted(items, noun: str) -> str:
-    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 def _said(exc: BaseException | None) -> str:

@@ -507,6 +507,18 @@ def test_check_shards_merge_into_the_whole_run(cli, tmp_path, monkeypatch):
     assert merged["command"] == "check" and merged["exit_code"] == 0
 
 
+def _checked(cli, tmp_path, monkeypatch, name: str, source: str, *args: str):
+    """`tconform check NAME:make ARGS` on the module `source`, written as NAME.py in a
+    folder of its own: (exit code, stdout and stderr, the JSON report's results)."""
+    import json
+
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "r.json"
+    code, out, err = cli("check", f"{name}:make", *args, "-q", "--json", str(report))
+    return code, out + err, json.loads(report.read_text())["results"]
+
+
 FLAGS = """
 import torch
 
@@ -526,16 +538,10 @@ def test_bool_and_integer_outputs_are_checked_at_every_batch(cli, tmp_path, monk
     """Outputs of bool and integer type go through the batch checks as any other: finding
     whether the module mixes its batch's rows ended the check with exit 2, "numpy boolean
     subtract, the `-` operator, is not supported"."""
-    import json
-
-    (tmp_path / "flags.py").write_text(FLAGS)
-    monkeypatch.chdir(tmp_path)
-    report = tmp_path / "r.json"
-    code, out, err = cli(
-        "check", "flags:make", "--runtime", "onnxruntime", "-q", "--json", str(report)
+    code, said, results = _checked(
+        cli, tmp_path, monkeypatch, "flags", FLAGS, "--runtime", "onnxruntime"
     )
-    assert code == 0, out + err
-    results = json.loads(report.read_text())["results"]
+    assert code == 0, said
     assert {r["input_set"] for r in results} >= {"example", "batch-4", "batch-consistency"}
     assert all(r["status"] == "pass" for r in results)
 
@@ -554,19 +560,13 @@ def test_a_cell_whose_opset_lacks_the_type_is_skipped_naming_the_opset(cli, tmp_
     """ONNX's Conv takes bfloat16 from opset 22: at opset 18 no bfloat16 Conv can exist, and
     both exporters say so. That cell is a skip naming the opset that has it; it was an error
     row, exit 1, though nothing had failed."""
-    import json
-
     from tconform.suites.module import _type_not_in_opset
 
-    (tmp_path / "conv.py").write_text(CONV)
-    monkeypatch.chdir(tmp_path)
-    report = tmp_path / "r.json"
-    code, out, err = cli(
-        "check", "conv:make", "--matrix", "--dtype", "float32,bfloat16", "--runtime",
-        "onnxruntime", "--no-shapes", "-q", "--json", str(report),
+    code, said, results = _checked(
+        cli, tmp_path, monkeypatch, "conv", CONV, "--matrix", "--dtype", "float32,bfloat16",
+        "--runtime", "onnxruntime", "--no-shapes",
     )  # fmt: skip
-    assert code == 0, out + err
-    results = json.loads(report.read_text())["results"]
+    assert code == 0, said
     assert [(r["precision"], r["status"]) for r in results] == [
         ("float32", "pass"),
         ("bfloat16", "skip"),
@@ -702,16 +702,10 @@ def test_a_module_that_branches_on_its_whole_batch_has_no_batch_consistency_to_k
     """Row 0 alone takes the batch's branch, row 1 alone the other: the module itself mixes
     its rows, which each row run alone shows (batch-1, row 0, did not): not judged, and the
     unmodified module passes; its batch-consistency row was a FAIL at 3.5e6 % of tolerance."""
-    import json
-
-    (tmp_path / "branches.py").write_text(BRANCHES_ON_THE_BATCH)
-    monkeypatch.chdir(tmp_path)
-    report = tmp_path / "r.json"
-    code, out, err = cli(
-        "check", "branches:make", "--runtime", "torch", "-q", "--json", str(report)
+    code, said, results = _checked(
+        cli, tmp_path, monkeypatch, "branches", BRANCHES_ON_THE_BATCH, "--runtime", "torch"
     )
-    assert code == 0, out + err
-    data = json.loads(report.read_text())
-    (row,) = [r for r in data["results"] if r["input_set"] == "batch-consistency"]
+    assert code == 0, said
+    (row,) = [r for r in results if r["input_set"] == "batch-consistency"]
     assert row["status"] == "skip"
     assert any("the module mixes the rows of its batch" in n for n in row["notes"])
