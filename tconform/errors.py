@@ -115,8 +115,15 @@ def first_line(exc: BaseException) -> str:
     named as what it is (a call of sys.exit), never obeyed."""
     if isinstance(exc, SystemExit):
         return f"called sys.exit({_capped(repr(exc.code))})"
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {_capped(text.splitlines()[0])}" if text else type(exc).__name__
+    try:
+        text = str(exc).strip()
+    except Exception as unreadable:  # a user's __str__ that raises names the error it hid
+        return f"{type(exc).__name__} (its message raised {type(unreadable).__name__})"
+    if not text:
+        return type(exc).__name__
+    lines = text.splitlines()
+    more = f" ({len(lines) - 1} lines more)" if len(lines) > 1 else ""
+    return f"{type(exc).__name__}: {_capped(lines[0])}{more}"
 
 
 LINE_CHARACTERS = 1000  # of a message that is not tconform's own: a line, not a page

@@ -137,7 +137,7 @@ class CommaList(click.ParamType):
             return value
         items = [item.strip() for item in str(value).split(",")]
         if not any(items):
-            self.fail("give at least one value", param, ctx)
+            self.fail(f"{value!r} is empty: give at least one value", param, ctx)
         if not all(items):  # '18,,20': a value left out is a typo, not one value fewer
             self.fail(f"{value!r}: an empty value between commas", param, ctx)
         allowed = [str(c) for c in self.choices()]

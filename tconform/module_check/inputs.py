@@ -270,6 +270,14 @@ def _require_equal_sizes(dynamic: dict[str, dict[int, str]], named) -> None:
             )
 
 
+def _file_hint(module_name: str, attribute: str) -> str:
+    """The way on for a file name given where a module name belongs (`m.py:make`)."""
+    stem, _, suffix = module_name.rpartition(".")
+    if suffix == "py" and stem and Path(*stem.split(".")).with_suffix(".py").is_file():
+        return f" (a module is named without .py: give {stem}:{attribute})"
+    return ""
+
+
 def _import_target(target: str):
     module_name, _, attribute = require_target(target).partition(":")
     # Like `python -m`, the current folder is importable, so a user's own package is found.
@@ -280,7 +288,8 @@ def _import_target(target: str):
         try:
             python_module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            raise UsageError(f"{target}: cannot import {module_name!r}: {exc}") from None
+            hint = _file_hint(module_name, attribute)
+            raise UsageError(f"{target}: cannot import {module_name!r}: {exc}{hint}") from None
     try:
         factory = getattr(python_module, attribute)
     except AttributeError:

@@ -535,6 +535,9 @@ class ModuleSuite(Suite):
         one fewer leaves an output unchecked."""
         found = [value.name for value in read_graph(path).graph.output]
         ours = list(self.output_names)
+        twice = sorted({name for name in found if found.count(name) > 1})
+        if twice:  # one tensor listed twice is judged as two: one output of the module unchecked
+            raise UsageError(f"{path}: the model lists output {', '.join(twice)} twice")
         if len(found) != len(ours):
             raise UsageError(
                 f"{path}: the model returns {len(found)} output{'' if len(found) == 1 else 's'} "

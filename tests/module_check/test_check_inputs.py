@@ -226,3 +226,10 @@ def test_malformed_targets(target):
 def test_a_module_that_does_not_import():
     with pytest.raises(UsageError, match=re.escape("cannot import 'no_such_package_xyz.mod'")):
         load_factory("no_such_package_xyz.mod:make")
+
+
+def test_a_file_name_given_for_a_module_names_the_module(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "user_file_named.py").write_text("def make():\n    return None\n")
+    with pytest.raises(UsageError, match=re.escape("give user_file_named:make")):
+        load_factory("user_file_named.py:make")
