@@ -170,8 +170,9 @@ def export_module(
     opset: int = DEFAULT_OPSET,
     dynamic: dict[str, dict[int, str]] | None = None,
     label: str = "",
-) -> None:
-    """Export `module` (in eval mode) at `inputs` to `path`, atomically.
+) -> tuple[str, ...]:
+    """Export `module` (in eval mode) at `inputs` to `path`, atomically. -> the values the
+    exporter froze at the example's (frozen_values).
 
     On failure: UsageError (starting with `label`) with the exporter's first error line, the
     full log written to `path`'s folder as export.log.
@@ -213,3 +214,20 @@ def export_module(
     atomic_write_bytes(path, model.SerializeToString())
     atomic_write_text(log_path, log.getvalue())
     record_own_files(path.parent)
+    return frozen_values(log.getvalue())
+
+
+# torch's TracerWarnings for a tensor made a Python value (the rest, such as torch.tensor's
+# constants, are about values that are constant anyway)
+FROZEN = (
+    "TracerWarning: Converting a tensor to a Python",
+    "TracerWarning: Iterating over a tensor",
+)
+
+
+def frozen_values(log: str) -> tuple[str, ...]:
+    """What the TorchScript tracer turned from a tensor into a Python value (a branch on
+    `x.sum() > 0`, a loop over a tensor): the graph holds the example's outcome, whatever
+    the inputs. Each warning once, without torch's advice."""
+    found = (line.split(": ", 1)[1] for line in log.splitlines() if line.startswith(FROZEN))
+    return tuple(dict.fromkeys(text.split(" might cause")[0] for text in found))

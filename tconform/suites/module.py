@@ -687,7 +687,7 @@ class ModuleSuite(Suite):
             failed = None
             for axes, because in attempts:
                 try:
-                    self._export_with(module, inputs, path, cell, exporter, axes, progress)
+                    frozen = self._export_with(module, inputs, path, cell, exporter, axes, progress)
                     if axes != self.declared:
                         _require_batch_kept_free(path, self.inputs, axes)
                 except EndedByUserCode:
@@ -706,8 +706,15 @@ class ModuleSuite(Suite):
                     if exporter != exporters[0]
                     else ""
                 )
+                traced = (
+                    f"the TorchScript tracer froze values of the example ({'; '.join(frozen)}): "
+                    "this graph takes the example's branches whatever its inputs, so inputs "
+                    "that take others are not checked"
+                    if frozen
+                    else ""
+                )
                 self.export_axes = axes
-                return exporter, "; ".join(w for w in (fell_back, fixed) if w)
+                return exporter, "; ".join(w for w in (fell_back, fixed, traced) if w)
             if cell.exporter == AUTO and exporter == "dynamo":
                 progress(f"{self.where}: dynamo failed; exporting with torchscript (auto)")
         raise _both_failed(failures, self._reason)
@@ -720,7 +727,9 @@ class ModuleSuite(Suite):
         opset = cell.opset if exporter == "dynamo" else min(cell.opset, 20)
         auto = " (auto)" if cell.exporter == AUTO else ""
         progress(f"{self.where}: exporting with {exporter} to {path}{auto}")
-        export_module(module, inputs, self.output_names, path, exporter, opset, axes, self.where)
+        return export_module(
+            module, inputs, self.output_names, path, exporter, opset, axes, self.where
+        )
 
     # --- running ----------------------------------------------------------------------------
 

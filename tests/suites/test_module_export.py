@@ -7,8 +7,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from tconform.errors import UsageError
+from tconform.module_check.exporting import export_module
+from tconform.module_check.inputs import ModuleInputs
 from tconform.suites import module as suite_module
 from tconform.suites.module import ModuleSuite
 from tconform.units import Cell
@@ -87,3 +90,29 @@ def test_one_exporter_asked_for_is_the_only_one_tried(suite):
     with pytest.raises(UsageError, match="export with dynamo failed"):
         _export(fake, "dynamo")
     assert {exporter for exporter, _ in calls} == {"dynamo"}
+
+
+class _Branches(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # the tracer keeps the example's side only
+            return x * 2
+        return -x
+
+
+def test_torchscript_names_what_its_tracer_froze(tmp_path):
+    """The traced graph takes the example's branch for every input: a check that passes on
+    inputs like the example's says so, not just the export log."""
+    x = torch.ones(2, 3)
+    path = tmp_path / "model.onnx"
+    inputs = ModuleInputs((x,), {}, ("x",))
+    frozen = export_module(_Branches(), inputs, ["y"], path, "torchscript", 18)
+    assert frozen == ("Converting a tensor to a Python boolean",)
+    assert export_module(torch.nn.Linear(3, 3), inputs, ["y"], path, "torchscript", 18) == ()
+
+
+def test_a_frozen_value_is_a_note_of_the_export(suite, monkeypatch):
+    fake, _ = suite(lambda exporter, axes: True)
+    monkeypatch.setattr(suite_module, "export_module", lambda *a: ("Iterating over a tensor",))
+    _, why = _export(fake, "torchscript")
+    assert why.startswith("the TorchScript tracer froze values of the example (Iterating over")
+    assert "inputs that take others are not checked" in why
