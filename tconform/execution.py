@@ -412,25 +412,21 @@ def settle(result: Result, comparisons: list[OutputComparison]) -> Result:
 
 
 def require_free_dimensions(
-    declared: Sequence[TensorInfo], feeds: Mapping[str, np.ndarray], given: bool = False
+    declared: Sequence[TensorInfo], feeds: Mapping[str, np.ndarray], way_on: str = ""
 ):
     """FixedDimension where a feed's size differs from one the model fixes (an export made at
-    one shape, asked to run at another); the way on is tconform's option where tconform
-    exported it, a new export of the file where it was `given` (made elsewhere)."""
+    one shape, asked to run at another), saying `way_on`, else tconform's option that frees
+    the axis."""
     for info in declared:
         value = feeds.get(info.name)
         if info.fixed is None or value is None or value.ndim != len(info.fixed):
             continue
         for axis, (fixed, size) in enumerate(zip(info.fixed, value.shape, strict=True)):
             if fixed is not None and fixed != size:
-                way_on = (
-                    "export the file again with that axis dynamic"
-                    if given
-                    else f"tconform check --dynamic {info.name}={axis}:NAME exports it free"
-                )
+                way = way_on or f"tconform check --dynamic {info.name}={axis}:NAME exports it free"
                 raise FixedDimension(
                     f"the model fixes input {info.name!r} axis {axis} at {fixed} and this input "
-                    f"set has {size}: the export kept that dimension static ({way_on})"
+                    f"set has {size}: the export kept that dimension static ({way})"
                 )
 
 
@@ -486,8 +482,7 @@ def run_judged(opened: Opened, input_set: InputSet, judge: Judge, row: Result) -
     started = time.perf_counter()
     try:
         model = opened.subject.onnx
-        given = model is not None and model.provenance.origin == "given"
-        require_free_dimensions(opened.session.inputs, feeds, given)
+        require_free_dimensions(opened.session.inputs, feeds, model.fixed_way_on if model else "")
         outputs = _outputs(opened, feeds)
         if isinstance(input_set, BatchRows):
             input_set = rows_run_alone(opened, input_set, outputs)

@@ -67,6 +67,9 @@ class ModelUnderTest:
     path: Path
     provenance: ModelProvenance
     notes: tuple[str, ...] = ()
+    # the way on for a dimension its export left static where one was asked free ('': the
+    # option that frees it); an exporter that could not keep it free says which may
+    fixed_way_on: str = ""
 
     @property
     def io_type(self) -> str:
@@ -130,7 +133,9 @@ def _hashed(
     require_unchanged(path)  # in a folder this run locked, still that folder: its own bytes
     provenance = onnx_provenance(path, origin, sha256_file(path), model)
     digests = external_digests(model, path)
-    return ModelUnderTest(case, path, replace(provenance, external_data=digests))
+    # a file made elsewhere is freed where it was made; tconform's exports by an option
+    way_on = "export the file again with that axis dynamic" if origin == "given" else ""
+    return ModelUnderTest(case, path, replace(provenance, external_data=digests), (), way_on)
 
 
 def load_checked(path: Path) -> onnx.ModelProto:

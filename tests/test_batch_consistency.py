@@ -114,15 +114,20 @@ def test_a_model_that_mixes_the_rows_of_a_batch_fails_it(tmp_path):
 
 
 def test_a_dimension_the_model_fixed_is_a_skip_naming_it_and_the_way_on(tmp_path):
-    """tconform's export: the option that frees it; a file made elsewhere: a new export."""
+    """tconform's export: the option that frees it, or where its exporter could not, the way
+    on the export said; a file made elsewhere: a new export."""
     from dataclasses import replace
 
     subject = _model(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], batch=2)
     x = np.zeros((3, 3), dtype=np.float32)
     exported = replace(subject.onnx, provenance=replace(subject.onnx.provenance, origin="exported"))
-    ways = {"given": "export the file again with that axis dynamic", "exported": "--dynamic x=0"}
-    for model in (subject.onnx, exported):
+    ways = [
+        (subject.onnx, "export the file again with that axis dynamic"),
+        (replace(exported, fixed_way_on=""), "--dynamic x=0"),
+        (replace(exported, fixed_way_on="dynamo could not"), "static (dynamo could not)"),
+    ]
+    for model, way in ways:
         (result,) = _run(Subject(model), [InputSet("batch-3", {"x": x}, {"y": x})])
         assert result.status == "skip"
         assert "fixes input 'x' axis 0 at 2" in result.message
-        assert ways[model.provenance.origin] in result.message, result.message
+        assert way in result.message, result.message

@@ -640,7 +640,11 @@ class ModuleSuite(Suite):
                 progress(f"{self.where}: converting to {cell.dtype} into {folder}")
                 notes = convert(base.path, cell.dtype, folder / "model.onnx")
             record_own_files(folder)  # so that the next run may replace them
-            model = replace(given_file(folder / "model.onnx", origin="exported"), notes=notes)
+            model = replace(
+                given_file(folder / "model.onnx", origin="exported"),
+                notes=notes,
+                fixed_way_on=base.fixed_way_on,  # the converted graph keeps its base's shapes
+            )
             return _planned(model, planned) if planned else model
         path = folder / "model.onnx"
         if path in self._exported:
@@ -652,9 +656,21 @@ class ModuleSuite(Suite):
         ran, why = self._export(module, inputs, path, cell, progress)
         model = given_file(path, origin="exported")
         notes = tuple(n for n in (why,) if n)
-        self._exported[path] = replace(model, notes=notes) if notes else model
+        way_on = self._fixed_way_on(ran, cell)
+        self._exported[path] = replace(model, notes=notes, fixed_way_on=way_on)
         self.exported_with, self.exporter_reason = ran, why
         return self._exported[path]
+
+    def _fixed_way_on(self, ran: str, cell: Cell) -> str:
+        """Where the export left static an axis it was asked to keep free, the option that
+        frees it is no way on (the note says why it failed): the exporter not yet tried is."""
+        if self.export_axes == self.axes:
+            return ""
+        if ran == "dynamo":  # TorchScript was not tried at these axes
+            return "dynamo could not export it free, as the note says; --exporter torchscript may"
+        if cell.exporter == AUTO:
+            return "neither dynamo nor TorchScript could export it free, as the note says"
+        return "TorchScript could not export it free, as the note says; --exporter dynamo may"
 
     def _plan(self, base: Path, precision: str, folder: Path, progress) -> PrecisionPlan:
         """The precision plan of the float32 export `base` in `precision`, made on the example

@@ -116,3 +116,16 @@ def test_a_frozen_value_is_a_note_of_the_export(suite, monkeypatch):
     _, why = _export(fake, "torchscript")
     assert why.startswith("the TorchScript tracer froze values of the example (Iterating over")
     assert "inputs that take others are not checked" in why
+
+
+def test_an_axis_the_exporter_left_static_names_the_exporter_not_yet_tried():
+    """--dynamic is no way on for an axis the exporter was asked to keep free and could not."""
+    fell_back = SimpleNamespace(axes=FREE, export_axes=DECLARED)
+
+    def way_on(fake, ran: str, asked: str) -> str:
+        return ModuleSuite._fixed_way_on(fake, ran, Cell(asked, 18, "float32"))
+
+    assert way_on(SimpleNamespace(axes=FREE, export_axes=FREE), "dynamo", "auto") == ""
+    assert way_on(fell_back, "dynamo", "auto").endswith("--exporter torchscript may")
+    assert way_on(fell_back, "torchscript", "torchscript").endswith("--exporter dynamo may")
+    assert way_on(fell_back, "torchscript", "auto").startswith("neither dynamo nor TorchScript")
