@@ -395,12 +395,14 @@ def _worse(a: Observer, b: Observer) -> bool:
 def _candidates(ordered: list[Boundary], changed: bool, which: str, padded: bool):
     """The modules that may be named, in the order calls finish: those whose outputs leave
     tolerance (the error's path, the whole module last), or every matched one where observing
-    changed the run (its boundary values are then not the judged run's). None where the run
-    passes, where the failure is padding only, or with --isolate none."""
+    changed the run (its boundary values are then not the judged run's). Where the run passes,
+    those left tolerance inside (absorbed before the outputs): one that computes another
+    function is named all the same, the verdict staying the outputs'. None where the failure is
+    padding only, or with --isolate none."""
     whole = next(b for b in ordered if b.path == "")
-    if which == "none" or padded or whole.status != "fail":
+    if which == "none" or padded:
         return []
-    if changed:
+    if changed and whole.status == "fail":
         return [b for b in ordered if b.status in ("pass", "fail")]
     return [b for b in ordered if b.status == "fail"]
 

@@ -210,6 +210,12 @@ def verdict(loc: Localisation) -> str:
             f"no module is named: the outputs leave tolerance only where {mask} is 0 (padding, "
             f"whose outputs no framework defines); {inside_note}{advice}"
         )
+    if (root is None or root.status != "fail") and loc.first is not None:
+        return (
+            f"{observed}the outputs are within tolerance, yet a module inside computes another "
+            f"function, absorbed before the outputs on these inputs (the verdict is the "
+            f"outputs'): {_named(loc, loc.first)}"
+        )
     if root is None or root.status != "fail":
         failing = any(b.status == "fail" and b.path for b in loc.boundaries)
         what = "the outputs are within tolerance; " + inside_note if failing else inside_note

@@ -88,7 +88,6 @@ from tconform.runtimes.torch_session import DTYPES as TORCH_DTYPES
 from tconform.runtimes.torch_session import eval_mode, flatten_outputs, opaque_outputs
 from tconform.units import GIVEN, Cell
 
-FREES = " (tconform check --dynamic"  # the way on a fixed dimension's skip names (execution)
 AUTO = "auto"  # the exporter setting that tries dynamo, then TorchScript where dynamo fails
 ROWS_ALONE = 8  # the example's rows each run alone to find a module that mixes them
 # The tolerance row of a module nobody has measured: the loosest float32 row (a whole model).
@@ -569,12 +568,8 @@ class ModuleSuite(Suite):
                     )
             hint = self._size_one_hint()
             for r in results:
-                if not hint or r.input_set == self.example:
-                    continue
-                if r.status == Status.ERROR:
+                if hint and r.input_set != self.example and r.status == Status.ERROR:
                     r.message += f" ({hint})"
-                elif r.status == Status.SKIP and FREES in r.message:  # --dynamic traces at 1 too
-                    r.message = f"{r.message.split(FREES)[0]} ({hint})"
             return results
         row = self.row(lane.case)
         status, message = failed
@@ -662,8 +657,13 @@ class ModuleSuite(Suite):
         return self._exported[path]
 
     def _fixed_way_on(self, ran: str, cell: Cell) -> str:
-        """Where the export left static an axis it was asked to keep free, the option that
-        frees it is no way on (the note says why it failed): the exporter not yet tried is."""
+        """The way on for a dimension the export left static: an example not of size 1 where
+        it was traced at 1 (--dynamic traces at 1 too); where the exporter could not keep an
+        axis free that it was asked to, not the option that asks it (the note says why it
+        failed), but the exporter not yet tried; else '' (that option)."""
+        size_one = self._size_one_hint()
+        if size_one:
+            return size_one
         if self.export_axes == self.axes:
             return ""
         if ran == "dynamo":  # TorchScript was not tried at these axes
@@ -800,6 +800,10 @@ class ModuleSuite(Suite):
             first.notes.append(f"localisation could not run: {first_line(exc)}")
             return []
         first.notes.append(f"localisation ({first.input_set}): {found.verdict}")
+        if where.repro is not None and found.repro is None:  # asked for, and nothing to file
+            first.notes.append(
+                f"--repro {where.repro}: no bundle from this run: no module is named"
+            )
         if first.status == "fail" and found.first is not None:
             first.message += f"; first divergence: {found.first.label} ({found.first.cls})"
         return [found]

@@ -181,6 +181,42 @@ def test_a_wrong_weight_under_outputs_far_below_the_atol_is_named(tmp_path):
     assert loc.first.finding == "function"
 
 
+class Absorbing(nn.Module):
+    """y = x + 1e-7 * a(x): what a computes barely reaches the output (a layer scale's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = Scale(2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.a(x) * 1e-7
+
+
+def test_a_wrong_weight_the_outputs_absorb_is_named_and_the_verdict_stays_the_outputs(tmp_path):
+    """A weight 1 % off inside, invisible at the outputs: named where the run passes (the
+    isolated run proves it) with its bundle, and said to be absorbed; the outputs pass."""
+    nodes = [
+        scoped_node("Mul", ["x", "two"], ["h"], ["a"]),
+        scoped_node("Mul", ["h", "small"], ["s"], []),
+        scoped_node("Add", ["x", "s"], ["y"], []),
+    ]
+    weights = {"two": np.array(2.02, np.float32), "small": np.array(1e-7, np.float32)}
+    path = save_model(
+        tmp_path / "m.onnx", nodes, {"x": (TensorProto.FLOAT, [2, 3])}, {"y": [2, 3]}, weights
+    )
+    loc = _localise(Absorbing(), path, {"x": _x()}, repro_dir=tmp_path / "r")
+    assert next(b for b in loc.boundaries if b.path == "").status == "pass"
+    assert loc.first is not None and loc.first.path == "a", loc.verdict
+    assert loc.verdict.startswith("the outputs are within tolerance, yet a module inside")
+    assert (tmp_path / "r" / "bundle.json").is_file()
+    weights["two"] = np.array(2.0, np.float32)  # the same graph, right: nothing named
+    clean = save_model(
+        tmp_path / "c.onnx", nodes, {"x": (TensorProto.FLOAT, [2, 3])}, {"y": [2, 3]}, weights
+    )
+    loc = _localise(Absorbing(), clean, {"x": _x()})
+    assert loc.first is None and loc.verdict.startswith("no divergence"), loc.verdict
+
+
 # --- padding ------------------------------------------------------------------------------------
 
 

@@ -120,12 +120,13 @@ def test_a_frozen_value_is_a_note_of_the_export(suite, monkeypatch):
 
 def test_an_axis_the_exporter_left_static_names_the_exporter_not_yet_tried():
     """--dynamic is no way on for an axis the exporter was asked to keep free and could not."""
-    fell_back = SimpleNamespace(axes=FREE, export_axes=DECLARED)
+    fell_back = SimpleNamespace(axes=FREE, export_axes=DECLARED, _size_one_hint=lambda: "")
 
     def way_on(fake, ran: str, asked: str) -> str:
         return ModuleSuite._fixed_way_on(fake, ran, Cell(asked, 18, "float32"))
 
-    assert way_on(SimpleNamespace(axes=FREE, export_axes=FREE), "dynamo", "auto") == ""
+    kept = SimpleNamespace(axes=FREE, export_axes=FREE, _size_one_hint=lambda: "")
+    assert way_on(kept, "dynamo", "auto") == ""
     assert way_on(fell_back, "dynamo", "auto").endswith("--exporter torchscript may")
     assert way_on(fell_back, "torchscript", "torchscript").endswith("--exporter dynamo may")
     assert way_on(fell_back, "torchscript", "auto").startswith("neither dynamo nor TorchScript")

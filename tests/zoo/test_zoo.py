@@ -55,6 +55,10 @@ def test_the_model_passes_and_a_corrupted_weight_is_named(checked, tmp_path):
     _corrupted_weights_are_named(checked, tmp_path)
 
 
+def _notes(report) -> list[str]:
+    return [note for r in report.results for note in r.notes]
+
+
 def _passes_naming_nothing(checked) -> None:
     _, _, _, folder, report = checked
     assert report.exit_code == 0, [(r.runtime, r.status, r.message) for r in report.results]
@@ -64,6 +68,7 @@ def _passes_naming_nothing(checked) -> None:
     assert not [b.label for b in loc.boundaries if b.status == "fail"]
     assert not loc.observer.changed, loc.observer.describe()
     assert not (folder / "repro").exists()  # a bundle only for a module proven wrong
+    assert any("no bundle from this run: no module is named" in n for n in _notes(report))
     matched = [b for b in loc.boundaries if b.status == "pass"]
     assert len(matched) >= len(loc.boundaries) // 2, [b.label for b in loc.boundaries]
     model = report.results[0].model
