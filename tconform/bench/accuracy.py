@@ -94,10 +94,15 @@ def require_within_tolerance(rows: Iterable[Mapping[str, object]]) -> None:
         elif "batch" in first:
             where += f" at {first['batch']}x{first['seq']}"
         accuracy = first["accuracy"]
+        said = [  # the comparator's words carry the way on (a padding mask, say)
+            f"{name}: {output['message']}"
+            for name, output in accuracy.get("outputs", {}).items()
+            if output.get("status") == Status.FAIL and output.get("message")
+        ]
         raise TconformError.with_code(
             f"{len(failed)} timed row(s) computed outputs outside their tolerance row; first "
             f"{where}: max abs error {accuracy['max_abs_err']:.3g} against the "
-            f"{accuracy['precision']} row (see the table)",
+            f"{accuracy['precision']} row ({said[0] if said else 'see the table'})",
             EXIT_FAILURE,
         )
 

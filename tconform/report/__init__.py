@@ -56,7 +56,10 @@ class RunReport:
 
         # a matrix run: its pivot of cases x cells too
         rows = render_with_pivot(self.results) if self.settings.get("matrix") else None
-        given = self.settings.get("runtime_options")
+        given = [  # with the request's own option on where sessions may run
+            *(self.settings.get("runtime_options") or []),
+            *(["--strict-placement"] if self.settings.get("strict_placement") else []),
+        ]
         parts = [
             rows or table.render(self.results),
             given and "runtime options: " + " ".join(given),

@@ -84,6 +84,7 @@ def test_a_timed_row_outside_its_tolerance_fails_the_bench():
     assert raised.value.exit_code == EXIT_FAILURE
     message = str(raised.value)
     assert "1 timed row(s)" in message and "onnxruntime-int8/cpu at 1x32" in message
+    assert "(y: 64 of 64 elements outside atol" in message  # the comparator's words: a way on
     # a user's model's row names its input set (its sequence axis may be None)
     mine = {**failed, "seq": None, "input_set": "batch-1"}
     with pytest.raises(TconformError, match="onnxruntime-int8/cpu on input set batch-1"):

@@ -150,3 +150,16 @@ def test_onnxruntimes_session_options_keep_its_defaults_and_bench_chooses_its_ow
     given = timed(spinning=False, flush_denormals=False, skip_layer_norm_fusion=True)
     assert given.config_entries() == {SPINNING: "0", DENORMAL_AS_ZERO: "0"}
     assert given.disabled() == ()
+
+
+def test_the_reports_line_of_options_names_strict_placement_too():
+    """--strict-placement is the request's, not a runtime's, yet decides how sessions ran."""
+    from tconform.report import RunReport
+    from tconform.results import Result
+
+    report = RunReport("check")
+    report.results = [Result("m:f", "module", "onnxruntime", "cpu", ["cpu"], "example", "pass")]
+    report.settings = {"runtime_options": ["--threads 1"], "strict_placement": True}
+    assert "runtime options: --threads 1 --strict-placement" in report.render()
+    report.settings = {"runtime_options": [], "strict_placement": False}
+    assert "runtime options" not in report.render()
