@@ -373,7 +373,7 @@ def is_lock(path: Path) -> bool:
     )
 
 
-def _open_lock(path: Path, shared: bool) -> int | None:
+def open_lock(path: Path, shared: bool = False) -> int | None:
     """The lock file's descriptor, created by a writer if missing, never through a symlink
     (O_NOFOLLOW: a link planted at the lock's name would make tconform create or open its
     target, anywhere) and only if it is a regular file. None: a shared lock with no lock file
@@ -405,7 +405,7 @@ def folder_lock(folder: Path, shared: bool = False) -> Iterator[None]:
     whose parent cannot be written) is read without one, its files checked by their sha256."""
     wait_s = value("TCONFORM_LOCK_TIMEOUT")
     path = lock_path(resolved(folder))
-    fd = _open_lock(path, shared)
+    fd = open_lock(path, shared)
     if fd is None:  # read without a lock, but still as this folder or nothing
         with held_as_locked(folder):
             yield

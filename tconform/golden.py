@@ -399,6 +399,7 @@ def _case_files(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) 
         raise UsageError(f"{manifest_path}: no goldens for case {case.name!r}")
     if not entry["sets"]:
         raise UsageError(f"{manifest_path}: case {case.name!r} has no input sets: nothing to check")
+    _require_the_cases_own(entry, case, cfg, manifest_path)
     case_dir = golden_dir / case.name
     expected = expected_files(case, cfg, entry["sets"])
     unlisted = sorted(files_under(case_dir) - set(expected)) if case_dir.is_dir() else []
@@ -412,6 +413,25 @@ def _case_files(golden_dir: Path, manifest: dict, case: Case, cfg: ModelConfig) 
             for k, spec in enumerate(specs):
                 rel = f"{set_name}/{kind}_{k}.pb"
                 yield set_name, kind, spec, case_dir / rel, entry["sha256"][rel], shapes
+
+
+def _require_the_cases_own(entry: dict, case: Case, cfg: ModelConfig, manifest_path: Path) -> None:
+    """What a case's entry records of the case is the case's: its tensors' names, its tolerance
+    class, and a shape for each tensor in every set (a set without one was read unchecked)."""
+    inputs, outputs = [s.name for s in case.inputs(cfg)], [s.name for s in case.outputs(cfg)]
+    own = {"inputs": inputs, "outputs": outputs, "tolerance_class": case.tolerance}
+    for field, value in own.items():
+        if field in entry and entry[field] != value:
+            raise UsageError(
+                f"{manifest_path}: case {case.name!r} {field} {entry[field]!r:.80} is not the "
+                f"case's {value!r}"
+            )
+    for set_name, shapes in entry["sets"].items():
+        if sorted(shapes) != sorted([*inputs, *outputs]):
+            raise UsageError(
+                f"{manifest_path}: case {case.name!r} set {set_name!r} has shapes for "
+                f"{sorted(shapes)!r:.80}, not for the case's tensors {[*inputs, *outputs]!r}"
+            )
 
 
 def require_intact(golden_dir: Path, manifest: dict, cases, cfg: ModelConfig) -> None:
@@ -488,17 +508,19 @@ class Drift:
 def check(golden_dir: Path, cases: tuple[Case, ...] | None = None) -> tuple[list[Drift], int]:
     """Regenerate `cases` (default: every registry case) in memory and compare with the folder.
 
-    The folder must hold exactly those cases and each the regenerated input sets; inputs must
-    match bit for bit, outputs within one float32 ulp. Returns the drifts and the number of
-    output elements that differed by exactly one ulp (summation-order noise).
+    The folder must hold those cases, each with the regenerated input sets (and without
+    `cases`, no other: a case tconform does not have is drift; with them, the folder's other
+    cases are not compared); inputs must match bit for bit, outputs within one float32 ulp.
+    Returns the drifts and the number of output elements that differed by exactly one ulp
+    (summation-order noise).
     """
     manifest = read_golden_manifest(golden_dir)
     cfg, seed = manifest_config(manifest), int(manifest["seed"])
     wanted = cases or registry.CASES
     drifts, one_ulp = [], 0
-    for name in manifest["cases"]:
+    for name in manifest["cases"] if cases is None else ():
         if name not in {c.name for c in wanted}:
-            drifts.append(Drift(str(golden_dir / name), "a case the check did not ask for"))
+            drifts.append(Drift(str(golden_dir / name), "a case tconform does not have"))
     folders = {p.name for p in golden_dir.iterdir() if p.is_dir()}
     for name in sorted(folders - set(manifest["cases"])):
         drifts.append(Drift(str(golden_dir / name), f"a folder {MANIFEST} does not list"))

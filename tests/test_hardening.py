@@ -258,6 +258,17 @@ def _edit_json(path: Path, edit) -> None:
             lambda m: m["cases"]["norm"]["sha256"].__setitem__("/abs/output_0.pb", "0" * 64),
             "file name is not valid",
         ),
+        # what the manifest says of the case is the case's: a name, a class, each tensor's shape
+        (lambda m: m["cases"]["norm"].__setitem__("inputs", ["../x"]), "inputs ['../x'] is not"),
+        (lambda m: m["cases"]["norm"].__setitem__("outputs", []), "outputs [] is not the case's"),
+        (
+            lambda m: m["cases"]["norm"].__setitem__("tolerance_class", "../../x"),
+            "tolerance_class '../../x' is not the case's 'component'",
+        ),
+        (
+            lambda m: m["cases"]["norm"]["sets"].__setitem__("test_data_set_0", {}),
+            "set 'test_data_set_0' has shapes for [], not for the case's tensors",
+        ),
     ],
 )
 def test_malformed_golden_manifests_are_one_line_exit_2(cli, workspace, edit, message):

@@ -30,7 +30,7 @@ from tconform.errors import EXIT_FAILURE
     "--check",
     is_flag=True,
     help="Regenerate in memory and compare with the folder (its cases, sets and values; "
-    "--case limits the cases expected); exit 1 on drift.",
+    "with --case, those cases alone); exit 1 on drift.",
 )
 @click.option(
     "--generation",

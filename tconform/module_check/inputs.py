@@ -143,11 +143,12 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
         raise UsageError(f"{path}: no such file (--inputs)")
     with open(path, "rb") as file:
         start = file.read(6)
-    if start[:4] != b"PK\x03\x04" and start != b"\x93NUMPY":  # neither a zip nor a .npy
+    zipped = start[:4] in (b"PK\x03\x04", b"PK\x05\x06")  # a member first, or none at all
+    if not zipped and start != b"\x93NUMPY":  # neither a zip nor a .npy
         raise UsageError(
             f"{path}: not a .npz archive (not a zip of .npy arrays); write the inputs with np.savez"
         )
-    if start[:4] == b"PK\x03\x04":
+    if zipped:
         _require_unpacks_in_memory(path)
     try:
         archive = np.load(path, allow_pickle=False)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from tconform.errors import UsageError
 from tconform.files import new_folder, require_name_fits
-from tconform.folders import managed_folder, require_not_link
+from tconform.folders import managed_folder, open_lock, require_not_link
 from tconform.runtimes.specs import RuntimeSpec
 from tconform.variables import value
 
@@ -353,7 +353,7 @@ def _locked(root: Path, key: str, say) -> Iterator[None]:
     """One maker of environment `key` at a time (across processes): the others wait."""
     locks = root / LOCKS
     locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    fd = open_lock(locks / f"{key}.lock")  # never through a link, a regular file only
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -399,11 +399,15 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
         else:
             _run(spec, [str(base), "-m", "venv", str(staging)], env)
         requirements = [f"{package}=={spec.version}", *SUPPORT]
-        install = (
-            [*uv, "pip", "install", "--quiet", "--python", str(python)]
-            if uv
-            else [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        )
+        install = [  # wheels only: a source package's build would run its code here
+            *(
+                [*uv, "pip", "install", "--quiet", "--python", str(python)]
+                if uv
+                else [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            ),
+            "--only-binary",
+            ":all:",
+        ]
         _run(spec, [*install, *requirements], env)
         failure = _import_failure(python, module)
         if _BUILT_FOR_NUMPY_1.search(failure):

@@ -74,6 +74,7 @@ def _write_npy(path):
         # a text file: said so, not numpy's remark on pickled data
         (lambda p: p.write_text("not an archive"), "not a .npz archive (not a zip of .npy"),
         (lambda p: _write_npy(p), "not a .npz archive"),
+        (lambda p: np.savez(p), "the archive holds no arrays"),  # a zip with no member at all
     ],
 )
 def test_bad_npz_files_are_usage_errors(tmp_path, make, message):

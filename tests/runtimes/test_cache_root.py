@@ -76,3 +76,19 @@ def test_a_reused_environment_changed_since_it_was_made_is_refused(tmp_path, mon
         environments._require_as_made(spec, made, "onnxruntime", "onnxruntime")
     installed["onnxruntime"] = {"onnxruntime": "1.20.1"}
     environments._require_as_made(spec, made, "onnxruntime", "onnxruntime")
+
+
+def test_a_link_planted_at_a_makers_lock_is_named_and_never_followed(tmp_path):
+    """It was the system's `Too many levels of symbolic links`, naming no way on."""
+    from tconform.runtimes import environments
+
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (tmp_path / environments.LOCKS).mkdir()
+    (tmp_path / environments.LOCKS / "key.lock").symlink_to(victim)
+    with (
+        pytest.raises(UsageError, match=r"key\.lock: the lock's name is a symbolic link"),
+        environments._locked(tmp_path, "key", print),
+    ):
+        pass
+    assert victim.read_text() == "mine"

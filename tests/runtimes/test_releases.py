@@ -52,6 +52,13 @@ def test_two_releases_run_side_by_side(cli, workspace, tmp_path, runtime_cache, 
     )  # fmt: skip
     assert code == 2 and "onnxruntime==1.99.0" in err and "way on" in err
     assert "Traceback" not in err
+    # a release published as a source package alone: wheels only, its build never runs
+    code, _, err = cli(
+        "verify", "--golden", str(workspace["golden"]), "--artifacts", str(workspace["artifacts"]),
+        "--no-export", "--no-doc", "--case", "norm", "--runtime", "onnx-reference==1.0",
+    )  # fmt: skip
+    assert code == 2 and "onnx-reference==1.0: cannot be installed" in err, err
+    assert "setuptools" not in err  # the build backend's name: a build ran
 
 
 def test_a_release_whose_onnx_brings_no_ml_dtypes_runs_and_an_older_environment_is_remade(
