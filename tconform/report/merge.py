@@ -280,6 +280,9 @@ def _not_its_lane(r: Result, settings: dict) -> str:
     runtimes = settings.get("runtimes")
     if isinstance(runtimes, dict) and lane not in runtimes:
         return f"a row of {lane!r:.60}, which the run's runtimes do not hold"
+    ran = runtimes.get(lane) if isinstance(runtimes, dict) else None
+    if r.status == "crash" and not (isinstance(ran, dict) and ran.get("worker")):
+        return f"a crash of {lane!r:.60}, which ran in tconform's own process, not a worker"
     # the row a pass is judged by: its model's where that is narrower than float32, else its
     # lane's (float32, or the runtime's tf32 or bfloat16, which its unit's label says)
     earned = r.model.precision if r.model is not None else "float32"

@@ -178,6 +178,8 @@ def _on_cuda(ep_actual: list[str]) -> dict:
         (_edited(ep="cuda", ep_actual=["CUDAExecutionProvider"]), "provider 'cuda', which the"),
         (_edited(runtime="../../etc"), "runtime '../../etc', which tconform does not have"),
         (_edited(runtime="openvino"), "a row of openvino in a unit of 'ort-cpu'"),
+        # a crash is a worker's verdict: a runtime in tconform's own process has none
+        (_edited(status="crash", outputs=[]), "a crash of 'ort-cpu', which ran in tconform's"),
         (
             {"settings": {**_shard()["settings"], "runtimes": {"openvino": {}}}},
             "a row of 'ort-cpu', which the run's runtimes do not hold",
