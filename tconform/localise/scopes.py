@@ -33,6 +33,8 @@ SCOPE_SOURCES = ("dynamo metadata", "TorchScript node names", "none")
 # Ops whose output is their input unchanged in value: such an output leaving a region carries
 # what entered it, not what the module made.
 PASS_THROUGH = {"Identity", "Cast"}
+# Ops whose output is a tensor's shape, not anything computed from its values
+SHAPE_OF = {"Shape", "Size"}
 # Ops that compute no float value, only choose, copy or convert one: what they make from
 # integers, booleans and constants is exact (a mask's Where(mask, 0, -inf)).
 CHOOSES = MOVES | {"Where", "ConstantOfShape"}
@@ -136,6 +138,9 @@ class Graph:
     consumers: dict[str, set[int]]
     elem_types: dict[str, int]
     dynamic: set[str]  # tensors that depend on a graph input (the rest are constants)
+    # tensors that depend on a graph input's values, not only on its shape (a GRU's initial
+    # state of zeros, expanded to the batch, depends on the input's shape alone)
+    valued: set[str]
     # float tensors made from the inputs' integers and booleans and from constants by ops that
     # compute no float value (CHOOSES): exact, whatever the runtime (an attention mask's fill)
     exact: set[str]
@@ -167,7 +172,7 @@ class Graph:
         initializers = {i.name for i in g.initializer}
         inputs = [i.name for i in g.input if i.name not in initializers]
         producer, consumers = {}, defaultdict(set)
-        dynamic = set(inputs)
+        dynamic, valued = set(inputs), set(inputs)
         for index, node in enumerate(nodes):
             for name in node.input:
                 consumers[name].add(index)
@@ -175,6 +180,8 @@ class Graph:
                 producer[name] = index
             if any(name in dynamic for name in node.input):
                 dynamic.update(o for o in node.output if o)
+            if node.op_type not in SHAPE_OF and any(name in valued for name in node.input):
+                valued.update(o for o in node.output if o)
         elem_types = {
             v.name: v.type.tensor_type.elem_type for v in (*g.value_info, *g.input, *g.output)
         }
@@ -195,7 +202,7 @@ class Graph:
             scopes.append(scope)
         return cls(
             model, source, scopes, calls, producer, dict(consumers), elem_types, dynamic,
-            exact, inputs, [o.name for o in g.output], initializers,
+            valued, exact, inputs, [o.name for o in g.output], initializers,
         )  # fmt: skip
 
     def is_float(self, name: str) -> bool:
@@ -272,7 +279,11 @@ class Graph:
     def leaving(self, region: list[int]) -> list[str]:
         """Float tensors made inside the region and used outside it (or returned), in graph
         order; a pass-through (Identity or Cast of a tensor from outside) carries what entered,
-        not what the module made, and is left out."""
+        not what the module made, and is left out. Where some depend on the inputs' values,
+        those alone: one made from a shape beside them (a GRU's initial state of zeros that
+        the next LSTM reuses, a rotary table made in the first layer that every layer reads)
+        is no output of a module computing values, and has an output's shape by chance. A
+        region all of whose tensors are made from shapes (a rotary table's) keeps them."""
         inside = set(region)
         nodes = self.model.graph.node
         found = []
@@ -286,7 +297,8 @@ class Graph:
                 )
                 if name and used_outside and name in self.dynamic and self.is_float(name):
                     found.append(name)
-        return found
+        valued = [name for name in found if name in self.valued]
+        return valued or found
 
     def entering(self, region: list[int], floats_only: bool = True) -> list[str]:
         """Tensors used inside the region and made outside it that depend on the model's inputs

@@ -79,6 +79,33 @@ def test_regions_and_boundary_tensors(tmp_path):
     assert graph.op_types(graph.region(""), "") == {"Add": 1}
 
 
+def test_a_tensor_made_from_a_shape_is_no_output_of_a_module_that_computes_values(tmp_path):
+    """A GRU's initial state of zeros, made in its scope at the batch's shape and reused by the
+    next LSTM, has the shape of the GRU's h_n: paired with it, an unmodified model showed the
+    GRU outside tolerance at 71430x. A region that makes only such tensors (a rotary table
+    from positions made of the sequence's length) keeps them."""
+    nodes = [
+        scoped_node("Mul", ["x", "two"], ["y"], ["gru"]),
+        scoped_node("Shape", ["x"], ["s"], ["gru"]),
+        scoped_node("ConstantOfShape", ["s"], ["h0"], ["gru"]),
+        scoped_node("Add", ["y", "h0"], ["z"], ["lstm"]),
+        scoped_node("Shape", ["x"], ["n"], ["rotary"]),
+        scoped_node("ConstantOfShape", ["n"], ["table"], ["rotary"], value=_one_float()),
+        scoped_node("Mul", ["z", "table"], ["out"], []),
+    ]
+    weights = {"two": np.array(2.0, np.float32)}
+    path = save_model(
+        tmp_path / "m.onnx", nodes, {"x": (TensorProto.FLOAT, [2, 3])}, {"out": [2, 3]}, weights
+    )
+    graph = Graph.read(onnx.load(str(path)), {"", "gru", "lstm", "rotary"})
+    assert graph.leaving(graph.region("gru")) == ["y"]
+    assert graph.leaving(graph.region("rotary")) == ["table"]
+
+
+def _one_float() -> onnx.TensorProto:
+    return onnx.numpy_helper.from_array(np.ones(1, np.float32))
+
+
 @pytest.mark.parametrize("style", ["dynamo", "torchscript"])
 def test_a_clean_model_has_no_divergence(tmp_path, style):
     path = _model(tmp_path / "m.onnx", style)
