@@ -105,8 +105,8 @@ def check(
 
     Exit 0 all passed, 1 a conformance failure, 2 usage, input or export error (also when the
     module's code ends the check's process), 3 a requested provider could not run (unless
-    --allow-missing-ep) or nothing was checked (every result skipped: say an atol blind to the
-    outputs).
+    --allow-missing-ep) or nothing was checked (every result skipped, say under an atol blind
+    to the outputs, or every ONNX row: the torch rows check the module, not its export).
     """
     from tconform.check_folder import OWN_FILES, OWN_RECORD, export_folder, require_target
     from tconform.report import RunReport

@@ -90,7 +90,8 @@ def verify(
     """Run every case on every golden input set and compare within tolerance.
 
     Exit 0 all passed, 1 a conformance failure, 2 usage or input error, 3 a requested provider
-    could not run (unless --allow-missing-ep) or nothing was checked (every result skipped).
+    could not run (unless --allow-missing-ep) or nothing was checked (every result skipped, or
+    every ONNX row: the torch rows check the reference module, not a model).
     """
     from tconform.models import parse_model_options
     from tconform.pipeline import run_request

@@ -130,9 +130,28 @@ def _export(
             output_names,
             input_names=None if exporter == "dynamo" else inputs.names,
             kwargs=inputs.kwargs or None,
-            dynamic_shapes={name: dynamic.get(name) for name in inputs.names} if dynamic else None,
+            dynamic_shapes=_dynamic_shapes(module, inputs, dynamic) if dynamic else None,
             dynamic_axes=dynamic or None,
         )
+
+
+def _dynamic_shapes(
+    module: nn.Module, inputs: ModuleInputs, dynamic: dict[str, dict[int, str]]
+) -> dict[str, object]:
+    """torch.export's dynamic_shapes, keyed by forward's parameters: the inputs that fill its
+    *args as one tuple under that parameter's name (torch.export refuses their own names)."""
+    specs = {name: dynamic.get(name) for name in inputs.names}
+    parameters = list(inspect.signature(module.forward).parameters.values())
+    star = next((p for p in parameters if p.kind == p.VAR_POSITIONAL), None)
+    if star is None:
+        return specs
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    named = sum(p.kind in positional for p in parameters[: parameters.index(star)])
+    rest = inputs.arg_names[named:]
+    return {
+        **{name: spec for name, spec in specs.items() if name not in rest},
+        star.name: tuple(specs[name] for name in rest),
+    }
 
 
 @contextlib.contextmanager

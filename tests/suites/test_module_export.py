@@ -130,3 +130,20 @@ def test_an_axis_the_exporter_left_static_names_the_exporter_not_yet_tried():
     assert way_on(fell_back, "dynamo", "auto").endswith("--exporter torchscript may")
     assert way_on(fell_back, "torchscript", "torchscript").endswith("--exporter dynamo may")
     assert way_on(fell_back, "torchscript", "auto").startswith("neither dynamo nor TorchScript")
+
+
+class _Variadic(torch.nn.Module):
+    def forward(self, *tensors):
+        return tensors[0] * 2
+
+
+def test_a_forward_taking_star_args_keeps_its_axes_free(tmp_path):
+    """torch.export keys dynamic shapes by forward's parameters: the inputs that fill *args
+    go as one tuple under its name (they went by their own names, and dynamo refused)."""
+    import onnx
+
+    path = tmp_path / "model.onnx"
+    inputs = ModuleInputs((torch.ones(2, 3),), {}, ("input_0",))
+    export_module(_Variadic(), inputs, ["y"], path, "dynamo", 18, {"input_0": {0: "batch"}})
+    (given,) = onnx.load(str(path)).graph.input
+    assert given.type.tensor_type.shape.dim[0].dim_param  # free, not fixed at 2
