@@ -110,6 +110,7 @@ QUANTIZED_OPS = {
     "QEmbedLayerNormalization",
     "MatMulNBits",
     "GatherBlockQuantized",
+    "DynamicQuantizeLSTM",  # quantize_dynamic's LSTM: its weights int8
 }
 _INT8_TYPES = {2, 3}  # UINT8, INT8
 _INT4_TYPES = {21, 22}  # UINT4, INT4 (QDQ)
@@ -225,8 +226,8 @@ def quantized_elements(model, path: Path | None = None, ignored=frozenset()) -> 
             counts["int4"] += 2 * count
         elif quantized and tensor.data_type in _INT8_TYPES:
             counts["int8"] += count
-        elif tensor.name not in looked_up:
-            counts["float"] += count
+        elif tensor.name not in looked_up and tensor.data_type in _ELEM_TYPES:
+            counts["float"] += count  # (an integer weight no op here reads as int8 is neither)
     return counts
 
 

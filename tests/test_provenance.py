@@ -421,3 +421,29 @@ def test_weights_computed_from_constants_and_decoys_multiplied_by_zero_are_seen_
     ]
     model = _model(nodes, [gain, zero32, *decoy])
     assert quantized_share(model) == 0.0 and compute_type(model)[0] == "float32"
+
+
+def test_an_lstm_the_dynamic_quantiser_made_int8_earns_the_int8_row(tmp_path):
+    """quantize_dynamic turns an LSTM into DynamicQuantizeLSTM with int8 weights: counted as
+    float weights, they made a mostly quantised recurrent model a float32 one, which then
+    failed the float32 row."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "W": rng.standard_normal((1, 128, 16)).astype(np.float32),
+        "R": rng.standard_normal((1, 128, 32)).astype(np.float32),
+    }
+    graph = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=32)],
+        "g",
+        [helper.make_tensor_value_info("x", F32, [5, 2, 16])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(model, tmp_path / "f.onnx")
+    quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx")
+    quantized = onnx.load(tmp_path / "q.onnx")
+    assert "DynamicQuantizeLSTM" in {n.op_type for n in quantized.graph.node}
+    assert compute_type(quantized) == ("int8", "")
