@@ -983,5 +983,6 @@ def localise_option(default: str, help_default: str):
         default=default,
         show_default=True,
         help="Name the first submodule whose output leaves tolerance (docs/check.md): on a "
-        f"failing result (--localise alone), always, or never [{help_default}].",
+        "failing result (--localise alone), always (a passing run too: a module whose error "
+        f"the outputs absorb is named, the verdict unchanged), or never [{help_default}].",
     )
