@@ -353,6 +353,7 @@ def _judge_all(
         fed = opened.feeds(feeds)
         for batch in _batches(calls, budget):
             values = _fetch(opened, fed, [*outputs, *_needed(batch, regions, graph)])
+            graph.learn_types(values)
             runs += 1
             if expected is not None:
                 seen = observer({n: values[n] for n in outputs}, plain, expected, tol, keep)

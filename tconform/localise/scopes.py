@@ -209,6 +209,14 @@ class Graph:
         """Floating-point, or of unknown type (settled by the value it takes at run time)."""
         return _is_float(self.elem_types, name)
 
+    def learn_types(self, values: dict) -> None:
+        """The types tensors the file leaves untyped ran with (a TorchScript export's int64
+        bucket index for T5's relative attention bias): an integer is then no float input a
+        cut would need paired with the reference's."""
+        for name, value in values.items():
+            if self.elem_types.get(name, TensorProto.UNDEFINED) == TensorProto.UNDEFINED:
+                self.elem_types[name] = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+
     def region(self, path: str) -> list[int]:
         return [i for i, scope in enumerate(self.scopes) if path in scope]
 

@@ -217,6 +217,41 @@ def test_a_wrong_weight_the_outputs_absorb_is_named_and_the_verdict_stays_the_ou
     assert loc.first is None and loc.verdict.startswith("no divergence"), loc.verdict
 
 
+class Lookup(nn.Module):
+    """y = x + emb(x > 0), a width of 1: an embedding whose only input is an integer another
+    op made."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(*table.shape)
+        self.emb.weight.data = torch.from_numpy(table.copy())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.emb((x > 0).long()).squeeze(-1)
+
+
+def test_a_module_reading_an_untyped_integer_is_cut_out_and_named(tmp_path):
+    """TorchScript leaves T5's bucket index untyped: taken for a float input no reference
+    tensor was paired with, its relative attention bias could not be cut out, and its parent
+    was named for a corrupted table. The type it ran with settles it."""
+    table = np.array([[0.1], [0.2]], np.float32)
+    nodes = [
+        scoped_node("Greater", ["x", "zero"], ["g"], []),
+        scoped_node("Cast", ["g"], ["idx"], [], to=TensorProto.INT64),
+        scoped_node("Gather", ["table", "idx"], ["e"], ["emb"]),
+        scoped_node("Squeeze", ["e", "last"], ["s"], []),
+        scoped_node("Add", ["x", "s"], ["y"], []),
+    ]
+    wrong = table.copy()
+    wrong[1, 0] += 0.5
+    weights = {"table": wrong, "zero": np.array(0.0, np.float32), "last": np.array([-1])}
+    path = save_model(
+        tmp_path / "m.onnx", nodes, {"x": (TensorProto.FLOAT, [2, 3])}, {"y": [2, 3]}, weights
+    )
+    loc = _localise(Lookup(table), path, {"x": _x()})
+    assert loc.first is not None and loc.first.path == "emb", loc.verdict
+
+
 # --- padding ------------------------------------------------------------------------------------
 
 
