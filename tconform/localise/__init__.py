@@ -34,7 +34,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +89,9 @@ __all__ = [
 
 # Boundary tensors fetched per run, in bytes: bounds localisation's memory on large models.
 FETCH_BUDGET = 256 * 2**20
+# More than this share of the file's scoped nodes under module paths the module lacks: the
+# file is said to be another module's export (a module's own export names its own paths only)
+FOREIGN_SHARE = 0.5
 ISOLATE = ("first", "all", "none")
 
 
@@ -116,6 +119,8 @@ class Localisation:
     padding_only: bool = False
     masked: bool = False  # a mask with padded positions applied (found or --padding-mask)
     isolate_modules: str = "first"
+    # the module paths the file's nodes name that the module lacks (another module's export)
+    foreign: list[str] = field(default_factory=list)
     isolated: int = 0  # modules cut out and run while naming
     not_reached: int = 0  # candidates left when MAX_ISOLATED were cut
 
@@ -139,6 +144,7 @@ class Localisation:
             "real_positions": self.real_positions or None,
             "padding_only": self.padding_only,
             "masked": self.masked,
+            "foreign_scopes": self.foreign,
             "isolated": self.isolated,
             "not_reached": self.not_reached,
             "verdict": self.verdict,
@@ -287,6 +293,9 @@ def localise(
         masked=keep is not None and not keep.all(),
         isolate_modules=isolate_modules,
     )
+    strange, share = graph.foreign(set(tree.classes))
+    if share > FOREIGN_SHARE:
+        found.foreign = strange
     if judged.walk or judged.targets:
         whole = onnx.load(str(model.path))
 

@@ -193,8 +193,13 @@ def verdict(loc: Localisation) -> str:
     root = next((b for b in loc.boundaries if b.path == ""), None)
     inside_note = _inside(loc)
     observed = ""
-    if loc.observer is not None and loc.observer.changed:
+    if loc.foreign:
         observed = (
+            f"the file's nodes are mostly scoped to modules this module does not have "
+            f"({_some(loc.foreign)}): is it an export of this module? "
+        )
+    if loc.observer is not None and loc.observer.changed:
+        observed += (
             f"observing changed the run: {loc.observer.describe()}; its boundary values are not "
             "the judged run's, so a module is named by isolation alone. "
         )

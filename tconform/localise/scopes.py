@@ -209,6 +209,14 @@ class Graph:
         """Floating-point, or of unknown type (settled by the value it takes at run time)."""
         return _is_float(self.elem_types, name)
 
+    def foreign(self, modules: set[str]) -> tuple[list[str], float]:
+        """The module paths the file's nodes are scoped to that `modules` (the module's own)
+        lacks, and the share of scoped nodes they hold: most of a file's nodes under paths the
+        module does not have is an export of another module, whatever pairs by chance."""
+        scoped = [scope[-1] for scope in self.scopes if scope and scope[-1]]
+        strange = [path for path in scoped if path not in modules]
+        return list(dict.fromkeys(strange)), len(strange) / len(scoped) if scoped else 0.0
+
     def learn_types(self, values: dict) -> None:
         """The types tensors the file leaves untyped ran with (a TorchScript export's int64
         bucket index for T5's relative attention bias): an integer is then no float input a
