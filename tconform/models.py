@@ -135,7 +135,9 @@ def _hashed(
     digests = external_digests(model, path)
     # a file made elsewhere is freed where it was made; tconform's exports by an option
     way_on = "export the file again with that axis dynamic" if origin == "given" else ""
-    return ModelUnderTest(case, path, replace(provenance, external_data=digests), (), way_on)
+    return ModelUnderTest(
+        case, path, replace(provenance, external_data=digests), fixed_way_on=way_on
+    )
 
 
 def load_checked(path: Path) -> onnx.ModelProto:

@@ -192,14 +192,14 @@ def verdict(loc: Localisation) -> str:
     """One paragraph: what is named and the numbers that prove it, or why nothing is."""
     root = next((b for b in loc.boundaries if b.path == ""), None)
     inside_note = _inside(loc)
-    observed = ""
+    preface = ""
     if loc.foreign:
-        observed = (
+        preface = (
             f"the file's nodes are mostly scoped to modules this module does not have "
             f"({_some(loc.foreign)}): is it an export of this module? "
         )
     if loc.observer is not None and loc.observer.changed:
-        observed += (
+        preface += (
             f"observing changed the run: {loc.observer.describe()}; its boundary values are not "
             "the judged run's, so a module is named by isolation alone. "
         )
@@ -217,15 +217,15 @@ def verdict(loc: Localisation) -> str:
         )
     if (root is None or root.status != "fail") and loc.first is not None:
         return (
-            f"{observed}the outputs are within tolerance, yet a module inside computes another "
+            f"{preface}the outputs are within tolerance, yet a module inside computes another "
             f"function, absorbed before the outputs on these inputs (the verdict is the "
             f"outputs'): {_named(loc, loc.first)}"
         )
     if root is None or root.status != "fail":
         failing = any(b.status == "fail" and b.path for b in loc.boundaries)
         what = "the outputs are within tolerance; " + inside_note if failing else inside_note
-        return f"{observed}no divergence: {what}"
-    return observed + (_named(loc, loc.first) if loc.first is not None else _unnamed(loc))
+        return f"{preface}no divergence: {what}"
+    return preface + (_named(loc, loc.first) if loc.first is not None else _unnamed(loc))
 
 
 # How the table marks a boundary's inputs: within tolerance, outside it, no float inputs, not

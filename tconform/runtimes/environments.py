@@ -399,15 +399,12 @@ def _make(spec: RuntimeSpec, package: str, module: str, base: Path, folder: Path
         else:
             _run(spec, [str(base), "-m", "venv", str(staging)], env)
         requirements = [f"{package}=={spec.version}", *SUPPORT]
-        install = [  # wheels only: a source package's build would run its code here
-            *(
-                [*uv, "pip", "install", "--quiet", "--python", str(python)]
-                if uv
-                else [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-            ),
-            "--only-binary",
-            ":all:",
-        ]
+        install = (
+            [*uv, "pip", "install", "--quiet", "--python", str(python)]
+            if uv
+            else [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        )
+        install += ["--only-binary", ":all:"]  # wheels only: an sdist's build runs its code
         _run(spec, [*install, *requirements], env)
         failure = _import_failure(python, module)
         if _BUILT_FOR_NUMPY_1.search(failure):
